@@ -1,0 +1,289 @@
+//! `quiesce-model`: model-check the stop path, explore it, list the planted faults.
+
+use clap::{Args, Parser, Subcommand};
+use quiesce_model::config::{self, ModelCfg, Operator};
+use quiesce_model::report;
+use quiesce_model::{representative, Checker, Fault, History, Model, StopPathModel};
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(
+    name = "quiesce-model",
+    version,
+    about = "Model-check the stop path with -no-shutdown-delay"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check every part of a configuration: one line per property, then the state counts.
+    Check(CheckArgs),
+    /// Serve stateright's Explorer for one part of a configuration.
+    Explore {
+        /// small, standard or large.
+        #[arg(long, default_value = "standard")]
+        config: String,
+        /// The part to explore (default: the first).
+        #[arg(long)]
+        part: Option<String>,
+        /// Address to listen on.
+        #[arg(default_value = "127.0.0.1:3000")]
+        addr: String,
+    },
+    /// List the planted faults, one name per line.
+    Faults,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// small, standard or large.
+    #[arg(long, default_value = "standard")]
+    config: String,
+    /// full or lean (default: the configuration's own).
+    #[arg(long)]
+    history: Option<String>,
+    /// Checker threads (default: every core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Depth-first search (the default).
+    #[arg(long, conflicts_with = "bfs")]
+    dfs: bool,
+    /// Breadth-first search: shortest counterexamples; needs --no-symmetry.
+    #[arg(long)]
+    bfs: bool,
+    /// Check without the symmetry reduction over allocations.
+    #[arg(long)]
+    no_symmetry: bool,
+    /// Plant one fault (see `quiesce-model faults`).
+    #[arg(long)]
+    fault: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check(args) => check(args),
+        Command::Explore { config, part, addr } => explore(&config, part.as_deref(), &addr),
+        Command::Faults => {
+            for fault in Fault::ALL {
+                println!("{fault}");
+            }
+            Ok(true)
+        }
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(message) => {
+            eprintln!("quiesce-model: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn check(args: CheckArgs) -> Result<bool, String> {
+    let mut parts = config::configuration(&args.config)?;
+    let history = args.history.as_deref().map(History::parse).transpose()?;
+    let fault = args.fault.as_deref().map(Fault::parse).transpose()?;
+    let symmetry = !args.no_symmetry;
+    if args.bfs && symmetry {
+        return Err("stateright applies symmetry only in depth-first search: \
+                    add --no-symmetry to use --bfs"
+            .to_string());
+    }
+    let threads = match args.threads {
+        Some(0) => return Err("--threads must be at least 1".to_string()),
+        Some(threads) => threads,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    for part in &mut parts {
+        if let Some(history) = history {
+            part.history = history;
+        }
+        part.fault = fault;
+    }
+    let started = Instant::now();
+    let (mut all_as_expected, mut total_states) = (true, 0);
+    for part in parts.iter() {
+        println!(
+            "== {} ({})",
+            part.name,
+            describe_part(part, symmetry, args.bfs)
+        );
+        let outcome = check_part(part.clone(), threads, args.bfs, symmetry);
+        all_as_expected &= outcome.as_expected;
+        total_states += outcome.unique_states;
+    }
+    if parts.len() > 1 {
+        println!(
+            "total: {} parts, {} unique states, {:.1} s",
+            parts.len(),
+            group_digits(total_states),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    println!(
+        "{}",
+        if all_as_expected {
+            "every property as expected"
+        } else {
+            "FAILED"
+        }
+    );
+    Ok(all_as_expected)
+}
+
+struct PartOutcome {
+    as_expected: bool,
+    unique_states: usize,
+}
+
+fn check_part(part: ModelCfg, threads: usize, bfs: bool, symmetry: bool) -> PartOutcome {
+    let name = part.name.clone();
+    let model = part.into_model();
+    let mut builder = model.clone().checker().threads(threads);
+    if symmetry {
+        builder = builder.symmetry_fn(representative);
+    }
+    let started = Instant::now();
+    if bfs {
+        report_part(&model, &name, builder.spawn_bfs(), started)
+    } else {
+        report_part(&model, &name, builder.spawn_dfs(), started)
+    }
+}
+
+fn report_part(
+    model: &StopPathModel,
+    name: &str,
+    checker: impl Checker<StopPathModel>,
+    started: Instant,
+) -> PartOutcome {
+    show_progress(&checker, name, started);
+    let checker = checker.join();
+    let seconds = started.elapsed().as_secs_f64();
+    let verdicts = report::verdicts(&checker);
+    let width = verdicts.iter().map(|v| v.name.len()).max().unwrap_or(0);
+    for verdict in &verdicts {
+        println!("{:width$}  {}", verdict.name, verdict.verdict.label());
+        if let Some(path) = &verdict.counterexample {
+            for line in report::narrate(model, path) {
+                println!("    {line}");
+            }
+        }
+    }
+    let unique_states = checker.unique_state_count();
+    println!(
+        "{name}: {} unique states, depth {}, {seconds:.2} s",
+        group_digits(unique_states),
+        checker.max_depth()
+    );
+    PartOutcome {
+        as_expected: !verdicts.iter().any(|v| v.verdict.is_failure()),
+        unique_states,
+    }
+}
+
+/// Progress on stderr while a check runs: a line every two seconds, overwritten on a terminal.
+fn show_progress(checker: &impl Checker<StopPathModel>, name: &str, started: Instant) {
+    let tty = std::io::stderr().is_terminal();
+    let mut shown = false;
+    let mut next_report = Duration::from_secs(2);
+    while !checker.is_done() {
+        std::thread::sleep(Duration::from_millis(10));
+        let elapsed = started.elapsed();
+        if elapsed < next_report {
+            continue;
+        }
+        next_report += Duration::from_secs(2);
+        let line = format!(
+            "  {name}: {} unique states, depth {}, {:.0} s",
+            group_digits(checker.unique_state_count()),
+            checker.max_depth(),
+            elapsed.as_secs_f64()
+        );
+        if tty {
+            eprint!("\r{line}");
+        } else {
+            eprintln!("{line}");
+        }
+        let _ = std::io::stderr().flush();
+        shown = true;
+    }
+    if shown && tty {
+        eprintln!();
+    }
+}
+
+fn describe_part(part: &ModelCfg, symmetry: bool, bfs: bool) -> String {
+    let tasks: Vec<_> = part
+        .group
+        .tasks
+        .iter()
+        .map(|task| format!("{:?}", task.kind))
+        .collect();
+    let operator = match &part.operator {
+        Operator::Budget(budget) => format!("budget {budget}"),
+        Operator::Script(script) => {
+            let steps: Vec<_> = script.iter().map(|request| request.to_string()).collect();
+            format!("script: {}", steps.join(" → "))
+        }
+    };
+    let mut words = vec![
+        format!("count {}", part.count),
+        format!("tasks {}", tasks.join("+")),
+        operator,
+        format!("{:?} history", part.history).to_lowercase(),
+        if bfs { "BFS" } else { "DFS" }.to_string(),
+        if symmetry { "symmetry" } else { "no symmetry" }.to_string(),
+    ];
+    if part.nodes > 1 {
+        words.insert(1, format!("{} nodes", part.nodes));
+    }
+    if let Some(fault) = part.fault {
+        words.push(format!("fault {fault}"));
+    }
+    words.join(", ")
+}
+
+fn explore(config: &str, part: Option<&str>, addr: &str) -> Result<bool, String> {
+    let parts = config::configuration(config)?;
+    let chosen = match part {
+        None => parts
+            .into_iter()
+            .next()
+            .expect("a configuration has a part"),
+        Some(name) => {
+            let names: Vec<_> = parts.iter().map(|p| p.name.clone()).collect();
+            parts.into_iter().find(|p| p.name == name).ok_or_else(|| {
+                format!(
+                    "unknown part '{name}' of {config}; valid parts: {}",
+                    names.join(", ")
+                )
+            })?
+        }
+    };
+    // tiny_http panics on a bind failure; find out first, with a message.
+    std::net::TcpListener::bind(addr)
+        .map_err(|error| format!("cannot listen on {addr}: {error}"))?;
+    println!("Explorer for {} ({config}) on http://{addr}/", chosen.name);
+    chosen.into_model().checker().serve(addr);
+    Ok(true)
+}
+
+fn group_digits(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -1,0 +1,283 @@
+//! The invariants of DESIGN.md ("Invariants"), one `always` property each, and the
+//! `sometimes` properties that show none of them holds vacuously.
+//!
+//! Each invariant is a predicate over the state. Checks that can only be judged when an
+//! allocation's record is finished ("every task had its pre-kill hooks run", "poststop tasks
+//! ran to completion") are [`end_of_life_violations`]: evaluated on terminal records in full
+//! history, and folded into sticky [`State::violations`] bits when lean history erases them.
+
+use crate::config::TaskKind;
+use crate::state::{Alloc, Delay, RunnerPhase, State, TaskPhase};
+use crate::StopPathModel;
+use stateright::Property;
+
+/// Property names, as `check` prints them.
+pub mod names {
+    pub const PRESTOP_HOOKS_ALWAYS_RUN: &str = "prestop_hooks_always_run";
+    pub const DELAY_SKIPPED_ONLY_WHEN_FLAGGED: &str = "delay_skipped_only_when_flagged";
+    pub const FLAG_IS_HONOURED: &str = "flag_is_honoured";
+    pub const JOBSPEC_UNCHANGED: &str = "jobspec_unchanged";
+    pub const FLAG_SCOPED: &str = "flag_scoped";
+    pub const KILL_ORDER: &str = "kill_order";
+    pub const KILL_TIMEOUT_RESPECTED: &str = "kill_timeout_respected";
+    pub const STOP_COMPLETES: &str = "stop_completes";
+
+    pub const DELAY_SKIPPED: &str = "delay_skipped_by_flag";
+    pub const DELAY_CUT_SHORT: &str = "delay_cut_short_mid_wait";
+    pub const FULL_DELAY_WAITED: &str = "full_delay_waited";
+    pub const TASK_EXITED_DURING_DELAY: &str = "task_exited_during_delay";
+    pub const PURGE_WITH_FLAG_HONOURED: &str = "purge_with_flag_honoured";
+    pub const ALLOC_STOP_THEN_JOB_STOP: &str = "alloc_stop_then_job_stop";
+    pub const JOB_STARTED_AFTER_FLAGGED_STOP: &str = "job_started_after_flagged_stop";
+    pub const SIGKILL_AFTER_KILL_TIMEOUT: &str = "sigkill_after_kill_timeout";
+    pub const RESTARTED_JOB_WAITS_FULL_DELAY: &str = "restarted_job_waits_full_delay";
+    pub const CLIENT_RESTARTED_WITH_FLAG: &str = "client_restarted_with_flag";
+
+    /// The witnesses every part with a free budget of two requests reaches.
+    pub const BUDGET2_WITNESSES: &[&str] = &[
+        DELAY_SKIPPED,
+        DELAY_CUT_SHORT,
+        FULL_DELAY_WAITED,
+        TASK_EXITED_DURING_DELAY,
+        PURGE_WITH_FLAG_HONOURED,
+        ALLOC_STOP_THEN_JOB_STOP,
+        JOB_STARTED_AFTER_FLAGGED_STOP,
+        SIGKILL_AFTER_KILL_TIMEOUT,
+    ];
+}
+
+use names::*;
+
+type Condition = fn(&StopPathModel, &State) -> bool;
+
+/// The eight invariants, in DESIGN.md's order.
+pub const INVARIANTS: [(&str, Condition); 8] = [
+    (PRESTOP_HOOKS_ALWAYS_RUN, prestop_hooks_always_run),
+    (
+        DELAY_SKIPPED_ONLY_WHEN_FLAGGED,
+        delay_skipped_only_when_flagged,
+    ),
+    (FLAG_IS_HONOURED, flag_is_honoured),
+    (JOBSPEC_UNCHANGED, jobspec_unchanged),
+    (FLAG_SCOPED, flag_scoped),
+    (KILL_ORDER, kill_order),
+    (KILL_TIMEOUT_RESPECTED, kill_timeout_respected),
+    (STOP_COMPLETES, stop_completes),
+];
+
+/// Every `sometimes` property; a part checks those its configuration lists as witnesses.
+pub const WITNESSES: [(&str, Condition); 10] = [
+    (DELAY_SKIPPED, |_, s| any_delay(s, |d| d == Delay::Skipped)),
+    (DELAY_CUT_SHORT, |_, s| {
+        any_delay(s, |d| d == Delay::CutShort)
+    }),
+    (FULL_DELAY_WAITED, |_, s| {
+        any_delay(s, |d| d == Delay::Elapsed)
+    }),
+    (TASK_EXITED_DURING_DELAY, |_, s| {
+        any_delay(s, |d| d == Delay::ExitedDuring)
+    }),
+    (PURGE_WITH_FLAG_HONOURED, |_, s| {
+        s.allocs
+            .iter()
+            .any(|a| a.tombstone && a.no_shutdown_delay && a.delays().any(Delay::shortened))
+    }),
+    (ALLOC_STOP_THEN_JOB_STOP, |_, s| {
+        s.ghost.alloc_stop_then_job_stop
+    }),
+    (JOB_STARTED_AFTER_FLAGGED_STOP, |_, s| {
+        s.ghost.started_after_flagged_stop && s.allocs.iter().any(|a| a.placed_after_flagged_stop)
+    }),
+    (SIGKILL_AFTER_KILL_TIMEOUT, |_, s| {
+        s.allocs
+            .iter()
+            .flat_map(|a| a.tasks.iter())
+            .any(|t| t.sigkilled && t.kill_timeout_fired)
+    }),
+    (RESTARTED_JOB_WAITS_FULL_DELAY, |_, s| {
+        s.allocs
+            .iter()
+            .any(|a| a.placed_after_flagged_stop && a.delays().any(|d| d == Delay::Elapsed))
+    }),
+    (CLIENT_RESTARTED_WITH_FLAG, |_, s| {
+        s.ghost.restarted_with_flag
+    }),
+];
+
+fn any_delay(state: &State, wanted: impl Fn(Delay) -> bool) -> bool {
+    state.allocs.iter().any(|alloc| alloc.delays().any(&wanted))
+}
+
+/// The properties of a part: every invariant, and the witnesses its configuration lists.
+pub fn all(model: &StopPathModel) -> Vec<Property<StopPathModel>> {
+    let mut properties: Vec<_> = INVARIANTS
+        .iter()
+        .map(|&(name, condition)| Property::always(name, condition))
+        .collect();
+    for &(name, condition) in &WITNESSES {
+        if model.cfg.witnesses.contains(&name) {
+            properties.push(Property::sometimes(name, condition));
+        }
+    }
+    properties
+}
+
+/// Sticky bits of [`State::violations`]: an end-of-life check that failed on an erased record.
+#[derive(Clone, Copy, Debug)]
+#[repr(u16)]
+pub enum Violation {
+    PrestopHooks = 1 << 0,
+    KillOrder = 1 << 1,
+}
+
+/// The checks that judge a finished allocation as a whole.
+pub fn end_of_life_violations(model: &StopPathModel, alloc: &Alloc) -> u16 {
+    if alloc.runner != RunnerPhase::Terminal || !alloc.started() {
+        return 0;
+    }
+    let mut violations = 0;
+    // prestop_hooks_always_run: every task that was running when the stop came had its
+    // pre-kill hooks run, and so had the group.
+    let killed_without_hooks = tasks_of(model, alloc).any(|(kind, task)| {
+        kind != TaskKind::Poststop && task.phase == TaskPhase::Exited && !task.pre_kill
+    });
+    if !alloc.group_pre_kill || killed_without_hooks {
+        violations |= Violation::PrestopHooks as u16;
+    }
+    // kill_order: poststop tasks run to completion, under the flag too.
+    if tasks_of(model, alloc)
+        .any(|(kind, task)| kind == TaskKind::Poststop && task.phase != TaskPhase::Exited)
+    {
+        violations |= Violation::KillOrder as u16;
+    }
+    violations
+}
+
+fn tasks_of<'a>(
+    model: &'a StopPathModel,
+    alloc: &'a Alloc,
+) -> impl Iterator<Item = (TaskKind, &'a crate::state::Task)> + 'a {
+    model
+        .cfg
+        .group
+        .tasks
+        .iter()
+        .map(|cfg| cfg.kind)
+        .zip(alloc.tasks.iter())
+}
+
+fn every_alloc(state: &State, bit: Violation, holds: impl Fn(&Alloc) -> bool) -> bool {
+    state.violations & bit as u16 == 0 && state.allocs.iter().all(holds)
+}
+
+/// **prestop_hooks_always_run** (DESIGN.md invariant 1; seed: "we'll still run
+/// allocrunner/taskrunner prestop hooks"). Forbids a task being signalled or SIGKILLed before
+/// the group pre-kill hooks of its allocation and its own pre-kill hooks have run, and a
+/// killed task finishing without its hooks. Why: the hooks deregister services; a signal
+/// before deregistration sends traffic to a dying task, whatever the flag.
+pub fn prestop_hooks_always_run(model: &StopPathModel, state: &State) -> bool {
+    every_alloc(state, Violation::PrestopHooks, |alloc| {
+        let signalled_early = alloc.tasks.iter().any(|task| {
+            (task.signalled || task.sigkilled) && !(alloc.group_pre_kill && task.pre_kill)
+        });
+        !signalled_early
+            && end_of_life_violations(model, alloc) & Violation::PrestopHooks as u16 == 0
+    })
+}
+
+/// **delay_skipped_only_when_flagged** (invariant 2). Forbids a group or task delay being
+/// skipped or cut short unless a request carrying the flag targeted that allocation before.
+/// Why: without the operator's explicit request, load balancers must get their full drain
+/// time.
+pub fn delay_skipped_only_when_flagged(_: &StopPathModel, state: &State) -> bool {
+    state
+        .allocs
+        .iter()
+        .all(|alloc| alloc.flag_requested || !alloc.delays().any(Delay::shortened))
+}
+
+/// **flag_is_honoured** (invariant 3). Forbids any delay of an allocation still being waited
+/// once the client has pulled an update after a flagged request was accepted for it —
+/// whether that update changed the allocation or removed it (purge). A wait in progress must
+/// have been cut short in that step, a later wait skipped. Why: this is the feature; it is
+/// what Nomad's purge (≥ 1.7.3), its unflagged `alloc stop` and its restored runners break.
+pub fn flag_is_honoured(_: &StopPathModel, state: &State) -> bool {
+    state
+        .allocs
+        .iter()
+        .all(|alloc| !alloc.flag_due || !alloc.delays().any(|delay| delay == Delay::Waiting))
+}
+
+/// **jobspec_unchanged** (invariant 4; seed: the UI Start button would resubmit a modified
+/// spec). Forbids any stored job version's spec differing from the spec first registered:
+/// versions differ only in `Stop`, and the flag has nowhere to be stored on a job.
+pub fn jobspec_unchanged(model: &StopPathModel, state: &State) -> bool {
+    state
+        .job
+        .versions
+        .iter()
+        .all(|version| version.spec == model.spec)
+}
+
+/// **flag_scoped** (invariant 5). Forbids the flag, or a cancelled delay, on an allocation no
+/// flagged request targeted: `alloc stop -no-shutdown-delay A` does not reach B, and new
+/// allocations never carry it.
+pub fn flag_scoped(_: &StopPathModel, state: &State) -> bool {
+    state
+        .allocs
+        .iter()
+        .all(|alloc| alloc.flag_requested || !(alloc.no_shutdown_delay || alloc.cancelled))
+}
+
+/// **kill_order** (invariant 6; `reference/nomad-stop-path.md` §2.3). Forbids a task's
+/// `Killing` before the group pre-kill hooks ran, another main task's before the leader is
+/// dead, a sidecar's before every main task is dead, a poststop task starting before every
+/// other task is dead, and a finished allocation whose poststop tasks did not run to
+/// completion (flag or no flag).
+pub fn kill_order(model: &StopPathModel, state: &State) -> bool {
+    every_alloc(state, Violation::KillOrder, |alloc| {
+        let dead_before = |stage: u8| {
+            tasks_of(model, alloc).all(|(kind, task)| kind.kill_stage() >= stage || task.is_done())
+        };
+        let in_order = tasks_of(model, alloc).all(|(kind, task)| match kind {
+            TaskKind::Poststop => {
+                task.phase == TaskPhase::NotStarted || dead_before(kind.kill_stage())
+            }
+            _ => !task.killing || (alloc.group_pre_kill && dead_before(kind.kill_stage())),
+        });
+        in_order && end_of_life_violations(model, alloc) & Violation::KillOrder as u16 == 0
+    })
+}
+
+/// **kill_timeout_respected** (invariant 7; the seed asked to bypass the kill timeout, the
+/// design deliberately does not). Forbids SIGKILL unless the kill-timeout timer set at the
+/// kill signal has fired; the flag does not change this.
+pub fn kill_timeout_respected(_: &StopPathModel, state: &State) -> bool {
+    state
+        .allocs
+        .iter()
+        .flat_map(|alloc| alloc.tasks.iter())
+        .all(|task| !task.sigkilled || (task.signalled && task.kill_timeout_fired))
+}
+
+/// **stop_completes** (invariant 8, bounded, as safety). In a state where the cluster has
+/// nothing left to do on its own (no evaluation, update, hook or timer pending; only an
+/// operator request, or a task choosing to exit, could change it), forbids an allocation that
+/// a stop or a purge targeted being anything but client-terminal with every service
+/// deregistered.
+pub fn stop_completes(model: &StopPathModel, state: &State) -> bool {
+    let mut pending = Vec::new();
+    model.internal_actions(state, &mut pending);
+    if !pending.is_empty() {
+        return true;
+    }
+    state
+        .allocs
+        .iter()
+        .filter(|alloc| alloc.desired_stop || alloc.tombstone)
+        .all(|alloc| {
+            alloc.runner == RunnerPhase::Terminal
+                && !alloc.group_service_registered
+                && alloc.tasks.iter().all(|task| !task.service_registered)
+        })
+}

@@ -1,0 +1,324 @@
+//! The model's state: what the invariants talk about, and nothing else.
+//!
+//! Server side: the stored job versions, allocations with their desired status and
+//! `DesiredTransition` (`Migrate`, the sticky `NoShutdownDelay`), purge tombstones, one
+//! "an evaluation is pending" bit. Client side, per allocation: the copy of (desired stop,
+//! flag, tombstone) last pulled, the runner's phase, the delay cancellation, the group hooks
+//! and delay, and per task its phase, hooks, delay outcome, signal and SIGKILL. Ghost
+//! variables record what was requested before, where an invariant needs to know it.
+
+use crate::config::MAX_TASKS;
+
+/// What a stored job version says about the stop path. The flag has no field here: it is
+/// never stored on a job (invariant `jobspec_unchanged`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SpecDigest {
+    pub group_shutdown_delay: bool,
+    pub task_shutdown_delay: [bool; MAX_TASKS],
+}
+
+/// One stored job version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobVersion {
+    pub spec: SpecDigest,
+    pub stop: bool,
+}
+
+/// The job in the server's state store. A purge deletes it at once (`GET /v1/job/:id` → 404).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Job {
+    /// Every stored version, oldest first; empty once purged.
+    pub versions: Vec<JobVersion>,
+    pub purged: bool,
+}
+
+impl Job {
+    pub fn latest(&self) -> Option<&JobVersion> {
+        self.versions.last()
+    }
+
+    /// The job exists and its latest version is stopped.
+    pub fn is_stopped(&self) -> bool {
+        self.latest().is_some_and(|version| version.stop)
+    }
+}
+
+/// How a delay (group or task) ended, or where it stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Delay {
+    /// Not reached, or no delay is configured (then no wait and no event).
+    None,
+    /// The timer is running.
+    Waiting,
+    /// The timer fired: the full delay was waited.
+    Elapsed,
+    /// The runner moved past the delay without starting the wait (the flag was applied).
+    Skipped,
+    /// A wait in progress ended early because the flag arrived.
+    CutShort,
+    /// The task exited on its own during its delay (neither skipped nor cut short).
+    ExitedDuring,
+}
+
+impl Delay {
+    pub fn shortened(self) -> bool {
+        matches!(self, Delay::Skipped | Delay::CutShort)
+    }
+}
+
+/// A task's phase on the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TaskPhase {
+    /// Not started: a poststop task before its turn, or any task of an allocation stopped
+    /// before it started.
+    NotStarted,
+    Running,
+    /// Its kill has begun and its `shutdown_delay` timer is running.
+    Delaying,
+    /// The kill signal was sent; the kill-timeout timer is running.
+    Signalled,
+    /// Dead: `Terminated`, `Killed` and the stop hooks are done.
+    Exited,
+}
+
+/// One task's record on the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Task {
+    pub phase: TaskPhase,
+    /// The `Killing` event was recorded.
+    pub killing: bool,
+    /// The task's pre-kill hooks ran (its services deregistered).
+    pub pre_kill: bool,
+    /// Its service is registered.
+    pub service_registered: bool,
+    pub delay: Delay,
+    /// The kill signal was sent.
+    pub signalled: bool,
+    /// The kill-timeout timer set at the kill signal has fired.
+    pub kill_timeout_fired: bool,
+    pub sigkilled: bool,
+}
+
+impl Task {
+    pub const NOT_STARTED: Task = Task {
+        phase: TaskPhase::NotStarted,
+        killing: false,
+        pre_kill: false,
+        service_registered: false,
+        delay: Delay::None,
+        signalled: false,
+        kill_timeout_fired: false,
+        sigkilled: false,
+    };
+
+    /// The record in 12 bits, for hashing: a state is fingerprinted at every step, and
+    /// hashing field by field cost more than half of the checker's time.
+    pub fn pack(&self) -> u64 {
+        let bits = [
+            self.killing,
+            self.pre_kill,
+            self.service_registered,
+            self.signalled,
+            self.kill_timeout_fired,
+            self.sigkilled,
+        ];
+        let flags = bits
+            .iter()
+            .enumerate()
+            .fold(0, |acc, (i, &bit)| acc | u64::from(bit) << i);
+        self.phase as u64 | (self.delay as u64) << 3 | flags << 6
+    }
+
+    /// Dead or never started: nothing of it holds up the next kill stage.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, TaskPhase::NotStarted | TaskPhase::Exited)
+    }
+}
+
+/// What the server holds for an allocation that the client cares about; the client keeps the
+/// copy it last pulled. (The model compares these three fields instead of modify indexes.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServerView {
+    pub stop: bool,
+    pub no_shutdown_delay: bool,
+    pub tombstone: bool,
+}
+
+/// The alloc runner's phase on the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RunnerPhase {
+    /// Placed on the server, not yet pulled by its client.
+    Pending,
+    Running,
+    /// A stop was pulled; the group pre-kill hooks have not run yet.
+    PreKill,
+    /// The group delay timer is running.
+    GroupDelay,
+    /// Tasks are being killed in order, then poststop tasks run.
+    Killing,
+    /// Client-terminal: every task is dead, reported to the server.
+    Terminal,
+}
+
+/// One allocation: its server record, its client runner, and ghost variables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Alloc {
+    // --- server ---
+    /// The spec of the job version it was placed from (the allocation's embedded job).
+    pub spec: SpecDigest,
+    pub node: u8,
+    pub desired_stop: bool,
+    /// `DesiredTransition.Migrate`: stop and replace (written by `alloc stop`).
+    pub migrate: bool,
+    /// `DesiredTransition.NoShutdownDelay`, sticky in quiesce.
+    pub no_shutdown_delay: bool,
+    /// The job was purged: this record carries desired stop and the flag to the client and is
+    /// removed when the client reports the allocation terminal.
+    pub tombstone: bool,
+    /// Gone from the server (a tombstone removed). Only full history keeps such a record.
+    pub removed: bool,
+
+    // --- client ---
+    /// The copy the client last pulled; `None` before the first pull.
+    pub pulled: Option<ServerView>,
+    pub runner: RunnerPhase,
+    /// The runner's delay cancellation (Nomad's `shutdownDelayCtx`) has fired.
+    pub cancelled: bool,
+    /// The group pre-kill hooks ran (group services deregistered).
+    pub group_pre_kill: bool,
+    pub group_service_registered: bool,
+    pub group_delay: Delay,
+    pub tasks: [Task; MAX_TASKS],
+
+    // --- ghost ---
+    /// A request carrying the flag targeted this allocation (a flagged job stop of its job
+    /// or a flagged alloc stop of it).
+    pub flag_requested: bool,
+    /// The client has pulled an update after a flagged request was accepted: from now on no
+    /// delay timer of this allocation may fire (invariant `flag_is_honoured`).
+    pub flag_due: bool,
+    /// Placed by a `job start` that followed a flagged stop.
+    pub placed_after_flagged_stop: bool,
+}
+
+impl Alloc {
+    /// The record in two words, injective, so that hashing it is two writes (see
+    /// [`Task::pack`]) and sorting by it is a canonical order.
+    pub fn pack(&self) -> [u64; 2] {
+        let spec = self.spec.task_shutdown_delay.iter().enumerate().fold(
+            u64::from(self.spec.group_shutdown_delay),
+            |acc, (i, &delay)| acc | u64::from(delay) << (i + 1),
+        );
+        let pulled = self.pulled.map_or(0, |view| {
+            1 | u64::from(view.stop) << 1
+                | u64::from(view.no_shutdown_delay) << 2
+                | u64::from(view.tombstone) << 3
+        });
+        let bits = [
+            self.desired_stop,
+            self.migrate,
+            self.no_shutdown_delay,
+            self.tombstone,
+            self.removed,
+            self.cancelled,
+            self.group_pre_kill,
+            self.group_service_registered,
+            self.flag_requested,
+            self.flag_due,
+            self.placed_after_flagged_stop,
+        ];
+        let flags = bits
+            .iter()
+            .enumerate()
+            .fold(0, |acc, (i, &bit)| acc | u64::from(bit) << i);
+        let record = spec
+            | u64::from(self.node) << 5
+            | pulled << 13
+            | (self.runner as u64) << 17
+            | (self.group_delay as u64) << 20
+            | flags << 23;
+        let tasks = self
+            .tasks
+            .iter()
+            .enumerate()
+            .fold(0, |acc, (i, task)| acc | task.pack() << (12 * i));
+        [record, tasks]
+    }
+
+    /// The record the server holds now, as the client would pull it; `None` once removed.
+    pub fn server_view(&self) -> Option<ServerView> {
+        (!self.removed).then_some(ServerView {
+            stop: self.desired_stop || self.tombstone,
+            no_shutdown_delay: self.no_shutdown_delay,
+            tombstone: self.tombstone,
+        })
+    }
+
+    /// The client has an update to pull.
+    pub fn sync_pending(&self) -> bool {
+        self.server_view().is_some() && self.server_view() != self.pulled
+    }
+
+    /// Server-terminal or client-terminal, in Nomad's sense.
+    pub fn is_terminal(&self) -> bool {
+        self.desired_stop || self.tombstone || self.removed || self.runner == RunnerPhase::Terminal
+    }
+
+    /// The runner started its tasks at some point.
+    pub fn started(&self) -> bool {
+        self.tasks
+            .iter()
+            .any(|task| task.phase != TaskPhase::NotStarted)
+    }
+
+    /// Every delay record of the allocation: the group's, then each task's.
+    pub fn delays(&self) -> impl Iterator<Item = Delay> + '_ {
+        std::iter::once(self.group_delay).chain(self.tasks.iter().map(|task| task.delay))
+    }
+}
+
+impl std::hash::Hash for Alloc {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let [record, tasks] = self.pack();
+        state.write_u64(record);
+        state.write_u64(tasks);
+    }
+}
+
+/// Global ghost bits, each set once by the request that makes it true. They record facts the
+/// `sometimes` properties need, never counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ghost {
+    pub alloc_stop_seen: bool,
+    pub alloc_stop_then_job_stop: bool,
+    pub flagged_stop_seen: bool,
+    pub started_after_flagged_stop: bool,
+    pub restarted_with_flag: bool,
+}
+
+/// The whole state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub job: Job,
+    /// One bit: older pending evaluations of the job are superseded by a newer one.
+    pub eval_pending: bool,
+    pub allocs: Vec<Alloc>,
+    /// Requests made so far: the budget used, or the position in the script.
+    pub requests_made: u8,
+    pub ghost: Ghost,
+    /// Lean history: end-of-life checks that failed on erased records, one bit per invariant
+    /// (see [`crate::properties::Violation`]). Always zero in a correct model.
+    pub violations: u16,
+}
+
+impl State {
+    /// The canonical member of this state's symmetry class: allocation records sorted.
+    /// Sound because nothing outside the records refers to an allocation by position (one
+    /// evaluation bit, no replacement links, nodes stored inside the records and chosen by
+    /// load, not by position).
+    pub fn representative(&self) -> State {
+        let mut canonical = self.clone();
+        canonical.allocs.sort_unstable_by_key(Alloc::pack);
+        canonical
+    }
+}
