@@ -39,7 +39,7 @@ impl TaskKind {
 /// in any order, so only whether a wait exists matters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TaskCfg {
-    pub name: &'static str,
+    pub name: String,
     pub kind: TaskKind,
     /// The task sets a non-zero `shutdown_delay`.
     pub shutdown_delay: bool,
@@ -50,7 +50,7 @@ pub struct TaskCfg {
 impl TaskCfg {
     pub fn leader(name: &'static str) -> Self {
         TaskCfg {
-            name,
+            name: name.to_string(),
             kind: TaskKind::Leader,
             shutdown_delay: true,
             service: true,
@@ -58,7 +58,7 @@ impl TaskCfg {
     }
     pub fn main(name: &'static str) -> Self {
         TaskCfg {
-            name,
+            name: name.to_string(),
             kind: TaskKind::Main,
             shutdown_delay: false,
             service: false,
@@ -66,7 +66,7 @@ impl TaskCfg {
     }
     pub fn sidecar(name: &'static str) -> Self {
         TaskCfg {
-            name,
+            name: name.to_string(),
             kind: TaskKind::Sidecar,
             shutdown_delay: true,
             service: false,
@@ -74,7 +74,7 @@ impl TaskCfg {
     }
     pub fn poststop(name: &'static str) -> Self {
         TaskCfg {
-            name,
+            name: name.to_string(),
             kind: TaskKind::Poststop,
             shutdown_delay: false,
             service: false,
@@ -85,7 +85,7 @@ impl TaskCfg {
 /// The job's single task group.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GroupCfg {
-    pub name: &'static str,
+    pub name: String,
     /// The group sets a non-zero `shutdown_delay`, waited after its services are deregistered.
     pub shutdown_delay: bool,
     /// The group registers a service, deregistered by the group pre-kill hook.
@@ -322,7 +322,7 @@ impl ModelCfg {
 /// delay and a service; a prestart sidecar with its own delay; a poststop task.
 pub fn web_group() -> GroupCfg {
     GroupCfg {
-        name: "web",
+        name: "web".to_string(),
         shutdown_delay: true,
         service: true,
         tasks: vec![

@@ -122,35 +122,41 @@ pub fn all(model: &StopPathModel) -> Vec<Property<StopPathModel>> {
     properties
 }
 
-/// Sticky bits of [`State::violations`]: an end-of-life check that failed on an erased record.
+/// Sticky bits of [`State::violations`]: lean history erased a record (an allocation, or a
+/// dead task's details) on which this invariant's per-allocation check failed. Always zero
+/// in a correct model.
 #[derive(Clone, Copy, Debug)]
 #[repr(u16)]
 pub enum Violation {
     PrestopHooks = 1 << 0,
-    KillOrder = 1 << 1,
+    DelaySkipped = 1 << 1,
+    FlagHonoured = 1 << 2,
+    FlagScoped = 1 << 3,
+    KillOrder = 1 << 4,
+    KillTimeout = 1 << 5,
+    /// Not per allocation: an erased job version's spec differed from the registered one.
+    JobspecChanged = 1 << 6,
 }
 
-/// The checks that judge a finished allocation as a whole.
-pub fn end_of_life_violations(model: &StopPathModel, alloc: &Alloc) -> u16 {
-    if alloc.runner != RunnerPhase::Terminal || !alloc.started() {
-        return 0;
-    }
-    let mut violations = 0;
-    // prestop_hooks_always_run: every task that was running when the stop came had its
-    // pre-kill hooks run, and so had the group.
-    let killed_without_hooks = tasks_of(model, alloc).any(|(kind, task)| {
-        kind != TaskKind::Poststop && task.phase == TaskPhase::Exited && !task.pre_kill
-    });
-    if !alloc.group_pre_kill || killed_without_hooks {
-        violations |= Violation::PrestopHooks as u16;
-    }
-    // kill_order: poststop tasks run to completion, under the flag too.
-    if tasks_of(model, alloc)
-        .any(|(kind, task)| kind == TaskKind::Poststop && task.phase != TaskPhase::Exited)
-    {
-        violations |= Violation::KillOrder as u16;
-    }
-    violations
+type AllocCheck = fn(&StopPathModel, &Alloc) -> bool;
+
+/// The invariants that judge one allocation record at a time, with their sticky bits.
+const PER_ALLOC: [(Violation, AllocCheck); 6] = [
+    (Violation::PrestopHooks, prestop_hooks_ran),
+    (Violation::DelaySkipped, delays_shortened_only_when_flagged),
+    (Violation::FlagHonoured, no_wait_after_flag_due),
+    (Violation::FlagScoped, flag_only_where_requested),
+    (Violation::KillOrder, killed_in_order),
+    (Violation::KillTimeout, sigkill_only_after_timeout),
+];
+
+/// Every per-allocation invariant `alloc` breaks, as [`Violation`] bits: what lean history
+/// folds into [`State::violations`] before it erases anything of the record.
+pub fn record_violations(model: &StopPathModel, alloc: &Alloc) -> u16 {
+    PER_ALLOC
+        .iter()
+        .filter(|(_, holds)| !holds(model, alloc))
+        .fold(0, |bits, (bit, _)| bits | *bit as u16)
 }
 
 fn tasks_of<'a>(
@@ -166,34 +172,51 @@ fn tasks_of<'a>(
         .zip(alloc.tasks.iter())
 }
 
-fn every_alloc(state: &State, bit: Violation, holds: impl Fn(&Alloc) -> bool) -> bool {
-    state.violations & bit as u16 == 0 && state.allocs.iter().all(holds)
+fn every_alloc(model: &StopPathModel, state: &State, bit: Violation, holds: AllocCheck) -> bool {
+    state.violations & bit as u16 == 0 && state.allocs.iter().all(|alloc| holds(model, alloc))
+}
+
+/// A finished allocation: its runner is terminal after having started tasks.
+fn finished_after_start(alloc: &Alloc) -> bool {
+    alloc.runner == RunnerPhase::Terminal && alloc.started()
 }
 
 /// **prestop_hooks_always_run** (DESIGN.md invariant 1; seed: "we'll still run
 /// allocrunner/taskrunner prestop hooks"). Forbids a task being signalled or SIGKILLed before
 /// the group pre-kill hooks of its allocation and its own pre-kill hooks have run, and a
-/// killed task finishing without its hooks. Why: the hooks deregister services; a signal
-/// before deregistration sends traffic to a dying task, whatever the flag.
+/// killed task, or a finished allocation, without its hooks. Why: the hooks deregister
+/// services; a signal before deregistration sends traffic to a dying task, flag or no flag.
 pub fn prestop_hooks_always_run(model: &StopPathModel, state: &State) -> bool {
-    every_alloc(state, Violation::PrestopHooks, |alloc| {
-        let signalled_early = alloc.tasks.iter().any(|task| {
-            (task.signalled || task.sigkilled) && !(alloc.group_pre_kill && task.pre_kill)
-        });
-        !signalled_early
-            && end_of_life_violations(model, alloc) & Violation::PrestopHooks as u16 == 0
-    })
+    every_alloc(model, state, Violation::PrestopHooks, prestop_hooks_ran)
+}
+
+fn prestop_hooks_ran(model: &StopPathModel, alloc: &Alloc) -> bool {
+    let signalled_early = alloc
+        .tasks
+        .iter()
+        .any(|task| (task.signalled || task.sigkilled) && !(alloc.group_pre_kill && task.pre_kill));
+    let killed_without_hooks = tasks_of(model, alloc).any(|(kind, task)| {
+        kind != TaskKind::Poststop && task.phase == TaskPhase::Exited && !task.pre_kill
+    });
+    let finished_without_group_hooks = finished_after_start(alloc) && !alloc.group_pre_kill;
+    !(signalled_early || killed_without_hooks || finished_without_group_hooks)
 }
 
 /// **delay_skipped_only_when_flagged** (invariant 2). Forbids a group or task delay being
 /// skipped or cut short unless a request carrying the flag targeted that allocation before.
 /// Why: without the operator's explicit request, load balancers must get their full drain
 /// time.
-pub fn delay_skipped_only_when_flagged(_: &StopPathModel, state: &State) -> bool {
-    state
-        .allocs
-        .iter()
-        .all(|alloc| alloc.flag_requested || !alloc.delays().any(Delay::shortened))
+pub fn delay_skipped_only_when_flagged(model: &StopPathModel, state: &State) -> bool {
+    every_alloc(
+        model,
+        state,
+        Violation::DelaySkipped,
+        delays_shortened_only_when_flagged,
+    )
+}
+
+fn delays_shortened_only_when_flagged(_: &StopPathModel, alloc: &Alloc) -> bool {
+    alloc.flag_requested || !alloc.delays().any(Delay::shortened)
 }
 
 /// **flag_is_honoured** (invariant 3). Forbids any delay of an allocation still being waited
@@ -201,32 +224,46 @@ pub fn delay_skipped_only_when_flagged(_: &StopPathModel, state: &State) -> bool
 /// whether that update changed the allocation or removed it (purge). A wait in progress must
 /// have been cut short in that step, a later wait skipped. Why: this is the feature; it is
 /// what Nomad's purge (≥ 1.7.3), its unflagged `alloc stop` and its restored runners break.
-pub fn flag_is_honoured(_: &StopPathModel, state: &State) -> bool {
-    state
-        .allocs
-        .iter()
-        .all(|alloc| !alloc.flag_due || !alloc.delays().any(|delay| delay == Delay::Waiting))
+pub fn flag_is_honoured(model: &StopPathModel, state: &State) -> bool {
+    every_alloc(
+        model,
+        state,
+        Violation::FlagHonoured,
+        no_wait_after_flag_due,
+    )
+}
+
+fn no_wait_after_flag_due(_: &StopPathModel, alloc: &Alloc) -> bool {
+    !alloc.flag_due || !alloc.delays().any(|delay| delay == Delay::Waiting)
 }
 
 /// **jobspec_unchanged** (invariant 4; seed: the UI Start button would resubmit a modified
 /// spec). Forbids any stored job version's spec differing from the spec first registered:
-/// versions differ only in `Stop`, and the flag has nowhere to be stored on a job.
+/// versions differ only in `Stop`, and the flag has nowhere to be stored on a job. (New
+/// allocations take their spec from the latest version, so they wait full delays.)
 pub fn jobspec_unchanged(model: &StopPathModel, state: &State) -> bool {
-    state
-        .job
-        .versions
-        .iter()
-        .all(|version| version.spec == model.spec)
+    state.violations & Violation::JobspecChanged as u16 == 0
+        && state
+            .job
+            .versions
+            .iter()
+            .all(|version| version.spec == model.spec)
 }
 
 /// **flag_scoped** (invariant 5). Forbids the flag, or a cancelled delay, on an allocation no
 /// flagged request targeted: `alloc stop -no-shutdown-delay A` does not reach B, and new
 /// allocations never carry it.
-pub fn flag_scoped(_: &StopPathModel, state: &State) -> bool {
-    state
-        .allocs
-        .iter()
-        .all(|alloc| alloc.flag_requested || !(alloc.no_shutdown_delay || alloc.cancelled))
+pub fn flag_scoped(model: &StopPathModel, state: &State) -> bool {
+    every_alloc(
+        model,
+        state,
+        Violation::FlagScoped,
+        flag_only_where_requested,
+    )
+}
+
+fn flag_only_where_requested(_: &StopPathModel, alloc: &Alloc) -> bool {
+    alloc.flag_requested || !(alloc.no_shutdown_delay || alloc.cancelled)
 }
 
 /// **kill_order** (invariant 6; `reference/nomad-stop-path.md` §2.3). Forbids a task's
@@ -235,28 +272,39 @@ pub fn flag_scoped(_: &StopPathModel, state: &State) -> bool {
 /// other task is dead, and a finished allocation whose poststop tasks did not run to
 /// completion (flag or no flag).
 pub fn kill_order(model: &StopPathModel, state: &State) -> bool {
-    every_alloc(state, Violation::KillOrder, |alloc| {
-        let dead_before = |stage: u8| {
-            tasks_of(model, alloc).all(|(kind, task)| kind.kill_stage() >= stage || task.is_done())
-        };
-        let in_order = tasks_of(model, alloc).all(|(kind, task)| match kind {
-            TaskKind::Poststop => {
-                task.phase == TaskPhase::NotStarted || dead_before(kind.kill_stage())
-            }
-            _ => !task.killing || (alloc.group_pre_kill && dead_before(kind.kill_stage())),
-        });
-        in_order && end_of_life_violations(model, alloc) & Violation::KillOrder as u16 == 0
-    })
+    every_alloc(model, state, Violation::KillOrder, killed_in_order)
+}
+
+fn killed_in_order(model: &StopPathModel, alloc: &Alloc) -> bool {
+    let dead_before = |stage: u8| {
+        tasks_of(model, alloc).all(|(kind, task)| kind.kill_stage() >= stage || task.is_done())
+    };
+    let in_order = tasks_of(model, alloc).all(|(kind, task)| match kind {
+        TaskKind::Poststop => task.phase == TaskPhase::NotStarted || dead_before(kind.kill_stage()),
+        _ => !task.killing || (alloc.group_pre_kill && dead_before(kind.kill_stage())),
+    });
+    let poststop_cut_off = finished_after_start(alloc)
+        && tasks_of(model, alloc)
+            .any(|(kind, task)| kind == TaskKind::Poststop && task.phase != TaskPhase::Exited);
+    in_order && !poststop_cut_off
 }
 
 /// **kill_timeout_respected** (invariant 7; the seed asked to bypass the kill timeout, the
 /// design deliberately does not). Forbids SIGKILL unless the kill-timeout timer set at the
 /// kill signal has fired; the flag does not change this.
-pub fn kill_timeout_respected(_: &StopPathModel, state: &State) -> bool {
-    state
-        .allocs
+pub fn kill_timeout_respected(model: &StopPathModel, state: &State) -> bool {
+    every_alloc(
+        model,
+        state,
+        Violation::KillTimeout,
+        sigkill_only_after_timeout,
+    )
+}
+
+fn sigkill_only_after_timeout(_: &StopPathModel, alloc: &Alloc) -> bool {
+    alloc
+        .tasks
         .iter()
-        .flat_map(|alloc| alloc.tasks.iter())
         .all(|task| !task.sigkilled || (task.signalled && task.kill_timeout_fired))
 }
 

@@ -105,8 +105,8 @@ fn alloc_name(model: &StopPathModel, ix: usize) -> String {
     format!("{}[{ix}]", model.cfg.group.name)
 }
 
-fn task_name(model: &StopPathModel, task: u8) -> &'static str {
-    model.cfg.group.tasks[usize::from(task)].name
+fn task_name(model: &StopPathModel, task: u8) -> &str {
+    &model.cfg.group.tasks[usize::from(task)].name
 }
 
 /// One step: what happened, then what it changed that matters to the invariants.

@@ -4,7 +4,10 @@
 use std::process::{Command, Output};
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_quiesce-model")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_quiesce-model"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn stdout(output: &Output) -> String {
@@ -21,18 +24,37 @@ fn check_small_prints_a_verdict_per_property_and_succeeds() {
     let text = stdout(&output);
     assert!(output.status.success(), "{text}");
     for invariant in quiesce_model::properties::INVARIANTS.map(|(name, _)| name) {
-        assert!(text.lines().any(|l| l.starts_with(invariant) && l.ends_with("  holds")), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(invariant) && l.ends_with("  holds")),
+            "{text}"
+        );
     }
-    assert!(text.lines().any(|l| l.starts_with("full_delay_waited") && l.ends_with("example found")));
-    assert!(text.contains("count1-budget2: 38,245 unique states, depth "), "{text}");
+    assert!(text
+        .lines()
+        .any(|l| l.starts_with("full_delay_waited") && l.ends_with("example found")));
+    assert!(
+        text.contains("count1-budget2: 38,245 unique states, depth "),
+        "{text}"
+    );
 }
 
 #[test]
 fn a_planted_fault_fails_the_check_with_a_counterexample() {
-    let output = run(&["check", "--config", "small", "--fault", "poststop-skipped-when-flagged"]);
+    let output = run(&[
+        "check",
+        "--config",
+        "small",
+        "--fault",
+        "poststop-skipped-when-flagged",
+    ]);
     let text = stdout(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("kill_order") && l.ends_with("VIOLATED")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("kill_order") && l.ends_with("VIOLATED")),
+        "{text}"
+    );
     assert!(text.contains("    1. operator runs `job stop"), "{text}");
     assert!(text.trim_end().ends_with("FAILED"), "{text}");
 }
@@ -40,7 +62,10 @@ fn a_planted_fault_fails_the_check_with_a_counterexample() {
 #[test]
 fn faults_lists_one_name_per_line() {
     let output = run(&["faults"]);
-    let names: Vec<_> = quiesce_model::Fault::ALL.iter().map(|f| f.name().to_string()).collect();
+    let names: Vec<_> = quiesce_model::Fault::ALL
+        .iter()
+        .map(|f| f.name().to_string())
+        .collect();
     assert_eq!(stdout(&output).lines().collect::<Vec<_>>(), names);
 }
 
@@ -48,10 +73,12 @@ fn faults_lists_one_name_per_line() {
 fn unknown_names_get_an_error_listing_the_valid_ones() {
     let output = run(&["check", "--config", "medium"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("unknown configuration 'medium'; valid configurations: small, standard, large"));
+    assert!(stderr(&output)
+        .contains("unknown configuration 'medium'; valid configurations: small, standard, large"));
     let output = run(&["check", "--config", "small", "--fault", "typo"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("unknown fault 'typo'; valid faults: prekill-hooks-skipped-when-flagged,"));
+    assert!(stderr(&output)
+        .contains("unknown fault 'typo'; valid faults: prekill-hooks-skipped-when-flagged,"));
     let output = run(&["check", "--config", "small", "--history", "short"]);
     assert!(stderr(&output).contains("unknown history mode 'short'; valid modes: full, lean"));
 }
@@ -60,7 +87,19 @@ fn unknown_names_get_an_error_listing_the_valid_ones() {
 fn bfs_with_symmetry_is_refused() {
     let output = run(&["check", "--config", "small", "--bfs"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("add --no-symmetry to use --bfs"), "{}", stderr(&output));
-    let output = run(&["check", "--config", "small", "--bfs", "--no-symmetry", "--threads", "1"]);
+    assert!(
+        stderr(&output).contains("add --no-symmetry to use --bfs"),
+        "{}",
+        stderr(&output)
+    );
+    let output = run(&[
+        "check",
+        "--config",
+        "small",
+        "--bfs",
+        "--no-symmetry",
+        "--threads",
+        "1",
+    ]);
     assert!(output.status.success(), "{}", stdout(&output));
 }

@@ -11,7 +11,13 @@ use std::collections::BTreeSet;
 /// The smallest part whose requests reach the fault's race.
 fn part_for(fault: Fault) -> ModelCfg {
     let standard = config::standard();
-    let named = |name: &str| standard.iter().find(|part| part.name == name).unwrap().clone();
+    let named = |name: &str| {
+        standard
+            .iter()
+            .find(|part| part.name == name)
+            .unwrap()
+            .clone()
+    };
     match fault {
         // Needs a main task besides the leader, so that sidecars have something to wait for.
         Fault::SidecarsKilledWithMainTasks => named("count1-main-budget2"),
@@ -23,22 +29,49 @@ fn part_for(fault: Fault) -> ModelCfg {
 
 /// The verdicts of a BFS that stops as soon as `fault`'s intended invariant is violated.
 fn catch(fault: Fault, history: History) -> Vec<report::PropertyVerdict> {
-    let model = part_for(fault).with_history(history).with_fault(Some(fault)).into_model();
+    let model = part_for(fault)
+        .with_history(history)
+        .with_fault(Some(fault))
+        .into_model();
     let intended = BTreeSet::from([fault.intended_property()]);
-    let checker =
-        model.checker().threads(1).finish_when(HasDiscoveries::AnyOf(intended)).spawn_bfs().join();
+    let checker = model
+        .checker()
+        .threads(1)
+        .finish_when(HasDiscoveries::AnyOf(intended))
+        .spawn_bfs()
+        .join();
     report::verdicts(&checker)
 }
 
 fn assert_caught(fault: Fault, history: History) {
     let verdicts = catch(fault, history);
-    let intended = verdicts.iter().find(|v| v.name == fault.intended_property()).unwrap();
-    assert_eq!(intended.verdict, Verdict::Violated, "{fault} ({history:?}) was not caught");
-    let path = intended.counterexample.as_ref().expect("a violated invariant has a counterexample");
+    let intended = verdicts
+        .iter()
+        .find(|v| v.name == fault.intended_property())
+        .unwrap();
+    assert_eq!(
+        intended.verdict,
+        Verdict::Violated,
+        "{fault} ({history:?}) was not caught"
+    );
+    let path = intended
+        .counterexample
+        .as_ref()
+        .expect("a violated invariant has a counterexample");
     let (last, _) = path.last().unwrap();
-    let model = part_for(fault).with_history(history).with_fault(Some(fault)).into_model();
-    let property = model.properties().into_iter().find(|p| p.name == intended.name).unwrap();
-    assert!(!(property.condition)(&model, last), "the counterexample ends in a violation");
+    let model = part_for(fault)
+        .with_history(history)
+        .with_fault(Some(fault))
+        .into_model();
+    let property = model
+        .properties()
+        .into_iter()
+        .find(|p| p.name == intended.name)
+        .unwrap();
+    assert!(
+        !(property.condition)(&model, last),
+        "the counterexample ends in a violation"
+    );
 }
 
 macro_rules! fault_tests {
@@ -84,11 +117,20 @@ fault_tests! {
 fn counterexample_is_told_in_the_operators_language() {
     let fault = Fault::NomadAllocStopResetsFlag;
     let verdicts = catch(fault, History::Full);
-    let violated = verdicts.iter().find(|v| v.name == fault.intended_property()).unwrap();
+    let violated = verdicts
+        .iter()
+        .find(|v| v.name == fault.intended_property())
+        .unwrap();
     let model = part_for(fault).with_fault(Some(fault)).into_model();
     let story = report::narrate(&model, violated.counterexample.as_ref().unwrap()).join("\n");
-    assert!(story.contains("operator runs `alloc stop -no-shutdown-delay web[0]`"), "{story}");
-    assert!(story.contains("operator runs `alloc stop web[0]`"), "{story}");
+    assert!(
+        story.contains("operator runs `alloc stop -no-shutdown-delay web[0]`"),
+        "{story}"
+    );
+    assert!(
+        story.contains("operator runs `alloc stop web[0]`"),
+        "{story}"
+    );
     assert!(story.contains("NoShutdownDelay=false"), "{story}");
     assert!(story.contains("group delay waiting"), "{story}");
 }
@@ -101,7 +143,10 @@ fn unreachable_witness_is_a_failure() {
     part.witnesses = vec![quiesce_model::properties::names::RESTARTED_JOB_WAITS_FULL_DELAY];
     let checker = part.into_model().checker().threads(1).spawn_dfs().join();
     let verdicts = report::verdicts(&checker);
-    let witness = verdicts.iter().find(|v| v.name.starts_with("restarted_job")).unwrap();
+    let witness = verdicts
+        .iter()
+        .find(|v| v.name.starts_with("restarted_job"))
+        .unwrap();
     assert_eq!(witness.verdict, Verdict::NoExample);
     assert!(witness.verdict.is_failure());
 }

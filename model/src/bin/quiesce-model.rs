@@ -47,9 +47,10 @@ struct CheckArgs {
     /// full or lean (default: the configuration's own).
     #[arg(long)]
     history: Option<String>,
-    /// Checker threads (default: every core).
-    #[arg(long)]
-    threads: Option<usize>,
+    /// Checker threads. One by default: on 2 cores, stateright's DFS ran `standard` in 3.8 s
+    /// on one thread and 4.6 s on two.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// Depth-first search (the default).
     #[arg(long, conflicts_with = "bfs")]
     dfs: bool,
@@ -96,11 +97,10 @@ fn check(args: CheckArgs) -> Result<bool, String> {
                     add --no-symmetry to use --bfs"
             .to_string());
     }
-    let threads = match args.threads {
-        Some(0) => return Err("--threads must be at least 1".to_string()),
-        Some(threads) => threads,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
+    if args.threads == 0 {
+        return Err("--threads must be at least 1".to_string());
+    }
+    let threads = args.threads;
     for part in &mut parts {
         if let Some(history) = history {
             part.history = history;

@@ -1,0 +1,413 @@
+//! Jobspecs in Nomad's JSON API shape (`{"Job": {...}}`, PascalCase keys, durations as
+//! integer nanoseconds; `reference/http-api.md` §4), Nomad's defaults, and a validation pass
+//! whose errors name the field and the problem.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// Nomad's default task `kill_timeout`: 5 s.
+pub const DEFAULT_KILL_TIMEOUT_NS: i64 = 5_000_000_000;
+/// Nomad's default job priority.
+pub const DEFAULT_PRIORITY: i64 = 50;
+/// The kill signal when a task sets none (the driver default; `raw_exec` sends SIGINT).
+pub const DEFAULT_KILL_SIGNAL: &str = "SIGINT";
+
+/// The body of `POST /v1/jobs`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRegisterRequest {
+    #[serde(rename = "Job")]
+    pub job: Job,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Job {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub name: String,
+    /// `service` (default), `batch`, `system` or `sysbatch`.
+    #[serde(rename = "Type")]
+    pub job_type: String,
+    pub priority: i64,
+    pub namespace: String,
+    pub region: String,
+    pub datacenters: Vec<String>,
+    pub task_groups: Vec<TaskGroup>,
+    /// Set by the server (`job stop` writes a new version with `Stop=true`).
+    pub stop: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TaskGroup {
+    pub name: String,
+    pub count: Option<i64>,
+    /// Nullable: `null` means unset. Waited after the group services are deregistered.
+    #[serde(rename = "ShutdownDelay")]
+    pub shutdown_delay_ns: Option<i64>,
+    pub services: Option<Vec<Service>>,
+    pub tasks: Vec<Task>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Task {
+    pub name: String,
+    pub driver: String,
+    pub config: Option<BTreeMap<String, serde_json::Value>>,
+    pub env: Option<BTreeMap<String, String>>,
+    #[serde(rename = "KillTimeout")]
+    pub kill_timeout_ns: Option<i64>,
+    /// `""` means the driver default.
+    pub kill_signal: String,
+    /// 0 means none.
+    #[serde(rename = "ShutdownDelay")]
+    pub shutdown_delay_ns: i64,
+    pub lifecycle: Option<Lifecycle>,
+    pub leader: bool,
+    pub services: Option<Vec<Service>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Lifecycle {
+    /// `prestart`, `poststart` or `poststop`.
+    pub hook: String,
+    pub sidecar: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Service {
+    pub name: String,
+    pub provider: String,
+}
+
+/// A task's role in the kill order (`reference/nomad-stop-path.md` §2.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskRole {
+    Leader,
+    Main,
+    Sidecar,
+    Poststop,
+}
+
+impl Task {
+    pub fn role(&self) -> TaskRole {
+        match &self.lifecycle {
+            Some(lifecycle) if lifecycle.hook == "poststop" => TaskRole::Poststop,
+            Some(lifecycle) if lifecycle.sidecar => TaskRole::Sidecar,
+            _ if self.leader => TaskRole::Leader,
+            _ => TaskRole::Main,
+        }
+    }
+}
+
+/// One thing wrong with a jobspec: where, and what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecError {
+    /// The field's path, e.g. `TaskGroups[0].Tasks[1].KillTimeout`.
+    pub field: String,
+    pub problem: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.problem)
+    }
+}
+
+/// Every problem found in a jobspec, in field order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecErrors(pub Vec<SpecError>);
+
+impl fmt::Display for SpecErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lines: Vec<_> = self.0.iter().map(ToString::to_string).collect();
+        write!(f, "invalid job: {}", lines.join("; "))
+    }
+}
+
+impl std::error::Error for SpecErrors {}
+
+/// Decode a register body, apply Nomad's defaults and validate it. A body that does not
+/// decode (wrong JSON type, a duration given as a string) is an error naming the position.
+pub fn parse_register_body(body: &[u8]) -> Result<Job, SpecErrors> {
+    let request: JobRegisterRequest = serde_json::from_slice(body).map_err(|error| {
+        SpecErrors(vec![SpecError {
+            field: "Job".to_string(),
+            problem: error.to_string(),
+        }])
+    })?;
+    let mut job = request.job;
+    job.canonicalize();
+    job.validate()?;
+    Ok(job)
+}
+
+const JOB_TYPES: [&str; 4] = ["service", "batch", "system", "sysbatch"];
+const HOOKS: [&str; 3] = ["prestart", "poststart", "poststop"];
+const SIGNALS: [&str; 12] = [
+    "SIGHUP", "SIGINT", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2", "SIGTERM", "SIGCONT",
+    "SIGSTOP", "SIGTSTP", "SIGWINCH", "SIGABRT",
+];
+
+impl Job {
+    /// Nomad's defaults (`reference/http-api.md` §4.2). Idempotent.
+    pub fn canonicalize(&mut self) {
+        if self.name.is_empty() {
+            self.name = self.id.clone();
+        }
+        if self.job_type.is_empty() {
+            self.job_type = "service".to_string();
+        }
+        if self.priority == 0 {
+            self.priority = DEFAULT_PRIORITY;
+        }
+        if self.namespace.is_empty() {
+            self.namespace = "default".to_string();
+        }
+        if self.region.is_empty() {
+            self.region = "global".to_string();
+        }
+        if self.datacenters.is_empty() {
+            self.datacenters = vec!["*".to_string()];
+        }
+        for group in &mut self.task_groups {
+            group.count.get_or_insert(1);
+            for task in &mut group.tasks {
+                task.kill_timeout_ns.get_or_insert(DEFAULT_KILL_TIMEOUT_NS);
+            }
+        }
+    }
+
+    /// Every problem, each naming its field. Run after [`Job::canonicalize`].
+    pub fn validate(&self) -> Result<(), SpecErrors> {
+        let mut errors = Vec::new();
+        let mut fail = |field: String, problem: String| errors.push(SpecError { field, problem });
+        if self.id.is_empty() {
+            fail("ID".into(), "is required".into());
+        } else if self.id.contains(' ') || self.id.contains('\0') {
+            fail(
+                "ID".into(),
+                format!("must contain no spaces or NUL (got {:?})", self.id),
+            );
+        }
+        if !JOB_TYPES.contains(&self.job_type.as_str()) {
+            fail(
+                "Type".into(),
+                format!(
+                    "must be one of {} (got {:?})",
+                    JOB_TYPES.join(", "),
+                    self.job_type
+                ),
+            );
+        }
+        if !(1..=100).contains(&self.priority) {
+            fail(
+                "Priority".into(),
+                format!("must be between 1 and 100 (got {})", self.priority),
+            );
+        }
+        if self.task_groups.is_empty() {
+            fail(
+                "TaskGroups".into(),
+                "must have at least one task group".into(),
+            );
+        }
+        let mut group_names = BTreeSet::new();
+        for (g, group) in self.task_groups.iter().enumerate() {
+            let at = format!("TaskGroups[{g}]");
+            if group.name.is_empty() {
+                fail(format!("{at}.Name"), "is required".into());
+            } else if !group_names.insert(group.name.as_str()) {
+                fail(
+                    format!("{at}.Name"),
+                    format!("duplicate task group name {:?}", group.name),
+                );
+            }
+            if let Some(count) = group.count.filter(|count| *count < 0) {
+                fail(
+                    format!("{at}.Count"),
+                    format!("must not be negative (got {count})"),
+                );
+            }
+            if let Some(delay) = group.shutdown_delay_ns.filter(|delay| *delay < 0) {
+                fail(
+                    format!("{at}.ShutdownDelay"),
+                    format!("must not be negative (got {delay} ns)"),
+                );
+            }
+            if group.tasks.is_empty() {
+                fail(format!("{at}.Tasks"), "must have at least one task".into());
+            }
+            let leaders = group.tasks.iter().filter(|task| task.leader).count();
+            if leaders > 1 {
+                fail(
+                    format!("{at}.Tasks"),
+                    format!("at most one task may be the leader (got {leaders})"),
+                );
+            }
+            let mut task_names = BTreeSet::new();
+            for (t, task) in group.tasks.iter().enumerate() {
+                let at = format!("{at}.Tasks[{t}]");
+                if task.name.is_empty() {
+                    fail(format!("{at}.Name"), "is required".into());
+                } else if !task_names.insert(task.name.as_str()) {
+                    fail(
+                        format!("{at}.Name"),
+                        format!("duplicate task name {:?}", task.name),
+                    );
+                }
+                if task.driver.is_empty() {
+                    fail(format!("{at}.Driver"), "is required".into());
+                }
+                if let Some(timeout) = task.kill_timeout_ns.filter(|timeout| *timeout < 0) {
+                    fail(
+                        format!("{at}.KillTimeout"),
+                        format!("must not be negative (got {timeout} ns)"),
+                    );
+                }
+                if task.shutdown_delay_ns < 0 {
+                    fail(
+                        format!("{at}.ShutdownDelay"),
+                        format!("must not be negative (got {} ns)", task.shutdown_delay_ns),
+                    );
+                }
+                if !task.kill_signal.is_empty() && !SIGNALS.contains(&task.kill_signal.as_str()) {
+                    fail(
+                        format!("{at}.KillSignal"),
+                        format!("unknown signal {:?}", task.kill_signal),
+                    );
+                }
+                if let Some(lifecycle) = &task.lifecycle {
+                    if !HOOKS.contains(&lifecycle.hook.as_str()) {
+                        fail(
+                            format!("{at}.Lifecycle.Hook"),
+                            format!(
+                                "must be one of {} (got {:?})",
+                                HOOKS.join(", "),
+                                lifecycle.hook
+                            ),
+                        );
+                    } else if lifecycle.hook == "poststop" && lifecycle.sidecar {
+                        fail(
+                            format!("{at}.Lifecycle.Sidecar"),
+                            "a poststop task cannot be a sidecar".into(),
+                        );
+                    }
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(SpecErrors(errors))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"{"Job": {"ID": "web", "TaskGroups": [{"Name": "g",
+        "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/sleep"}}]}]}}"#;
+
+    #[test]
+    fn minimal_body_gets_nomads_defaults() {
+        let job = parse_register_body(MINIMAL.as_bytes()).unwrap();
+        assert_eq!(
+            (job.name.as_str(), job.job_type.as_str(), job.priority),
+            ("web", "service", 50)
+        );
+        assert_eq!(
+            (job.namespace.as_str(), job.region.as_str()),
+            ("default", "global")
+        );
+        assert_eq!(job.datacenters, ["*"]);
+        let group = &job.task_groups[0];
+        assert_eq!((group.count, group.shutdown_delay_ns), (Some(1), None));
+        let task = &group.tasks[0];
+        assert_eq!(task.kill_timeout_ns, Some(DEFAULT_KILL_TIMEOUT_NS));
+        assert_eq!((task.shutdown_delay_ns, task.kill_signal.as_str()), (0, ""));
+        assert_eq!(task.role(), TaskRole::Main);
+    }
+
+    #[test]
+    fn roles_follow_lifecycle_and_leader() {
+        let task = |leader, hook: Option<(&str, bool)>| Task {
+            leader,
+            lifecycle: hook.map(|(hook, sidecar)| Lifecycle {
+                hook: hook.into(),
+                sidecar,
+            }),
+            ..Task::default()
+        };
+        assert_eq!(task(true, None).role(), TaskRole::Leader);
+        assert_eq!(
+            task(false, Some(("prestart", true))).role(),
+            TaskRole::Sidecar
+        );
+        assert_eq!(
+            task(false, Some(("prestart", false))).role(),
+            TaskRole::Main
+        );
+        assert_eq!(
+            task(false, Some(("poststop", false))).role(),
+            TaskRole::Poststop
+        );
+    }
+
+    #[test]
+    fn every_problem_names_its_field() {
+        let body = r#"{"Job": {"ID": "my job", "Priority": 101, "TaskGroups": [
+            {"Name": "g", "ShutdownDelay": -1, "Tasks": [
+                {"Name": "a", "Driver": "raw_exec", "Leader": true, "KillSignal": "SIGNOPE"},
+                {"Name": "a", "Leader": true, "KillTimeout": -5,
+                 "Lifecycle": {"Hook": "poststop", "Sidecar": true}}]}]}}"#;
+        let errors = parse_register_body(body.as_bytes()).unwrap_err();
+        let fields: Vec<_> = errors.0.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "ID",
+                "Priority",
+                "TaskGroups[0].ShutdownDelay",
+                "TaskGroups[0].Tasks",
+                "TaskGroups[0].Tasks[0].KillSignal",
+                "TaskGroups[0].Tasks[1].Name",
+                "TaskGroups[0].Tasks[1].Driver",
+                "TaskGroups[0].Tasks[1].KillTimeout",
+                "TaskGroups[0].Tasks[1].Lifecycle.Sidecar",
+            ]
+        );
+        assert!(errors
+            .to_string()
+            .contains("Priority: must be between 1 and 100 (got 101)"));
+    }
+
+    #[test]
+    fn a_duration_given_as_a_string_is_a_decode_error() {
+        let body = MINIMAL.replace(
+            r#""Driver": "raw_exec""#,
+            r#""Driver": "raw_exec", "KillTimeout": "5s""#,
+        );
+        let errors = parse_register_body(body.as_bytes()).unwrap_err();
+        assert_eq!(errors.0[0].field, "Job");
+        assert!(
+            errors.0[0].problem.contains("invalid type: string \"5s\""),
+            "{errors}"
+        );
+    }
+
+    #[test]
+    fn missing_groups_are_reported() {
+        let errors = parse_register_body(br#"{"Job": {"ID": "x"}}"#).unwrap_err();
+        assert_eq!(
+            errors.to_string(),
+            "invalid job: TaskGroups: must have at least one task group"
+        );
+    }
+}
