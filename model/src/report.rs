@@ -4,7 +4,8 @@
 use crate::state::{Alloc, Delay, RunnerPhase, State};
 use crate::step::Action;
 use crate::StopPathModel;
-use stateright::{Checker, Expectation, Path};
+use stateright::{Checker, Expectation, HasDiscoveries, Model, Path};
+use std::collections::BTreeSet;
 
 /// What a check concluded about one property.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +45,8 @@ pub struct PropertyVerdict {
 pub fn verdicts(checker: &impl Checker<StopPathModel>) -> Vec<PropertyVerdict> {
     let model = checker.model();
     let discoveries = checker.discoveries();
-    stateright::Model::properties(model)
+    model
+        .properties()
         .into_iter()
         .map(|property| {
             let found = discoveries.get(property.name);
@@ -67,6 +69,32 @@ pub fn verdicts(checker: &impl Checker<StopPathModel>) -> Vec<PropertyVerdict> {
             }
         })
         .collect()
+}
+
+/// The shortest counterexample of one invariant, by iterative deepening: single-threaded
+/// breadth-first searches bounded at 1, 2, 3… steps, each stopping once the invariant is
+/// violated. `None` if none is found within `max_steps`. (A full check records whichever
+/// violating state it reached last, often deep; even a BFS overwrites its first discovery
+/// with later ones of the same block.)
+pub fn shortest_counterexample(
+    model: &StopPathModel,
+    property: &'static str,
+    max_steps: usize,
+) -> Option<Vec<(State, Option<Action>)>> {
+    (1..=max_steps).find_map(|steps| {
+        let checker = model
+            .clone()
+            .checker()
+            .threads(1)
+            .target_max_depth(steps + 1)
+            .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+            .spawn_bfs()
+            .join();
+        verdicts(&checker)
+            .into_iter()
+            .find(|verdict| verdict.name == property)?
+            .counterexample
+    })
 }
 
 /// stateright records the last violating state a search reached, not the first: cut the
@@ -140,7 +168,7 @@ pub fn describe(model: &StopPathModel, before: &State, action: Action, after: &S
         }
         Action::GroupPreKill { alloc } => {
             format!(
-                "{}: group pre-kill hooks run",
+                "{}: the runner begins the stop",
                 alloc_name(model, usize::from(alloc))
             )
         }
@@ -151,7 +179,7 @@ pub fn describe(model: &StopPathModel, before: &State, action: Action, after: &S
             )
         }
         Action::TaskPreKill { alloc, task } => format!(
-            "{} task {}: Killing, task pre-kill hooks",
+            "{} task {}: Killing",
             alloc_name(model, usize::from(alloc)),
             task_name(model, task)
         ),
@@ -262,6 +290,9 @@ fn alloc_changes(model: &StopPathModel, name: &str, old: &Alloc, new: &Alloc) ->
             }
         ));
     }
+    if new.group_pre_kill && !old.group_pre_kill {
+        out.push(format!("{name} group pre-kill hooks ran"));
+    }
     if new.group_delay != old.group_delay {
         out.push(format!(
             "{name} group delay {}",
@@ -285,8 +316,8 @@ fn alloc_changes(model: &StopPathModel, name: &str, old: &Alloc, new: &Alloc) ->
         if new_task.sigkilled && !old_task.sigkilled {
             out.push(format!("{name} task {} SIGKILLed", cfg.name));
         }
-        if new_task.pre_kill && !old_task.pre_kill && !new_task.killing {
-            out.push(format!("{name} task {} pre-kill hooks", cfg.name));
+        if new_task.pre_kill && !old_task.pre_kill {
+            out.push(format!("{name} task {} pre-kill hooks ran", cfg.name));
         }
     }
     if new.runner != old.runner {

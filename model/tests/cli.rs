@@ -103,3 +103,29 @@ fn bfs_with_symmetry_is_refused() {
     ]);
     assert!(output.status.success(), "{}", stdout(&output));
 }
+
+/// The printed counterexample is the shortest: a flagged job stop that zeroes the stored
+/// delays breaks `jobspec_unchanged` in one step.
+#[test]
+fn the_printed_counterexample_is_the_shortest() {
+    let output = run(&[
+        "check",
+        "--config",
+        "small",
+        "--fault",
+        "flag-written-into-job",
+    ]);
+    let text = stdout(&output);
+    let steps: Vec<_> = text
+        .lines()
+        .filter(|line| line.starts_with("    "))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "    1. operator runs `job stop -no-shutdown-delay web`: job version 1 (Stop=true, \
+          SPEC CHANGED); web[0] NoShutdownDelay=true"
+        ],
+        "{text}"
+    );
+}

@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use quiesce_model::config::{self, ModelCfg, Operator};
-use quiesce_model::report;
+use quiesce_model::report::{self, Verdict};
 use quiesce_model::{representative, Checker, Fault, History, Model, StopPathModel};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -171,9 +171,14 @@ fn report_part(
     let width = verdicts.iter().map(|v| v.name.len()).max().unwrap_or(0);
     for verdict in &verdicts {
         println!("{:width$}  {}", verdict.name, verdict.verdict.label());
-        if let Some(path) = &verdict.counterexample {
-            for line in report::narrate(model, path) {
-                println!("    {line}");
+        if verdict.verdict == Verdict::Violated {
+            // The shortest path to the violation reads best; the search's own is the fallback.
+            let shortest =
+                report::shortest_counterexample(model, verdict.name, checker.max_depth());
+            if let Some(path) = shortest.as_ref().or(verdict.counterexample.as_ref()) {
+                for line in report::narrate(model, path) {
+                    println!("    {line}");
+                }
             }
         }
     }
