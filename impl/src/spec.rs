@@ -36,6 +36,27 @@ pub struct Job {
     pub task_groups: Vec<TaskGroup>,
     /// Set by the server (`job stop` writes a new version with `Stop=true`).
     pub stop: bool,
+    // Bookkeeping, set by the server: the only fields besides `Stop` in which two stored
+    // versions of a job may differ (DESIGN.md invariant `jobspec_unchanged`).
+    pub version: u64,
+    pub create_index: u64,
+    pub modify_index: u64,
+    pub job_modify_index: u64,
+}
+
+impl Job {
+    /// The job with its bookkeeping cleared: what must stay equal across versions, `Stop`
+    /// aside.
+    pub fn spec_only(&self) -> Job {
+        Job {
+            stop: false,
+            version: 0,
+            create_index: 0,
+            modify_index: 0,
+            job_modify_index: 0,
+            ..self.clone()
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -85,7 +106,7 @@ pub struct Service {
 }
 
 /// A task's role in the kill order (`reference/nomad-stop-path.md` §2.5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskRole {
     Leader,
     Main,

@@ -1,0 +1,114 @@
+//! The client: nodes that pull allocation updates by modify index, and alloc runners (with
+//! their task runners) that turn updates, timers and process exits into commands.
+
+pub mod alloc_runner;
+pub mod driver;
+pub mod task_runner;
+
+pub use alloc_runner::{AllocRunner, RunnerPhase};
+pub use task_runner::{ExitResult, TaskPhase, TaskRunner};
+
+use crate::server::structs::{AllocId, NodeId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The client's default `max_kill_timeout`: 30 s.
+pub const DEFAULT_MAX_KILL_TIMEOUT_NS: i64 = 30_000_000_000;
+
+/// A timer of one allocation's runner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Timer {
+    GroupDelay,
+    TaskDelay(usize),
+    KillTimeout(usize),
+}
+
+/// An internal step a runner can take without waiting for anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RunnerStep {
+    GroupPreKill,
+    TaskPreKill(usize),
+    PoststopStart(usize),
+}
+
+/// What a runner asks its host to do. Tasks are positions in the group's task list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    StartTask {
+        task: usize,
+    },
+    /// Register the group's (`None`) or a task's native services.
+    RegisterServices {
+        task: Option<usize>,
+    },
+    DeregisterServices {
+        task: Option<usize>,
+    },
+    StartTimer {
+        timer: Timer,
+        after_ns: i64,
+    },
+    CancelTimer {
+        timer: Timer,
+    },
+    /// Send the kill signal.
+    Signal {
+        task: usize,
+        signal: String,
+    },
+    /// SIGKILL the process group.
+    ForceKill {
+        task: usize,
+    },
+    /// Report the task states and client status to the server.
+    Report,
+}
+
+/// One node's client agent.
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub node_id: NodeId,
+    pub max_kill_timeout_ns: i64,
+    /// `AllocModifyIndex` of the last pulled copy of each allocation.
+    pub pulled: BTreeMap<AllocId, u64>,
+    pub runners: BTreeMap<AllocId, AllocRunner>,
+}
+
+impl Client {
+    pub fn new(node_id: NodeId, max_kill_timeout_ns: i64) -> Self {
+        Client {
+            node_id,
+            max_kill_timeout_ns,
+            pulled: BTreeMap::new(),
+            runners: BTreeMap::new(),
+        }
+    }
+
+    /// The allocation's update is newer than the copy the client holds.
+    pub fn update_pending(&self, alloc: &crate::server::structs::Allocation) -> bool {
+        alloc.node_id == self.node_id
+            && self
+                .pulled
+                .get(&alloc.id)
+                .is_none_or(|&seen| alloc.alloc_modify_index > seen)
+    }
+
+    /// Applies one pulled allocation: a new runner, or an update to its runner.
+    pub fn pull(
+        &mut self,
+        alloc: crate::server::structs::Allocation,
+        now: i64,
+        out: &mut Vec<Command>,
+    ) {
+        self.pulled
+            .insert(alloc.id.clone(), alloc.alloc_modify_index);
+        match self.runners.get_mut(&alloc.id) {
+            Some(runner) => runner.update(alloc, now, out),
+            None => {
+                let id = alloc.id.clone();
+                let runner = AllocRunner::new(alloc, self.max_kill_timeout_ns, now, out);
+                self.runners.insert(id, runner);
+            }
+        }
+    }
+}

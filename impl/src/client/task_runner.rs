@@ -1,0 +1,269 @@
+//! The task runner's kill sequence (`reference/nomad-stop-path.md` §2.4): `Killing` →
+//! pre-kill hooks (deregister the task's services) → `shutdown_delay` → `kill_signal` →
+//! `kill_timeout` → SIGKILL → `Terminated` → `Killed` → stop hooks.
+
+use super::{Command, Timer};
+use crate::server::structs::{event_types, TaskEvent, TaskState, TaskStateName, MAX_TASK_EVENTS};
+use crate::spec::{Task, TaskRole, DEFAULT_KILL_SIGNAL};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where the task stands on the stop path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskPhase {
+    /// Not started: a poststop task before its turn, or any task of an allocation stopped
+    /// before it started.
+    NotStarted,
+    Running,
+    /// Killing: the pre-kill hooks ran; the `shutdown_delay` timer runs.
+    Delaying,
+    /// The kill signal was sent; the kill-timeout timer runs.
+    Signalled,
+    Dead,
+}
+
+/// How a process ended, as the driver reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitResult {
+    pub exit_code: i32,
+    /// The signal that ended it, if any (9 after SIGKILL).
+    pub signal: Option<i32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskRunner {
+    pub name: String,
+    pub role: TaskRole,
+    pub shutdown_delay_ns: i64,
+    /// `kill_timeout` capped by the client's `max_kill_timeout`.
+    pub kill_timeout_ns: i64,
+    pub kill_signal: String,
+    pub services: Vec<String>,
+    pub phase: TaskPhase,
+    pub state: TaskState,
+    /// The task's pre-kill hooks ran (its services deregistered).
+    pub pre_kill_done: bool,
+    pub sigkilled: bool,
+}
+
+pub(super) fn event(
+    event_type: &str,
+    now: i64,
+    display: String,
+    details: &[(&str, String)],
+) -> TaskEvent {
+    TaskEvent {
+        event_type: event_type.to_string(),
+        time: now,
+        message: String::new(),
+        display_message: display,
+        details: details
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+/// A duration as Go prints it for the common cases (`30s`, `1.5s`, `250ms`).
+pub fn go_duration(ns: i64) -> String {
+    if ns % 1_000_000_000 == 0 {
+        format!("{}s", ns / 1_000_000_000)
+    } else if ns >= 1_000_000_000 {
+        format!("{}s", ns as f64 / 1e9)
+    } else {
+        format!("{}ms", ns / 1_000_000)
+    }
+}
+
+impl TaskRunner {
+    pub fn new(task: &Task, max_kill_timeout_ns: i64) -> Self {
+        let kill_timeout = task
+            .kill_timeout_ns
+            .unwrap_or(crate::spec::DEFAULT_KILL_TIMEOUT_NS);
+        let kill_signal = if task.kill_signal.is_empty() {
+            DEFAULT_KILL_SIGNAL
+        } else {
+            &task.kill_signal
+        };
+        TaskRunner {
+            name: task.name.clone(),
+            role: task.role(),
+            shutdown_delay_ns: task.shutdown_delay_ns,
+            // kill_timeout_respected, capped (§2.4 step 5, #13626).
+            kill_timeout_ns: kill_timeout.min(max_kill_timeout_ns),
+            kill_signal: kill_signal.to_string(),
+            services: task
+                .services
+                .iter()
+                .flatten()
+                .map(|s| s.name.clone())
+                .collect(),
+            phase: TaskPhase::NotStarted,
+            state: TaskState::default(),
+            pre_kill_done: false,
+            sigkilled: false,
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, TaskPhase::NotStarted | TaskPhase::Dead)
+    }
+
+    pub(super) fn record(&mut self, event: TaskEvent) {
+        self.state.events.push(event);
+        if self.state.events.len() > MAX_TASK_EVENTS {
+            self.state.events.remove(0);
+        }
+    }
+
+    pub(super) fn start(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {
+        self.phase = TaskPhase::Running;
+        self.state.state = TaskStateName::Running;
+        self.record(event(
+            event_types::STARTED,
+            now,
+            "Task started by client".into(),
+            &[],
+        ));
+        out.push(Command::StartTask { task: ix });
+        if !self.services.is_empty() {
+            out.push(Command::RegisterServices { task: Some(ix) });
+        }
+    }
+
+    /// The kill begins: `Killing`, pre-kill hooks, then the delay — skipped if the delays
+    /// are cancelled — then the signal.
+    pub(super) fn begin_kill(
+        &mut self,
+        ix: usize,
+        cancelled: bool,
+        now: i64,
+        out: &mut Vec<Command>,
+    ) {
+        debug_assert_eq!(self.phase, TaskPhase::Running);
+        let timeout = go_duration(self.kill_timeout_ns);
+        self.record(event(
+            event_types::KILLING,
+            now,
+            format!("Sent interrupt. Waiting {timeout} before force killing"),
+            &[("kill_timeout", timeout.clone())],
+        ));
+        // prestop_hooks_always_run: the hooks run flag or no flag, before any signal.
+        if !self.services.is_empty() {
+            out.push(Command::DeregisterServices { task: Some(ix) });
+        }
+        self.pre_kill_done = true;
+        if self.shutdown_delay_ns <= 0 {
+            self.send_signal(ix, now, out);
+            return;
+        }
+        let delay = go_duration(self.shutdown_delay_ns);
+        // Nomad shows the task pending while it records the delay event (§2.4 step 2).
+        self.state.state = TaskStateName::Pending;
+        if cancelled {
+            // delay_skipped_only_when_flagged: `cancelled` is only set by a flagged update.
+            self.record(event(
+                event_types::SKIPPING_SHUTDOWN_DELAY,
+                now,
+                format!("Skipping shutdown_delay of {delay} before killing the task."),
+                &[],
+            ));
+            self.send_signal(ix, now, out);
+        } else {
+            self.record(event(
+                event_types::WAITING_FOR_SHUTDOWN_DELAY,
+                now,
+                format!("Waiting for shutdown_delay of {delay} before killing the task."),
+                &[],
+            ));
+            self.phase = TaskPhase::Delaying;
+            out.push(Command::StartTimer {
+                timer: Timer::TaskDelay(ix),
+                after_ns: self.shutdown_delay_ns,
+            });
+        }
+    }
+
+    /// The flag arrived mid-wait (flag_is_honoured): the wait ends now.
+    pub(super) fn cut_delay_short(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {
+        debug_assert_eq!(self.phase, TaskPhase::Delaying);
+        out.push(Command::CancelTimer {
+            timer: Timer::TaskDelay(ix),
+        });
+        self.record(event(
+            event_types::SHUTDOWN_DELAY_CUT_SHORT,
+            now,
+            format!(
+                "Shutdown delay of {} cut short by -no-shutdown-delay.",
+                go_duration(self.shutdown_delay_ns)
+            ),
+            &[],
+        ));
+        self.send_signal(ix, now, out);
+    }
+
+    pub(super) fn delay_elapsed(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {
+        debug_assert_eq!(self.phase, TaskPhase::Delaying);
+        self.send_signal(ix, now, out);
+    }
+
+    fn send_signal(&mut self, ix: usize, _now: i64, out: &mut Vec<Command>) {
+        debug_assert!(
+            self.pre_kill_done,
+            "prestop_hooks_always_run: hooks before the signal"
+        );
+        self.phase = TaskPhase::Signalled;
+        self.state.state = TaskStateName::Running;
+        out.push(Command::Signal {
+            task: ix,
+            signal: self.kill_signal.clone(),
+        });
+        out.push(Command::StartTimer {
+            timer: Timer::KillTimeout(ix),
+            after_ns: self.kill_timeout_ns,
+        });
+    }
+
+    /// kill_timeout_respected: SIGKILL only when the timer set at the signal has fired.
+    pub(super) fn kill_timeout_fired(&mut self, ix: usize, out: &mut Vec<Command>) {
+        debug_assert_eq!(self.phase, TaskPhase::Signalled);
+        self.sigkilled = true;
+        out.push(Command::ForceKill { task: ix });
+    }
+
+    /// The process is gone: `Terminated`, and `Killed` if it was being killed; the exited
+    /// and stop hooks deregister its services again (idempotent).
+    pub(super) fn exited(&mut self, ix: usize, exit: ExitResult, now: i64, out: &mut Vec<Command>) {
+        let was = self.phase;
+        match was {
+            TaskPhase::Delaying => out.push(Command::CancelTimer {
+                timer: Timer::TaskDelay(ix),
+            }),
+            TaskPhase::Signalled if !self.sigkilled => out.push(Command::CancelTimer {
+                timer: Timer::KillTimeout(ix),
+            }),
+            _ => {}
+        }
+        let mut display = format!("Exit Code: {}", exit.exit_code);
+        let mut details = vec![("exit_code", exit.exit_code.to_string())];
+        if let Some(signal) = exit.signal {
+            display.push_str(&format!(", Signal: {signal}"));
+            details.push(("signal", signal.to_string()));
+        }
+        self.record(event(event_types::TERMINATED, now, display, &details));
+        if was == TaskPhase::Signalled {
+            self.record(event(
+                event_types::KILLED,
+                now,
+                "Task successfully killed".into(),
+                &[],
+            ));
+        }
+        self.phase = TaskPhase::Dead;
+        self.state.state = TaskStateName::Dead;
+        self.state.failed = was == TaskPhase::Running && exit.exit_code != 0;
+        if !self.services.is_empty() {
+            out.push(Command::DeregisterServices { task: Some(ix) });
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! The server: a state store written one atomic apply at a time, an evaluation broker, and
+//! a scheduler that reconciles jobs (`reference/nomad-stop-path.md` §1).
+
+mod broker;
+mod scheduler;
+pub mod store;
+pub mod structs;
+
+use crate::ids::IdGen;
+use crate::spec::{Job, SpecErrors};
+pub use broker::EvalBroker;
+use std::collections::BTreeMap;
+use std::fmt;
+use store::StateStore;
+use structs::*;
+
+/// The options of `DELETE /v1/job/:id` (`job stop`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StopJobOptions {
+    pub purge: bool,
+    pub no_shutdown_delay: bool,
+    /// 1..=100; `None` uses the job's priority.
+    pub eval_priority: Option<i64>,
+}
+
+/// The answer to a write: the evaluation it created (empty when none) and the index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteResponse {
+    pub eval_id: EvalId,
+    pub index: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerError {
+    InvalidJob(SpecErrors),
+    JobNotFound(JobId),
+    AllocNotFound(AllocId),
+    EvalPriorityOutOfRange(i64),
+    JobNotStopped(JobId),
+    NoNodes,
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerError::InvalidJob(errors) => write!(f, "{errors}"),
+            ServerError::JobNotFound(id) => write!(f, "job not found: {id}"),
+            ServerError::AllocNotFound(id) => write!(f, "allocation not found: {id}"),
+            ServerError::EvalPriorityOutOfRange(priority) => {
+                write!(
+                    f,
+                    "Eval priority must be between 1 and 100 inclusively (got {priority})"
+                )
+            }
+            ServerError::JobNotStopped(id) => write!(f, "job {id} is not stopped"),
+            ServerError::NoNodes => write!(f, "no client nodes to place allocations on"),
+        }
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+/// A client's report about one of its allocations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientReport {
+    pub client_status: ClientStatus,
+    pub client_description: String,
+    pub task_states: BTreeMap<String, TaskState>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Server {
+    pub store: StateStore,
+    broker: EvalBroker,
+    ids: IdGen,
+    /// The client nodes allocations are placed on.
+    nodes: Vec<NodeId>,
+}
+
+impl Server {
+    pub fn new(nodes: Vec<NodeId>, seed: u64) -> Self {
+        Server {
+            store: StateStore::default(),
+            broker: EvalBroker::default(),
+            ids: IdGen::new(seed),
+            nodes,
+        }
+    }
+
+    pub fn nodes(&self) -> &[NodeId] {
+        &self.nodes
+    }
+
+    /// An evaluation is waiting for the scheduler.
+    pub fn eval_pending(&self) -> bool {
+        self.broker.has_pending()
+    }
+
+    fn new_eval(
+        &mut self,
+        job: &Job,
+        triggered_by: &str,
+        eval_type: &str,
+        priority: i64,
+        index: u64,
+    ) -> Evaluation {
+        Evaluation {
+            id: self.ids.uuid(),
+            namespace: job.namespace.clone(),
+            priority,
+            eval_type: eval_type.to_string(),
+            triggered_by: triggered_by.to_string(),
+            job_id: job.id.clone(),
+            job_modify_index: job.job_modify_index,
+            status: EvalStatus::Pending,
+            status_description: String::new(),
+            create_index: index,
+            modify_index: index,
+        }
+    }
+
+    /// Stores the evaluation and hands it to the broker, which cancels an older pending
+    /// evaluation of the same job (Nomad's broker supersedes them).
+    fn enqueue(&mut self, eval: Evaluation, index: u64) -> EvalId {
+        let id = eval.id.clone();
+        if let Some(superseded) = self.broker.enqueue(&eval.job_id, &id) {
+            if let Some(old) = self.store.eval_mut(&superseded) {
+                old.status = EvalStatus::Canceled;
+                old.status_description = format!("superseded by evaluation {id}");
+                old.modify_index = index;
+            }
+        }
+        self.store.put_eval(eval);
+        id
+    }
+
+    /// `POST /v1/jobs`: a new version only when the spec (or `Stop`) changed.
+    pub fn register_job(&mut self, mut job: Job) -> Result<WriteResponse, ServerError> {
+        job.canonicalize();
+        job.validate().map_err(ServerError::InvalidJob)?;
+        let previous = self.store.job(&job.id).cloned();
+        if let Some(previous) = &previous {
+            if previous.spec_only() == job.spec_only() && previous.stop == job.stop {
+                return Ok(WriteResponse {
+                    eval_id: String::new(),
+                    index: self.store.index(),
+                });
+            }
+        }
+        let index = self.store.next_index();
+        job.version = previous.as_ref().map_or(0, |p| p.version + 1);
+        job.create_index = previous.as_ref().map_or(index, |p| p.create_index);
+        job.modify_index = index;
+        job.job_modify_index = index;
+        let eval = self.new_eval(
+            &job,
+            "job-register",
+            &job.job_type.clone(),
+            job.priority,
+            index,
+        );
+        self.store.put_job_version(job);
+        let eval_id = self.enqueue(eval, index);
+        Ok(WriteResponse { eval_id, index })
+    }
+
+    /// `job stop` (`reference/nomad-stop-path.md` §1.3, §1.4, and DESIGN.md's purge). One
+    /// write: the flag on every allocation of the job (terminal or not), never on the job;
+    /// a new version with `Stop=true`, or the purge; one evaluation. Stopping an unknown job
+    /// is a documented no-op (empty evaluation ID). Stopping a stopped job is a normal
+    /// request: the operator's way to rescue an allocation stuck in a delay.
+    pub fn stop_job(
+        &mut self,
+        job_id: &str,
+        options: StopJobOptions,
+    ) -> Result<WriteResponse, ServerError> {
+        if let Some(priority) = options.eval_priority {
+            if !(1..=100).contains(&priority) {
+                return Err(ServerError::EvalPriorityOutOfRange(priority));
+            }
+        }
+        let Some(job) = self.store.job(job_id).cloned() else {
+            return Ok(WriteResponse {
+                eval_id: String::new(),
+                index: self.store.index(),
+            });
+        };
+        let index = self.store.next_index();
+        let alloc_ids: Vec<AllocId> = self
+            .store
+            .allocs_by_job(job_id)
+            .map(|a| a.id.clone())
+            .collect();
+        if options.no_shutdown_delay {
+            // flag_scoped / flag_is_honoured: every allocation this stop targets, sticky.
+            for id in &alloc_ids {
+                let flagged = self
+                    .store
+                    .alloc_for_client(id)
+                    .is_some_and(|a| a.desired_transition.should_ignore_shutdown_delay());
+                if !flagged {
+                    self.store.update_alloc(id, index, true, |alloc| {
+                        alloc.desired_transition.no_shutdown_delay = Some(true);
+                    });
+                }
+            }
+        }
+        if options.purge {
+            self.purge(job_id, &alloc_ids, index);
+        } else {
+            // jobspec_unchanged: the new version differs in `Stop` and bookkeeping only.
+            let mut stopped = job.clone();
+            stopped.stop = true;
+            stopped.version = job.version + 1;
+            stopped.modify_index = index;
+            stopped.job_modify_index = index;
+            self.store.put_job_version(stopped);
+        }
+        let priority = options.eval_priority.unwrap_or(job.priority);
+        let mut eval = self.new_eval(&job, "job-deregister", "service", priority, index);
+        eval.job_modify_index = index;
+        let eval_id = self.enqueue(eval, index);
+        Ok(WriteResponse { eval_id, index })
+    }
+
+    /// DESIGN.md: the job is gone at once; each allocation the client still runs becomes a
+    /// tombstone carrying desired stop and the flag, removed when the client reports it
+    /// terminal; client-terminal ones are deleted now.
+    fn purge(&mut self, job_id: &str, alloc_ids: &[AllocId], index: u64) {
+        self.store.delete_job(job_id);
+        for id in alloc_ids {
+            let client_terminal = self
+                .store
+                .alloc_for_client(id)
+                .is_some_and(|a| a.client_status.is_terminal());
+            if client_terminal {
+                self.store.delete_alloc(id);
+            } else {
+                self.store.update_alloc(id, index, true, |alloc| {
+                    alloc.tombstone = true;
+                    alloc.desired_status = DesiredStatus::Stop;
+                    alloc.desired_description = "job purged".to_string();
+                });
+            }
+        }
+    }
+
+    /// `alloc stop` (§1.5): stop and migrate one allocation. The flag is sticky: an unflagged
+    /// stop leaves a flag set earlier (DESIGN.md; Nomad resets it). No terminal check.
+    pub fn stop_alloc(
+        &mut self,
+        alloc_id: &str,
+        no_shutdown_delay: bool,
+    ) -> Result<WriteResponse, ServerError> {
+        let alloc = self
+            .store
+            .alloc(alloc_id)
+            .cloned()
+            .ok_or_else(|| ServerError::AllocNotFound(alloc_id.to_string()))?;
+        let index = self.store.next_index();
+        let newly_flagged =
+            no_shutdown_delay && !alloc.desired_transition.should_ignore_shutdown_delay();
+        self.store
+            .update_alloc(alloc_id, index, newly_flagged, |alloc| {
+                alloc.desired_transition.migrate = Some(true);
+                if newly_flagged {
+                    alloc.desired_transition.no_shutdown_delay = Some(true);
+                }
+            });
+        let job = &alloc.job;
+        let mut eval = self.new_eval(
+            job,
+            "alloc-stop",
+            &job.job_type.clone(),
+            job.priority,
+            index,
+        );
+        eval.job_modify_index = alloc.job.modify_index;
+        let eval_id = self.enqueue(eval, index);
+        Ok(WriteResponse { eval_id, index })
+    }
+
+    /// `job start`: resubmit the latest version with `Stop=false`, as a new version.
+    pub fn start_job(&mut self, job_id: &str) -> Result<WriteResponse, ServerError> {
+        let job = self
+            .store
+            .job(job_id)
+            .cloned()
+            .ok_or_else(|| ServerError::JobNotFound(job_id.to_string()))?;
+        if !job.stop {
+            return Err(ServerError::JobNotStopped(job_id.to_string()));
+        }
+        let mut started = job;
+        started.stop = false;
+        self.register_job(started)
+    }
+
+    /// The scheduler processes the next pending evaluation: reconcile its job and apply the
+    /// plan in one write. Returns the evaluation, or `None` when none is pending.
+    pub fn process_next_eval(&mut self) -> Result<Option<EvalId>, ServerError> {
+        let Some(eval_id) = self.broker.dequeue() else {
+            return Ok(None);
+        };
+        let Some(eval) = self.store.eval(&eval_id).cloned() else {
+            return Ok(Some(eval_id));
+        };
+        let plan = scheduler::reconcile(&self.store, &eval.job_id);
+        let index = self.store.next_index();
+        self.apply_plan(plan, &eval, index)?;
+        if let Some(eval) = self.store.eval_mut(&eval_id) {
+            eval.status = EvalStatus::Complete;
+            eval.modify_index = index;
+        }
+        Ok(Some(eval_id))
+    }
+
+    fn apply_plan(
+        &mut self,
+        plan: scheduler::Plan,
+        eval: &Evaluation,
+        index: u64,
+    ) -> Result<(), ServerError> {
+        for (id, description) in plan.stop {
+            // The stop preserves the transition, and so the flag (§1.6 "Flag survives").
+            self.store.update_alloc(&id, index, true, |alloc| {
+                alloc.desired_status = DesiredStatus::Stop;
+                alloc.desired_description = description.to_string();
+            });
+        }
+        if plan.place.is_empty() {
+            return Ok(());
+        }
+        if self.nodes.is_empty() {
+            return Err(ServerError::NoNodes);
+        }
+        let mut load: BTreeMap<&NodeId, usize> = self.nodes.iter().map(|node| (node, 0)).collect();
+        for alloc in self.store.allocs().filter(|a| !a.is_terminal()) {
+            if let Some(count) = load.get_mut(&alloc.node_id) {
+                *count += 1;
+            }
+        }
+        let mut placed = Vec::new();
+        for placement in plan.place {
+            let (&node, count) = load
+                .iter_mut()
+                .min_by_key(|(_, count)| **count)
+                .expect("nodes");
+            *count += 1;
+            let node = node.clone();
+            let job = placement.job;
+            let alloc = Allocation {
+                id: self.ids.uuid(),
+                namespace: job.namespace.clone(),
+                eval_id: eval.id.clone(),
+                name: format!("{}.{}[{}]", job.id, placement.group, placement.index),
+                node_id: node,
+                job_id: job.id.clone(),
+                job_version: job.version,
+                task_group: placement.group.clone(),
+                desired_status: DesiredStatus::Run,
+                desired_description: String::new(),
+                // flag_scoped: a new allocation never carries the flag.
+                desired_transition: DesiredTransition::default(),
+                client_status: ClientStatus::Pending,
+                client_description: String::new(),
+                task_states: BTreeMap::new(),
+                previous_allocation: placement.previous.clone(),
+                next_allocation: None,
+                create_index: index,
+                modify_index: index,
+                alloc_modify_index: index,
+                tombstone: false,
+                job,
+            };
+            if let Some(previous) = &placement.previous {
+                let next = alloc.id.clone();
+                self.store.update_alloc(previous, index, false, |old| {
+                    old.next_allocation = Some(next)
+                });
+            }
+            placed.push(alloc.id.clone());
+            self.store.put_alloc(alloc);
+        }
+        for id in placed {
+            self.store.update_alloc(&id, index, true, |_| {});
+        }
+        Ok(())
+    }
+
+    /// A client's report: task states and client status. Reports do not bump
+    /// `AllocModifyIndex` (the client does not pull its own writes). A tombstone that is now
+    /// client-terminal is removed.
+    pub fn client_report(&mut self, alloc_id: &str, report: ClientReport) {
+        let index = self.store.next_index();
+        let terminal = report.client_status.is_terminal();
+        let Some(alloc) = self.store.alloc_for_client(alloc_id) else {
+            return;
+        };
+        let tombstone = alloc.tombstone;
+        self.store.update_alloc(alloc_id, index, false, |alloc| {
+            alloc.client_status = report.client_status;
+            alloc.client_description = report.client_description;
+            alloc.task_states = report.task_states;
+        });
+        if tombstone && terminal {
+            self.store.delete_alloc(alloc_id);
+        }
+    }
+
+    /// Registers the native services of a group (`task` empty) or a task.
+    pub fn register_services(&mut self, alloc_id: &str, task: &str, names: &[String]) {
+        let Some(alloc) = self.store.alloc_for_client(alloc_id) else {
+            return;
+        };
+        let job_id = alloc.job_id.clone();
+        let index = self.store.next_index();
+        for name in names {
+            self.store.put_service(ServiceRegistration {
+                id: service_id(alloc_id, task, name),
+                service_name: name.clone(),
+                job_id: job_id.clone(),
+                alloc_id: alloc_id.to_string(),
+                task: task.to_string(),
+                create_index: index,
+            });
+        }
+    }
+
+    /// Deregisters them; idempotent (hooks may deregister twice: pre-kill and exited).
+    pub fn deregister_services(&mut self, alloc_id: &str, task: &str, names: &[String]) -> usize {
+        let ids: Vec<String> = names
+            .iter()
+            .map(|name| service_id(alloc_id, task, name))
+            .collect();
+        if !ids.iter().any(|id| self.store.has_service(id)) {
+            return 0;
+        }
+        self.store.next_index();
+        ids.iter()
+            .filter(|id| self.store.delete_service(id))
+            .count()
+    }
+}
+
+fn service_id(alloc_id: &str, task: &str, name: &str) -> String {
+    let owner = if task.is_empty() { "group" } else { task };
+    format!("_nomad-task-{alloc_id}-{owner}-{name}")
+}

@@ -1,0 +1,210 @@
+//! The server's records, in Nomad's JSON shape (`reference/http-api.md` §4.4, §4.5;
+//! `reference/nomad-stop-path.md` §1.1, §6.3).
+
+use crate::spec::Job;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub type JobId = String;
+pub type AllocId = String;
+pub type EvalId = String;
+pub type NodeId = String;
+
+/// `DesiredTransition`: each member tri-state (`null`, `false`, `true`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DesiredTransition {
+    pub migrate: Option<bool>,
+    pub reschedule: Option<bool>,
+    pub force_reschedule: Option<bool>,
+    /// Sticky in quiesce: once true, no later write sets it back (DESIGN.md, "Where quiesce
+    /// deliberately differs from Nomad").
+    pub no_shutdown_delay: Option<bool>,
+    pub migrate_disable_placement: Option<bool>,
+}
+
+impl DesiredTransition {
+    /// Nomad's `ShouldIgnoreShutdownDelay`.
+    pub fn should_ignore_shutdown_delay(&self) -> bool {
+        self.no_shutdown_delay == Some(true)
+    }
+
+    pub fn should_migrate(&self) -> bool {
+        self.migrate == Some(true)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DesiredStatus {
+    Run,
+    Stop,
+    Evict,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientStatus {
+    Pending,
+    Running,
+    Complete,
+    Failed,
+    Lost,
+}
+
+impl ClientStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            ClientStatus::Complete | ClientStatus::Failed | ClientStatus::Lost
+        )
+    }
+}
+
+/// One task event, with Nomad's exact `Type` strings on the stop path (§6.4) and the ones
+/// DESIGN.md adds for the group delay and for a wait cut short.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TaskEvent {
+    #[serde(rename = "Type")]
+    pub event_type: String,
+    /// Unix nanoseconds (virtual in the simulator).
+    pub time: i64,
+    pub message: String,
+    pub display_message: String,
+    pub details: BTreeMap<String, String>,
+}
+
+/// The `Type` strings.
+pub mod event_types {
+    pub const RECEIVED: &str = "Received";
+    pub const STARTED: &str = "Started";
+    pub const KILLING: &str = "Killing";
+    pub const WAITING_FOR_SHUTDOWN_DELAY: &str = "Waiting for shutdown delay";
+    pub const SKIPPING_SHUTDOWN_DELAY: &str = "Skipping shutdown delay";
+    pub const SHUTDOWN_DELAY_CUT_SHORT: &str = "Shutdown delay cut short";
+    pub const WAITING_FOR_GROUP_SHUTDOWN_DELAY: &str = "Waiting for group shutdown delay";
+    pub const SKIPPING_GROUP_SHUTDOWN_DELAY: &str = "Skipping group shutdown delay";
+    pub const GROUP_SHUTDOWN_DELAY_CUT_SHORT: &str = "Group shutdown delay cut short";
+    pub const TERMINATED: &str = "Terminated";
+    pub const KILLED: &str = "Killed";
+}
+
+/// Nomad keeps the last 10 events per task.
+pub const MAX_TASK_EVENTS: usize = 10;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStateName {
+    Pending,
+    Running,
+    Dead,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TaskState {
+    pub state: TaskStateName,
+    pub failed: bool,
+    pub restarts: u64,
+    pub events: Vec<TaskEvent>,
+}
+
+impl Default for TaskState {
+    fn default() -> Self {
+        TaskState {
+            state: TaskStateName::Pending,
+            failed: false,
+            restarts: 0,
+            events: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Allocation {
+    #[serde(rename = "ID")]
+    pub id: AllocId,
+    pub namespace: String,
+    #[serde(rename = "EvalID")]
+    pub eval_id: EvalId,
+    /// `job.group[index]`.
+    pub name: String,
+    #[serde(rename = "NodeID")]
+    pub node_id: NodeId,
+    #[serde(rename = "JobID")]
+    pub job_id: JobId,
+    /// The job version it was placed from (not updated by a stop, §6.3).
+    pub job: Job,
+    pub job_version: u64,
+    pub task_group: String,
+    pub desired_status: DesiredStatus,
+    pub desired_description: String,
+    pub desired_transition: DesiredTransition,
+    pub client_status: ClientStatus,
+    pub client_description: String,
+    pub task_states: BTreeMap<String, TaskState>,
+    #[serde(rename = "PreviousAllocation")]
+    pub previous_allocation: Option<AllocId>,
+    #[serde(rename = "NextAllocation")]
+    pub next_allocation: Option<AllocId>,
+    pub create_index: u64,
+    pub modify_index: u64,
+    /// Bumped by every change the client must act on: desired status, the flag, a purge.
+    pub alloc_modify_index: u64,
+    /// The job was purged: the record carries desired stop and the flag to the client and is
+    /// removed once the client reports it terminal. The API answers 404 for it.
+    #[serde(skip)]
+    pub tombstone: bool,
+}
+
+impl Allocation {
+    /// Server-terminal (desired stop or evict) or client-terminal.
+    pub fn is_terminal(&self) -> bool {
+        self.desired_status != DesiredStatus::Run || self.client_status.is_terminal()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvalStatus {
+    Pending,
+    Complete,
+    Canceled,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Evaluation {
+    #[serde(rename = "ID")]
+    pub id: EvalId,
+    pub namespace: String,
+    pub priority: i64,
+    #[serde(rename = "Type")]
+    pub eval_type: String,
+    pub triggered_by: String,
+    #[serde(rename = "JobID")]
+    pub job_id: JobId,
+    pub job_modify_index: u64,
+    pub status: EvalStatus,
+    pub status_description: String,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+/// A native service registration (`/v1/service/:name`), so deregistration is visible.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ServiceRegistration {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub service_name: String,
+    #[serde(rename = "JobID")]
+    pub job_id: JobId,
+    #[serde(rename = "AllocID")]
+    pub alloc_id: AllocId,
+    /// Empty for a group service.
+    pub task: String,
+    pub create_index: u64,
+}

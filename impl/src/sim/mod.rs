@@ -1,0 +1,850 @@
+//! The deterministic simulator: a server, one client per node, the mock driver and a
+//! virtual clock. It lists its enabled steps in the terms of the step alphabet
+//! (`ARCHITECTURE.md`) and applies exactly the one it is told to, so that the conformance
+//! suite can walk it in lockstep with the model; `Clone` lets a walk branch it. Its
+//! [`Simulator::run_until_quiet`] mode takes steps with a realistic policy instead: steps
+//! that wait for nothing first, then whatever is due earliest on the clock.
+
+pub mod log;
+
+use crate::client::driver::{Driver, MockDriver, SIGKILL};
+use crate::client::{
+    AllocRunner, Client, Command, ExitResult, RunnerPhase, RunnerStep, TaskPhase, Timer,
+};
+use crate::server::structs::{AllocId, JobId, NodeId};
+use crate::server::{ClientReport, Server, ServerError, StopJobOptions, WriteResponse};
+use crate::spec::{Job, TaskRole};
+use log::{EventLog, LogEntry};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// One step of the step alphabet, with the implementation's arguments (IDs and names).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Step {
+    StopJob {
+        job: JobId,
+        purge: bool,
+        no_shutdown_delay: bool,
+    },
+    StopAlloc {
+        alloc: AllocId,
+        no_shutdown_delay: bool,
+    },
+    StartJob {
+        job: JobId,
+    },
+    ProcessEval,
+    ClientSync {
+        alloc: AllocId,
+    },
+    GroupPreKill {
+        alloc: AllocId,
+    },
+    GroupDelayElapsed {
+        alloc: AllocId,
+    },
+    TaskPreKill {
+        alloc: AllocId,
+        task: String,
+    },
+    TaskDelayElapsed {
+        alloc: AllocId,
+        task: String,
+    },
+    TaskExit {
+        alloc: AllocId,
+        task: String,
+    },
+    KillTimeout {
+        alloc: AllocId,
+        task: String,
+    },
+    PoststopStart {
+        alloc: AllocId,
+        task: String,
+    },
+    PoststopExit {
+        alloc: AllocId,
+        task: String,
+    },
+    ClientRestart,
+}
+
+impl Step {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Step::StopJob { .. } => "StopJob",
+            Step::StopAlloc { .. } => "StopAlloc",
+            Step::StartJob { .. } => "StartJob",
+            Step::ProcessEval => "ProcessEval",
+            Step::ClientSync { .. } => "ClientSync",
+            Step::GroupPreKill { .. } => "GroupPreKill",
+            Step::GroupDelayElapsed { .. } => "GroupDelayElapsed",
+            Step::TaskPreKill { .. } => "TaskPreKill",
+            Step::TaskDelayElapsed { .. } => "TaskDelayElapsed",
+            Step::TaskExit { .. } => "TaskExit",
+            Step::KillTimeout { .. } => "KillTimeout",
+            Step::PoststopStart { .. } => "PoststopStart",
+            Step::PoststopExit { .. } => "PoststopExit",
+            Step::ClientRestart => "ClientRestart",
+        }
+    }
+
+    fn alloc(&self) -> Option<&AllocId> {
+        match self {
+            Step::StopAlloc { alloc, .. }
+            | Step::ClientSync { alloc }
+            | Step::GroupPreKill { alloc }
+            | Step::GroupDelayElapsed { alloc }
+            | Step::TaskPreKill { alloc, .. }
+            | Step::TaskDelayElapsed { alloc, .. }
+            | Step::TaskExit { alloc, .. }
+            | Step::KillTimeout { alloc, .. }
+            | Step::PoststopStart { alloc, .. }
+            | Step::PoststopExit { alloc, .. } => Some(alloc),
+            _ => None,
+        }
+    }
+
+    fn task(&self) -> Option<&String> {
+        match self {
+            Step::TaskPreKill { task, .. }
+            | Step::TaskDelayElapsed { task, .. }
+            | Step::TaskExit { task, .. }
+            | Step::KillTimeout { task, .. }
+            | Step::PoststopStart { task, .. }
+            | Step::PoststopExit { task, .. } => Some(task),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.name())?;
+        match self {
+            Step::StopJob {
+                job,
+                purge,
+                no_shutdown_delay,
+            } => {
+                write!(
+                    f,
+                    "{{job: {job}, purge: {purge}, no_shutdown_delay: {no_shutdown_delay}}}"
+                )
+            }
+            Step::StopAlloc {
+                alloc,
+                no_shutdown_delay,
+            } => {
+                write!(
+                    f,
+                    "{{alloc: {alloc}, no_shutdown_delay: {no_shutdown_delay}}}"
+                )
+            }
+            Step::StartJob { job } => write!(f, "{{job: {job}}}"),
+            _ => match (self.alloc(), self.task()) {
+                (Some(alloc), Some(task)) => write!(f, "{{alloc: {alloc}, task: {task}}}"),
+                (Some(alloc), None) => write!(f, "{{alloc: {alloc}}}"),
+                _ => Ok(()),
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SimError {
+    /// The step is not enabled now; nothing changed.
+    NotEnabled(String),
+    Server(ServerError),
+    Driver(String),
+    /// `run_until_quiet` took its bound of steps without the cluster going quiet.
+    NotQuiet {
+        steps: usize,
+    },
+}
+
+impl fmt::Display for SimError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SimError::NotEnabled(step) => write!(f, "step not enabled: {step}"),
+            SimError::Server(error) => write!(f, "{error}"),
+            SimError::Driver(error) => write!(f, "driver: {error}"),
+            SimError::NotQuiet { steps } => write!(f, "not quiet after {steps} steps"),
+        }
+    }
+}
+
+impl std::error::Error for SimError {}
+
+impl From<ServerError> for SimError {
+    fn from(error: ServerError) -> Self {
+        SimError::Server(error)
+    }
+}
+
+/// The deterministic cluster.
+#[derive(Clone, Debug)]
+pub struct Simulator {
+    pub server: Server,
+    pub clients: BTreeMap<NodeId, Client>,
+    driver: MockDriver,
+    handles: BTreeMap<(AllocId, usize), u64>,
+    now_ns: i64,
+    /// Running timers: when each is due.
+    timers: BTreeMap<(AllocId, Timer), i64>,
+    timer_queue: BTreeSet<(i64, AllocId, Timer)>,
+    /// When each task whose exit is a step now (killing, or a running poststop task) will
+    /// exit by itself, by the mock driver's script.
+    exits: BTreeMap<(AllocId, usize), i64>,
+    exit_queue: BTreeSet<(i64, AllocId, usize)>,
+    /// Allocations whose client has an update to pull.
+    pending_sync: BTreeSet<AllocId>,
+    /// Runners that may have a ready internal step.
+    maybe_ready: BTreeSet<AllocId>,
+    log: EventLog,
+}
+
+/// Nodes are named `node-0`, `node-1`, …
+pub fn node_name(index: usize) -> NodeId {
+    format!("node-{index}")
+}
+
+impl Simulator {
+    /// A cluster of `nodes` client nodes; `seed` fixes every ID it will generate.
+    pub fn new(nodes: usize, seed: u64) -> Self {
+        Self::with_max_kill_timeout(nodes, seed, crate::client::DEFAULT_MAX_KILL_TIMEOUT_NS)
+    }
+
+    pub fn with_max_kill_timeout(nodes: usize, seed: u64, max_kill_timeout_ns: i64) -> Self {
+        let names: Vec<NodeId> = (0..nodes).map(node_name).collect();
+        Simulator {
+            server: Server::new(names.clone(), seed),
+            clients: names
+                .iter()
+                .map(|n| (n.clone(), Client::new(n.clone(), max_kill_timeout_ns)))
+                .collect(),
+            driver: MockDriver::default(),
+            handles: BTreeMap::new(),
+            now_ns: 0,
+            timers: BTreeMap::new(),
+            timer_queue: BTreeSet::new(),
+            exits: BTreeMap::new(),
+            exit_queue: BTreeSet::new(),
+            pending_sync: BTreeSet::new(),
+            maybe_ready: BTreeSet::new(),
+            log: EventLog::default(),
+        }
+    }
+
+    pub fn now_ns(&self) -> i64 {
+        self.now_ns
+    }
+
+    pub fn log(&self) -> &EventLog {
+        &self.log
+    }
+
+    /// Registers a job (not a step of the alphabet: the model starts with the job running).
+    pub fn register(&mut self, job: Job) -> Result<WriteResponse, SimError> {
+        let response = self.server.register_job(job)?;
+        self.after_server_write();
+        Ok(response)
+    }
+
+    /// The runner of an allocation, on whichever node has it.
+    pub fn runner(&self, alloc: &str) -> Option<&AllocRunner> {
+        self.clients
+            .values()
+            .find_map(|client| client.runners.get(alloc))
+    }
+
+    fn client_of(&self, alloc: &str) -> Option<NodeId> {
+        self.clients
+            .iter()
+            .find(|(_, c)| c.runners.contains_key(alloc))
+            .map(|(n, _)| n.clone())
+    }
+
+    // ------------------------------------------------------------------ enabled steps
+
+    /// Every internal step enabled now, in a fixed order: the scheduler, pulls, runner
+    /// steps, timers, exits. Operator requests are not listed: they are always offered.
+    pub fn enabled_steps(&self) -> Vec<Step> {
+        let mut steps = Vec::new();
+        if self.server.eval_pending() {
+            steps.push(Step::ProcessEval);
+        }
+        for alloc in &self.pending_sync {
+            steps.push(Step::ClientSync {
+                alloc: alloc.clone(),
+            });
+        }
+        for client in self.clients.values() {
+            for (id, runner) in &client.runners {
+                self.push_runner_steps(id, runner, &mut steps);
+            }
+        }
+        steps
+    }
+
+    fn push_runner_steps(&self, id: &AllocId, runner: &AllocRunner, steps: &mut Vec<Step>) {
+        let alloc = id.clone();
+        let task = |ix: usize| runner.tasks[ix].name.clone();
+        for step in runner.ready_steps() {
+            steps.push(match step {
+                RunnerStep::GroupPreKill => Step::GroupPreKill {
+                    alloc: alloc.clone(),
+                },
+                RunnerStep::TaskPreKill(ix) => Step::TaskPreKill {
+                    alloc: alloc.clone(),
+                    task: task(ix),
+                },
+                RunnerStep::PoststopStart(ix) => Step::PoststopStart {
+                    alloc: alloc.clone(),
+                    task: task(ix),
+                },
+            });
+        }
+        if self
+            .timers
+            .contains_key(&(alloc.clone(), Timer::GroupDelay))
+        {
+            steps.push(Step::GroupDelayElapsed {
+                alloc: alloc.clone(),
+            });
+        }
+        for (ix, t) in runner.tasks.iter().enumerate() {
+            match (t.role, t.phase) {
+                (TaskRole::Poststop, TaskPhase::Running) => steps.push(Step::PoststopExit {
+                    alloc: alloc.clone(),
+                    task: task(ix),
+                }),
+                (_, TaskPhase::Delaying) => {
+                    steps.push(Step::TaskDelayElapsed {
+                        alloc: alloc.clone(),
+                        task: task(ix),
+                    });
+                    steps.push(Step::TaskExit {
+                        alloc: alloc.clone(),
+                        task: task(ix),
+                    });
+                }
+                (_, TaskPhase::Signalled) => {
+                    steps.push(Step::TaskExit {
+                        alloc: alloc.clone(),
+                        task: task(ix),
+                    });
+                    if self
+                        .timers
+                        .contains_key(&(alloc.clone(), Timer::KillTimeout(ix)))
+                    {
+                        steps.push(Step::KillTimeout {
+                            alloc: alloc.clone(),
+                            task: task(ix),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ applying a step
+
+    /// Applies exactly `step`, or changes nothing and says why.
+    pub fn apply(&mut self, step: &Step) -> Result<(), SimError> {
+        let job = self.job_of(step);
+        match step {
+            Step::StopJob {
+                job,
+                purge,
+                no_shutdown_delay,
+            } => {
+                let options = StopJobOptions {
+                    purge: *purge,
+                    no_shutdown_delay: *no_shutdown_delay,
+                    eval_priority: None,
+                };
+                self.server.stop_job(job, options)?;
+                self.after_server_write();
+            }
+            Step::StopAlloc {
+                alloc,
+                no_shutdown_delay,
+            } => {
+                self.server.stop_alloc(alloc, *no_shutdown_delay)?;
+                self.after_server_write();
+            }
+            Step::StartJob { job } => {
+                self.server.start_job(job)?;
+                self.after_server_write();
+            }
+            Step::ProcessEval => {
+                if self.server.process_next_eval()?.is_none() {
+                    return Err(SimError::NotEnabled(step.to_string()));
+                }
+                self.after_server_write();
+            }
+            Step::ClientSync { alloc } => self.client_sync(alloc, step)?,
+            Step::ClientRestart => self.client_restart()?,
+            _ => self.runner_step(step)?,
+        }
+        self.log.push(LogEntry {
+            seq: 0,
+            time_ns: self.now_ns,
+            step: step.name().to_string(),
+            job,
+            alloc: step.alloc().cloned(),
+            task: step.task().cloned(),
+            purge: match step {
+                Step::StopJob { purge, .. } => Some(*purge),
+                _ => None,
+            },
+            no_shutdown_delay: match step {
+                Step::StopJob {
+                    no_shutdown_delay, ..
+                }
+                | Step::StopAlloc {
+                    no_shutdown_delay, ..
+                } => Some(*no_shutdown_delay),
+                _ => None,
+            },
+        });
+        Ok(())
+    }
+
+    fn job_of(&self, step: &Step) -> Option<JobId> {
+        match step {
+            Step::StopJob { job, .. } | Step::StartJob { job } => Some(job.clone()),
+            _ => step.alloc().and_then(|alloc| {
+                self.runner(alloc)
+                    .map(|runner| runner.alloc.job_id.clone())
+                    .or_else(|| {
+                        self.server
+                            .store
+                            .alloc_for_client(alloc)
+                            .map(|a| a.job_id.clone())
+                    })
+            }),
+        }
+    }
+
+    /// Learns which pulls a server write made possible, from the store's change journal.
+    fn after_server_write(&mut self) {
+        for id in self.server.store.drain_client_changes() {
+            let pending = self
+                .server
+                .store
+                .alloc_for_client(&id)
+                .is_some_and(|alloc| {
+                    self.clients
+                        .get(&alloc.node_id)
+                        .is_some_and(|client| client.update_pending(alloc))
+                });
+            if pending {
+                self.pending_sync.insert(id);
+            } else {
+                self.pending_sync.remove(&id);
+            }
+        }
+    }
+
+    fn client_sync(&mut self, alloc_id: &AllocId, step: &Step) -> Result<(), SimError> {
+        if !self.pending_sync.remove(alloc_id) {
+            return Err(SimError::NotEnabled(step.to_string()));
+        }
+        let alloc = self
+            .server
+            .store
+            .alloc_for_client(alloc_id)
+            .cloned()
+            .expect("a pending pull has a record");
+        let node = alloc.node_id.clone();
+        let mut commands = Vec::new();
+        let now = self.now_ns;
+        self.clients
+            .get_mut(&node)
+            .expect("placed on a known node")
+            .pull(alloc, now, &mut commands);
+        self.execute(&node, alloc_id, commands)
+    }
+
+    fn runner_step(&mut self, step: &Step) -> Result<(), SimError> {
+        let not_enabled = || SimError::NotEnabled(step.to_string());
+        let alloc = step.alloc().ok_or_else(not_enabled)?.clone();
+        let node = self.client_of(&alloc).ok_or_else(not_enabled)?;
+        let now = self.now_ns;
+        let runner = self
+            .clients
+            .get_mut(&node)
+            .and_then(|c| c.runners.get_mut(&alloc))
+            .ok_or_else(not_enabled)?;
+        let task_ix = match step.task() {
+            Some(name) => Some(
+                runner
+                    .tasks
+                    .iter()
+                    .position(|t| &t.name == name)
+                    .ok_or_else(not_enabled)?,
+            ),
+            None => None,
+        };
+        let mut commands = Vec::new();
+        let taken = match (step, task_ix) {
+            (Step::GroupPreKill { .. }, _) => {
+                runner.step(RunnerStep::GroupPreKill, now, &mut commands)
+            }
+            (Step::TaskPreKill { .. }, Some(ix)) => {
+                runner.step(RunnerStep::TaskPreKill(ix), now, &mut commands)
+            }
+            (Step::PoststopStart { .. }, Some(ix)) => {
+                runner.step(RunnerStep::PoststopStart(ix), now, &mut commands)
+            }
+            (Step::GroupDelayElapsed { .. }, _) => {
+                self.timers
+                    .contains_key(&(alloc.clone(), Timer::GroupDelay))
+                    && runner.timer_fired(Timer::GroupDelay, now, &mut commands)
+            }
+            (Step::TaskDelayElapsed { .. }, Some(ix)) => {
+                self.timers
+                    .contains_key(&(alloc.clone(), Timer::TaskDelay(ix)))
+                    && runner.timer_fired(Timer::TaskDelay(ix), now, &mut commands)
+            }
+            (Step::KillTimeout { .. }, Some(ix)) => {
+                self.timers
+                    .contains_key(&(alloc.clone(), Timer::KillTimeout(ix)))
+                    && runner.timer_fired(Timer::KillTimeout(ix), now, &mut commands)
+            }
+            (Step::TaskExit { .. }, Some(ix)) => {
+                matches!(
+                    runner.tasks[ix].phase,
+                    TaskPhase::Delaying | TaskPhase::Signalled
+                ) && runner.tasks[ix].role != TaskRole::Poststop
+                    && runner.task_exited(
+                        ix,
+                        exit_of(&self.driver, &self.handles, &alloc, ix),
+                        now,
+                        &mut commands,
+                    )
+            }
+            (Step::PoststopExit { .. }, Some(ix)) => {
+                runner.tasks[ix].role == TaskRole::Poststop
+                    && runner.tasks[ix].phase == TaskPhase::Running
+                    && runner.task_exited(
+                        ix,
+                        exit_of(&self.driver, &self.handles, &alloc, ix),
+                        now,
+                        &mut commands,
+                    )
+            }
+            _ => false,
+        };
+        if !taken {
+            return Err(not_enabled());
+        }
+        if let Some(timer) = fired_timer(step, task_ix) {
+            self.stop_timer(&alloc, timer);
+        }
+        self.execute(&node, &alloc, commands)
+    }
+
+    /// The client agent restarts: every runner is restored from its stored state, and
+    /// re-arms the timers it had (the supervised processes keep running).
+    fn client_restart(&mut self) -> Result<(), SimError> {
+        let now = self.now_ns;
+        let nodes: Vec<NodeId> = self.clients.keys().cloned().collect();
+        for node in nodes {
+            let ids: Vec<AllocId> = self.clients[&node].runners.keys().cloned().collect();
+            for id in ids {
+                let stored = self.clients[&node].runners[&id].clone();
+                if stored.phase == RunnerPhase::Terminal {
+                    continue;
+                }
+                for timer in self
+                    .timers
+                    .keys()
+                    .filter(|(a, _)| a == &id)
+                    .map(|(_, t)| *t)
+                    .collect::<Vec<_>>()
+                {
+                    self.stop_timer(&id, timer);
+                }
+                let mut commands = Vec::new();
+                let restored = AllocRunner::restore(stored, now, &mut commands);
+                self.clients
+                    .get_mut(&node)
+                    .expect("node")
+                    .runners
+                    .insert(id.clone(), restored);
+                self.execute(&node, &id, commands)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Carries out a runner's commands. A SIGKILL is followed by the forced exit in the same
+    /// step (a deterministic follow-up, merged identically in the model).
+    fn execute(
+        &mut self,
+        node: &NodeId,
+        alloc: &AllocId,
+        mut commands: Vec<Command>,
+    ) -> Result<(), SimError> {
+        let mut report = false;
+        while !commands.is_empty() {
+            let mut follow_ups = Vec::new();
+            for command in commands {
+                match command {
+                    Command::Report => report = true,
+                    Command::ForceKill { task } => {
+                        if let Some(handle) = self.handles.get(&(alloc.clone(), task)) {
+                            self.driver
+                                .force_kill(handle, self.now_ns)
+                                .map_err(|e| SimError::Driver(e.to_string()))?;
+                        }
+                        let exit = ExitResult {
+                            exit_code: 137,
+                            signal: Some(SIGKILL),
+                        };
+                        let now = self.now_ns;
+                        let runner = self
+                            .clients
+                            .get_mut(node)
+                            .and_then(|c| c.runners.get_mut(alloc))
+                            .expect("runner");
+                        runner.task_exited(task, exit, now, &mut follow_ups);
+                    }
+                    other => self.execute_one(node, alloc, other)?,
+                }
+            }
+            commands = follow_ups;
+        }
+        if report {
+            let runner = &self.clients[node].runners[alloc];
+            let report = ClientReport {
+                client_status: runner.alloc.client_status,
+                client_description: runner.alloc.client_description.clone(),
+                task_states: runner.task_states(),
+            };
+            self.server.client_report(alloc, report);
+            self.after_server_write();
+        }
+        self.refresh_exits(node, alloc);
+        self.maybe_ready.insert(alloc.clone());
+        Ok(())
+    }
+
+    fn execute_one(
+        &mut self,
+        node: &NodeId,
+        alloc: &AllocId,
+        command: Command,
+    ) -> Result<(), SimError> {
+        let runner = &self.clients[node].runners[alloc];
+        let now = self.now_ns;
+        match command {
+            Command::StartTask { task } => {
+                let group = runner
+                    .alloc
+                    .job
+                    .task_groups
+                    .iter()
+                    .find(|g| g.name == runner.alloc.task_group);
+                let spec = group
+                    .and_then(|g| g.tasks.get(task))
+                    .cloned()
+                    .unwrap_or_default();
+                let handle = self
+                    .driver
+                    .start(&spec, now)
+                    .map_err(|e| SimError::Driver(e.to_string()))?;
+                self.handles.insert((alloc.clone(), task), handle);
+            }
+            Command::RegisterServices { task } => {
+                let (owner, names) = service_owner(runner, task);
+                self.server.register_services(alloc, &owner, &names);
+            }
+            Command::DeregisterServices { task } => {
+                let (owner, names) = service_owner(runner, task);
+                self.server.deregister_services(alloc, &owner, &names);
+            }
+            Command::StartTimer { timer, after_ns } => {
+                let due = now + after_ns;
+                self.stop_timer(alloc, timer);
+                self.timers.insert((alloc.clone(), timer), due);
+                self.timer_queue.insert((due, alloc.clone(), timer));
+            }
+            Command::CancelTimer { timer } => self.stop_timer(alloc, timer),
+            Command::Signal { task, signal } => {
+                if let Some(handle) = self.handles.get(&(alloc.clone(), task)) {
+                    self.driver
+                        .signal(handle, &signal, now)
+                        .map_err(|e| SimError::Driver(e.to_string()))?;
+                }
+            }
+            Command::ForceKill { .. } | Command::Report => unreachable!("handled by execute"),
+        }
+        Ok(())
+    }
+
+    fn stop_timer(&mut self, alloc: &AllocId, timer: Timer) {
+        if let Some(due) = self.timers.remove(&(alloc.clone(), timer)) {
+            self.timer_queue.remove(&(due, alloc.clone(), timer));
+        }
+    }
+
+    /// Re-reads, for every task of one allocation, when it will exit by itself if that exit
+    /// is a step now.
+    fn refresh_exits(&mut self, node: &NodeId, alloc: &AllocId) {
+        let Some(runner) = self.clients[node].runners.get(alloc) else {
+            return;
+        };
+        for (ix, task) in runner.tasks.iter().enumerate() {
+            let key = (alloc.clone(), ix);
+            if let Some(due) = self.exits.remove(&key) {
+                self.exit_queue.remove(&(due, alloc.clone(), ix));
+            }
+            let eligible = match task.phase {
+                TaskPhase::Delaying | TaskPhase::Signalled => true,
+                TaskPhase::Running => task.role == TaskRole::Poststop,
+                TaskPhase::NotStarted | TaskPhase::Dead => false,
+            };
+            let due = self
+                .handles
+                .get(&key)
+                .and_then(|handle| self.driver.next_exit(handle));
+            if let (true, Some((at, _))) = (eligible, due) {
+                let at = at.max(self.now_ns);
+                self.exits.insert(key, at);
+                self.exit_queue.insert((at, alloc.clone(), ix));
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ run until quiet
+
+    /// Takes steps with a realistic policy until nothing is left to do: steps that wait for
+    /// nothing (the scheduler, pulls, runner steps) first; then the timer or process exit
+    /// due earliest, advancing the clock to it. At most `max_steps` steps.
+    pub fn run_until_quiet(&mut self, max_steps: usize) -> Result<usize, SimError> {
+        for taken in 0..max_steps {
+            let Some(step) = self.next_immediate().or_else(|| self.next_timed()) else {
+                return Ok(taken);
+            };
+            self.apply(&step)?;
+        }
+        Err(SimError::NotQuiet { steps: max_steps })
+    }
+
+    fn next_immediate(&mut self) -> Option<Step> {
+        if self.server.eval_pending() {
+            return Some(Step::ProcessEval);
+        }
+        if let Some(alloc) = self.pending_sync.first() {
+            return Some(Step::ClientSync {
+                alloc: alloc.clone(),
+            });
+        }
+        while let Some(alloc) = self.maybe_ready.first().cloned() {
+            let step = self.runner(&alloc).and_then(|runner| {
+                let name = |ix: usize| runner.tasks[ix].name.clone();
+                runner.ready_steps().first().map(|step| match *step {
+                    RunnerStep::GroupPreKill => Step::GroupPreKill {
+                        alloc: alloc.clone(),
+                    },
+                    RunnerStep::TaskPreKill(ix) => Step::TaskPreKill {
+                        alloc: alloc.clone(),
+                        task: name(ix),
+                    },
+                    RunnerStep::PoststopStart(ix) => Step::PoststopStart {
+                        alloc: alloc.clone(),
+                        task: name(ix),
+                    },
+                })
+            });
+            match step {
+                Some(step) => return Some(step),
+                None => {
+                    self.maybe_ready.remove(&alloc);
+                }
+            }
+        }
+        None
+    }
+
+    fn next_timed(&mut self) -> Option<Step> {
+        let timer = self.timer_queue.first().cloned();
+        let exit = self.exit_queue.first().cloned();
+        let take_exit = match (&timer, &exit) {
+            (None, None) => return None,
+            (Some(_), None) => false,
+            (None, Some(_)) => true,
+            // A process exiting at the same instant as a timer wins: it was already going.
+            (Some((timer_at, ..)), Some((exit_at, ..))) => exit_at <= timer_at,
+        };
+        if take_exit {
+            let (at, alloc, ix) = exit.expect("checked");
+            self.now_ns = self.now_ns.max(at);
+            let runner = self.runner(&alloc)?;
+            let task = runner.tasks[ix].name.clone();
+            return Some(if runner.tasks[ix].role == TaskRole::Poststop {
+                Step::PoststopExit { alloc, task }
+            } else {
+                Step::TaskExit { alloc, task }
+            });
+        }
+        let (at, alloc, timer) = timer.expect("checked");
+        self.now_ns = self.now_ns.max(at);
+        let runner = self.runner(&alloc)?;
+        Some(match timer {
+            Timer::GroupDelay => Step::GroupDelayElapsed { alloc },
+            Timer::TaskDelay(ix) => Step::TaskDelayElapsed {
+                alloc,
+                task: runner.tasks[ix].name.clone(),
+            },
+            Timer::KillTimeout(ix) => Step::KillTimeout {
+                alloc,
+                task: runner.tasks[ix].name.clone(),
+            },
+        })
+    }
+}
+
+fn fired_timer(step: &Step, task: Option<usize>) -> Option<Timer> {
+    match (step, task) {
+        (Step::GroupDelayElapsed { .. }, _) => Some(Timer::GroupDelay),
+        (Step::TaskDelayElapsed { .. }, Some(ix)) => Some(Timer::TaskDelay(ix)),
+        (Step::KillTimeout { .. }, Some(ix)) => Some(Timer::KillTimeout(ix)),
+        _ => None,
+    }
+}
+
+/// How the mock process ends when it exits now: as its script says, or cleanly.
+fn exit_of(
+    driver: &MockDriver,
+    handles: &BTreeMap<(AllocId, usize), u64>,
+    alloc: &AllocId,
+    task: usize,
+) -> ExitResult {
+    handles
+        .get(&(alloc.clone(), task))
+        .and_then(|handle| driver.next_exit(handle))
+        .map_or(
+            ExitResult {
+                exit_code: 0,
+                signal: None,
+            },
+            |(_, exit)| exit,
+        )
+}
+
+fn service_owner(runner: &AllocRunner, task: Option<usize>) -> (String, Vec<String>) {
+    match task {
+        None => (String::new(), runner.group_services.clone()),
+        Some(ix) => (
+            runner.tasks[ix].name.clone(),
+            runner.tasks[ix].services.clone(),
+        ),
+    }
+}
