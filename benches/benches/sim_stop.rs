@@ -10,20 +10,36 @@ const SECOND: i64 = 1_000_000_000;
 const ALLOCS: i64 = 10_000;
 
 fn task(name: &str, delay_ns: i64) -> Task {
-    Task { name: name.into(), driver: "mock_driver".into(), shutdown_delay_ns: delay_ns, ..Task::default() }
+    Task {
+        name: name.into(),
+        driver: "mock_driver".into(),
+        shutdown_delay_ns: delay_ns,
+        ..Task::default()
+    }
 }
 
 /// The `standard` group (leader with a delay and a service, prestart sidecar with a delay,
 /// poststop task), `count` 10,000 over 10 nodes.
 fn big_job() -> Job {
-    let services = |name: &str| Some(vec![Service { name: name.into(), provider: "nomad".into() }]);
+    let services = |name: &str| {
+        Some(vec![Service {
+            name: name.into(),
+            provider: "nomad".into(),
+        }])
+    };
     let mut app = task("app", 30 * SECOND);
     app.leader = true;
     app.services = services("app");
     let mut proxy = task("proxy", 5 * SECOND);
-    proxy.lifecycle = Some(Lifecycle { hook: "prestart".into(), sidecar: true });
+    proxy.lifecycle = Some(Lifecycle {
+        hook: "prestart".into(),
+        sidecar: true,
+    });
     let mut flush = task("flush", 0);
-    flush.lifecycle = Some(Lifecycle { hook: "poststop".into(), sidecar: false });
+    flush.lifecycle = Some(Lifecycle {
+        hook: "poststop".into(),
+        sidecar: false,
+    });
     flush.config = Some([("run_for".to_string(), serde_json::json!(SECOND))].into());
     Job {
         id: "web".into(),
@@ -49,10 +65,18 @@ fn stop_with_flag(c: &mut Criterion) {
         b.iter_batched(
             || running.clone(),
             |mut sim| {
-                let stop = Step::StopJob { job: "web".into(), purge: false, no_shutdown_delay: true };
+                let stop = Step::StopJob {
+                    job: "web".into(),
+                    purge: false,
+                    no_shutdown_delay: true,
+                };
                 sim.apply(&stop).unwrap();
                 let steps = sim.run_until_quiet(10_000_000).unwrap();
-                assert!(sim.server.store.allocs().all(|a| a.client_status.is_terminal()));
+                assert!(sim
+                    .server
+                    .store
+                    .allocs()
+                    .all(|a| a.client_status.is_terminal()));
                 // Returned, so that dropping 10,000 allocations is not timed.
                 (sim, steps)
             },

@@ -581,3 +581,36 @@ fn the_simulator_is_deterministic_and_branches_by_clone() {
         "the clone did not move"
     );
 }
+
+/// DESIGN.md: a runner restored after a client restart applies the flag its stored
+/// allocation carries (Nomad's would wait out the remaining delays).
+#[test]
+fn a_restored_runner_keeps_honouring_the_flag() {
+    let mut sim = running(web_job(1));
+    let alloc = allocs(&sim)[0].clone();
+    let before = sim.now_ns();
+    stop_job(&mut sim, false, true);
+    run_until(&mut sim, |sim| {
+        sim.log().entries().iter().any(|e| e.step == "TaskExit")
+    });
+    sim.apply(&Step::ClientRestart).unwrap();
+    assert!(
+        sim.runner(&alloc).unwrap().cancelled,
+        "restored with the flag applied"
+    );
+    sim.run_until_quiet(STEPS).unwrap();
+    assert_eq!(sim.now_ns() - before, SECOND);
+    assert_eq!(
+        event_types(&sim, &alloc, "proxy")[4],
+        ev::SKIPPING_SHUTDOWN_DELAY
+    );
+}
+
+#[test]
+fn alloc_stop_writes_no_job_version() {
+    let mut sim = running(web_job(2));
+    let first = allocs(&sim)[0].clone();
+    stop_alloc(&mut sim, &first, true);
+    sim.run_until_quiet(STEPS).unwrap();
+    assert_eq!(sim.server.store.job_versions("web").unwrap().len(), 1);
+}

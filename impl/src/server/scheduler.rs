@@ -1,8 +1,9 @@
 //! The reconciler (`reference/nomad-stop-path.md` §1.6): stop every non-terminal allocation
-//! of a stopped or purged job; stop and replace migrating ones; place up to `count`.
+//! of a stopped or purged job; stop and replace migrating ones; place up to `count` (a
+//! batch allocation that completed counts as placed).
 
 use super::store::StateStore;
-use super::structs::AllocId;
+use super::structs::{AllocId, ClientStatus, DesiredStatus};
 use crate::spec::Job;
 use std::collections::BTreeSet;
 
@@ -45,14 +46,25 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
             return plan;
         }
     };
+    // A batch allocation that completed is done, not missing: it is not placed again.
+    let completed: BTreeSet<(String, u64)> = if job.job_type == "batch" {
+        store
+            .allocs_by_job(job_id)
+            .filter(|a| {
+                a.desired_status == DesiredStatus::Run && a.client_status == ClientStatus::Complete
+            })
+            .map(|a| (a.task_group.clone(), index_of(&a.name)))
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
     for group in &job.task_groups {
         let in_group: Vec<_> = live.iter().filter(|a| a.task_group == group.name).collect();
-        let index_of = |name: &str| -> u64 {
-            name.rsplit_once('[')
-                .and_then(|(_, rest)| rest.trim_end_matches(']').parse().ok())
-                .unwrap_or(0)
-        };
-        let mut kept = BTreeSet::new();
+        let mut kept: BTreeSet<u64> = completed
+            .iter()
+            .filter(|(g, _)| g == &group.name)
+            .map(|(_, index)| *index)
+            .collect();
         for alloc in &in_group {
             let index = index_of(&alloc.name);
             if alloc.desired_transition.should_migrate() {
@@ -79,6 +91,13 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         }
     }
     plan
+}
+
+/// The index in an allocation's name, `job.group[index]`.
+fn index_of(name: &str) -> u64 {
+    name.rsplit_once('[')
+        .and_then(|(_, rest)| rest.trim_end_matches(']').parse().ok())
+        .unwrap_or(0)
 }
 
 fn count_of(count: Option<i64>) -> u64 {

@@ -1,0 +1,182 @@
+//! The server on its own: versions, evaluations, the broker and the reconciler.
+
+use quiesce::server::structs::{ClientStatus, DesiredStatus, EvalStatus};
+use quiesce::server::{ClientReport, Server, StopJobOptions};
+use quiesce::spec::{Job, Task, TaskGroup};
+
+fn job(job_type: &str, count: i64) -> Job {
+    Job {
+        id: "web".into(),
+        job_type: job_type.into(),
+        task_groups: vec![TaskGroup {
+            name: "web".into(),
+            count: Some(count),
+            tasks: vec![Task {
+                name: "app".into(),
+                driver: "mock_driver".into(),
+                ..Task::default()
+            }],
+            ..TaskGroup::default()
+        }],
+        ..Job::default()
+    }
+}
+
+fn server_with(job: Job) -> Server {
+    let mut server = Server::new(vec!["node-0".into()], 3);
+    server.register_job(job).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    server
+}
+
+fn alloc_ids(server: &Server) -> Vec<String> {
+    let mut allocs: Vec<_> = server.store.allocs_by_job("web").collect();
+    allocs.sort_by_key(|a| (a.create_index, a.name.clone()));
+    allocs.iter().map(|a| a.id.clone()).collect()
+}
+
+#[test]
+fn registering_the_same_spec_again_writes_no_version() {
+    let mut server = server_with(job("service", 2));
+    let index = server.store.index();
+    let response = server.register_job(job("service", 2)).unwrap();
+    assert_eq!((response.eval_id.as_str(), response.index), ("", index));
+    server.register_job(job("service", 3)).unwrap();
+    let versions = server.store.job_versions("web").unwrap();
+    assert_eq!(
+        versions.iter().map(|v| v.version).collect::<Vec<_>>(),
+        [0, 1]
+    );
+}
+
+#[test]
+fn a_newer_evaluation_cancels_the_pending_one() {
+    let mut server = server_with(job("service", 1));
+    let first = server
+        .stop_job("web", StopJobOptions::default())
+        .unwrap()
+        .eval_id;
+    let second = server
+        .stop_job(
+            "web",
+            StopJobOptions {
+                no_shutdown_delay: true,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .eval_id;
+    let status = |id: &str| server.store.eval(id).unwrap().status;
+    assert_eq!(
+        (status(&first), status(&second)),
+        (EvalStatus::Canceled, EvalStatus::Pending)
+    );
+    let eval = server.store.eval(&second).unwrap();
+    assert_eq!(
+        (
+            eval.triggered_by.as_str(),
+            eval.eval_type.as_str(),
+            eval.priority
+        ),
+        ("job-deregister", "service", 50)
+    );
+}
+
+#[test]
+fn eval_priority_overrides_the_jobs() {
+    let mut server = server_with(job("batch", 1));
+    let options = StopJobOptions {
+        eval_priority: Some(90),
+        ..Default::default()
+    };
+    let id = server.stop_job("web", options).unwrap().eval_id;
+    assert_eq!(server.store.eval(&id).unwrap().priority, 90);
+}
+
+#[test]
+fn stopping_a_job_stops_every_live_allocation_and_keeps_the_flag() {
+    let mut server = server_with(job("service", 3));
+    let ids = alloc_ids(&server);
+    server.stop_alloc(&ids[0], true).unwrap();
+    server.stop_job("web", StopJobOptions::default()).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    for id in &ids {
+        let alloc = server.store.alloc(id).unwrap();
+        assert_eq!(alloc.desired_status, DesiredStatus::Stop);
+        assert_eq!(
+            alloc.desired_description,
+            "alloc not needed due to job update"
+        );
+    }
+    let flagged = server.store.alloc(&ids[0]).unwrap();
+    assert_eq!(flagged.desired_transition.no_shutdown_delay, Some(true));
+    assert_eq!(
+        server
+            .store
+            .alloc(&ids[1])
+            .unwrap()
+            .desired_transition
+            .no_shutdown_delay,
+        None
+    );
+}
+
+#[test]
+fn a_completed_batch_allocation_is_not_placed_again() {
+    let mut server = server_with(job("batch", 2));
+    let ids = alloc_ids(&server);
+    let done = ClientReport {
+        client_status: ClientStatus::Complete,
+        client_description: String::new(),
+        task_states: Default::default(),
+    };
+    server.client_report(&ids[0], done);
+    server.stop_alloc(&ids[1], false).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    let all = alloc_ids(&server);
+    assert_eq!(all.len(), 3, "only the stopped allocation is replaced");
+    let replacement = server.store.alloc(&all[2]).unwrap();
+    assert_eq!(
+        replacement.previous_allocation.as_deref(),
+        Some(ids[1].as_str())
+    );
+    assert_eq!(replacement.name, "web.web[1]");
+    assert_eq!(
+        server
+            .store
+            .alloc(&ids[1])
+            .unwrap()
+            .next_allocation
+            .as_deref(),
+        Some(all[2].as_str())
+    );
+}
+
+#[test]
+fn a_service_allocation_that_completed_is_replaced() {
+    let mut server = server_with(job("service", 1));
+    let ids = alloc_ids(&server);
+    let done = ClientReport {
+        client_status: ClientStatus::Complete,
+        client_description: String::new(),
+        task_states: Default::default(),
+    };
+    server.client_report(&ids[0], done);
+    server.stop_job("web", StopJobOptions::default()).unwrap();
+    server.start_job("web").unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    assert_eq!(alloc_ids(&server).len(), 2);
+}
+
+#[test]
+fn starting_a_running_job_is_refused() {
+    let mut server = server_with(job("service", 1));
+    assert_eq!(
+        server.start_job("web").unwrap_err().to_string(),
+        "job web is not stopped"
+    );
+    assert_eq!(
+        server.start_job("api").unwrap_err().to_string(),
+        "job not found: api"
+    );
+}
