@@ -6,6 +6,7 @@
 //! [`AllocRunner::step`], so the simulator can interleave them and the daemon can just take
 //! them in order.
 
+use super::hooks::{GroupServiceHook, RunnerPreKillHook};
 use super::task_runner::{event, ExitResult, TaskPhase, TaskRunner};
 use super::{Command, RunnerStep, Timer};
 use crate::server::structs::{event_types, Allocation, ClientStatus, DesiredStatus};
@@ -34,8 +35,9 @@ pub struct AllocRunner {
     /// update carrying the flag, never re-armed.
     pub cancelled: bool,
     pub group_pre_kill_done: bool,
+    /// The delay the pre-kill hooks asked for (the group `shutdown_delay`).
     pub group_shutdown_delay_ns: i64,
-    pub group_services: Vec<String>,
+    pub group_service_hook: GroupServiceHook,
     pub tasks: Vec<TaskRunner>,
 }
 
@@ -59,13 +61,16 @@ impl AllocRunner {
             phase: RunnerPhase::Running,
             cancelled: false,
             group_pre_kill_done: false,
-            group_shutdown_delay_ns: group.shutdown_delay_ns.unwrap_or(0),
-            group_services: group
-                .services
-                .iter()
-                .flatten()
-                .map(|s| s.name.clone())
-                .collect(),
+            group_shutdown_delay_ns: 0,
+            group_service_hook: GroupServiceHook {
+                services: group
+                    .services
+                    .iter()
+                    .flatten()
+                    .map(|s| s.name.clone())
+                    .collect(),
+                shutdown_delay_ns: group.shutdown_delay_ns.unwrap_or(0),
+            },
             tasks: group
                 .tasks
                 .iter()
@@ -86,9 +91,7 @@ impl AllocRunner {
             runner.finish(now, out);
             return runner;
         }
-        if !runner.group_services.is_empty() {
-            out.push(Command::RegisterServices { task: None });
-        }
+        runner.group_service_hook.register(out);
         for (ix, task) in runner.tasks.iter_mut().enumerate() {
             if task.role != TaskRole::Poststop {
                 task.start(ix, now, out);
@@ -242,15 +245,17 @@ impl AllocRunner {
         true
     }
 
-    /// The group pre-kill hooks deregister the group services, then the group delay is
-    /// waited, or skipped if the delays are already cancelled.
+    /// The pre-kill hooks run (the group service hook deregisters the group services), then
+    /// the delay they ask for is waited, or skipped if the delays are already cancelled.
     fn group_pre_kill(&mut self, now: i64, out: &mut Vec<Command>) {
-        if !self.group_services.is_empty() {
-            out.push(Command::DeregisterServices { task: None });
+        let mut delay_ns = 0;
+        for hook in self.pre_kill_hooks() {
+            delay_ns = delay_ns.max(hook.pre_kill(out).unwrap_or(0));
         }
         self.group_pre_kill_done = true;
+        self.group_shutdown_delay_ns = delay_ns;
         self.phase = RunnerPhase::Killing;
-        if self.group_shutdown_delay_ns <= 0 {
+        if delay_ns <= 0 {
             return;
         }
         if self.cancelled {
@@ -268,9 +273,13 @@ impl AllocRunner {
             self.phase = RunnerPhase::GroupDelay;
             out.push(Command::StartTimer {
                 timer: Timer::GroupDelay,
-                after_ns: self.group_shutdown_delay_ns,
+                after_ns: delay_ns,
             });
         }
+    }
+
+    fn pre_kill_hooks(&self) -> [&dyn RunnerPreKillHook; 1] {
+        [&self.group_service_hook]
     }
 
     /// A timer fired; `false` if no such timer was running (a stale one).
@@ -336,8 +345,8 @@ impl AllocRunner {
     /// the status is reported.
     fn finish(&mut self, _now: i64, out: &mut Vec<Command>) {
         self.phase = RunnerPhase::Terminal;
-        if !self.group_services.is_empty() {
-            out.push(Command::DeregisterServices { task: None });
+        for hook in self.pre_kill_hooks() {
+            hook.postrun(out);
         }
         let failed = self.tasks.iter().any(|task| task.state.failed);
         self.alloc.client_status = if failed {

@@ -3,6 +3,7 @@
 
 pub mod alloc_runner;
 pub mod driver;
+pub mod hooks;
 pub mod task_runner;
 
 pub use alloc_runner::{AllocRunner, RunnerPhase};
@@ -40,9 +41,11 @@ pub enum Command {
     /// Register the group's (`None`) or a task's native services.
     RegisterServices {
         task: Option<usize>,
+        names: Vec<String>,
     },
     DeregisterServices {
         task: Option<usize>,
+        names: Vec<String>,
     },
     StartTimer {
         timer: Timer,

@@ -2,6 +2,7 @@
 //! pre-kill hooks (deregister the task's services) → `shutdown_delay` → `kill_signal` →
 //! `kill_timeout` → SIGKILL → `Terminated` → `Killed` → stop hooks.
 
+use super::hooks::{TaskPreKillHook, TaskServiceHook, TaskStopHook};
 use super::{Command, Timer};
 use crate::server::structs::{event_types, TaskEvent, TaskState, TaskStateName, MAX_TASK_EVENTS};
 use crate::spec::{Task, TaskRole, DEFAULT_KILL_SIGNAL};
@@ -38,7 +39,7 @@ pub struct TaskRunner {
     /// `kill_timeout` capped by the client's `max_kill_timeout`.
     pub kill_timeout_ns: i64,
     pub kill_signal: String,
-    pub services: Vec<String>,
+    pub service_hook: TaskServiceHook,
     pub phase: TaskPhase,
     pub state: TaskState,
     /// The task's pre-kill hooks ran (its services deregistered).
@@ -92,12 +93,14 @@ impl TaskRunner {
             // kill_timeout_respected, capped (§2.4 step 5, #13626).
             kill_timeout_ns: kill_timeout.min(max_kill_timeout_ns),
             kill_signal: kill_signal.to_string(),
-            services: task
-                .services
-                .iter()
-                .flatten()
-                .map(|s| s.name.clone())
-                .collect(),
+            service_hook: TaskServiceHook {
+                services: task
+                    .services
+                    .iter()
+                    .flatten()
+                    .map(|s| s.name.clone())
+                    .collect(),
+            },
             phase: TaskPhase::NotStarted,
             state: TaskState::default(),
             pre_kill_done: false,
@@ -126,9 +129,7 @@ impl TaskRunner {
             &[],
         ));
         out.push(Command::StartTask { task: ix });
-        if !self.services.is_empty() {
-            out.push(Command::RegisterServices { task: Some(ix) });
-        }
+        self.service_hook.register(ix, out);
     }
 
     /// The kill begins: `Killing`, pre-kill hooks, then the delay — skipped if the delays
@@ -149,8 +150,8 @@ impl TaskRunner {
             &[("kill_timeout", timeout.clone())],
         ));
         // prestop_hooks_always_run: the hooks run flag or no flag, before any signal.
-        if !self.services.is_empty() {
-            out.push(Command::DeregisterServices { task: Some(ix) });
+        for hook in self.pre_kill_hooks() {
+            hook.pre_killing(ix, out);
         }
         self.pre_kill_done = true;
         if self.shutdown_delay_ns <= 0 {
@@ -262,8 +263,17 @@ impl TaskRunner {
         self.phase = TaskPhase::Dead;
         self.state.state = TaskStateName::Dead;
         self.state.failed = was == TaskPhase::Running && exit.exit_code != 0;
-        if !self.services.is_empty() {
-            out.push(Command::DeregisterServices { task: Some(ix) });
+        for hook in self.stop_hooks() {
+            hook.stop(ix, out);
         }
+    }
+
+    fn pre_kill_hooks(&self) -> [&dyn TaskPreKillHook; 1] {
+        [&self.service_hook]
+    }
+
+    /// The exited and stop hooks.
+    fn stop_hooks(&self) -> [&dyn TaskStopHook; 1] {
+        [&self.service_hook]
     }
 }

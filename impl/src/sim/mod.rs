@@ -661,12 +661,12 @@ impl Simulator {
                     .map_err(|e| SimError::Driver(e.to_string()))?;
                 self.handles.insert((alloc.clone(), task), handle);
             }
-            Command::RegisterServices { task } => {
-                let (owner, names) = service_owner(runner, task);
+            Command::RegisterServices { task, names } => {
+                let owner = task_owner(runner, task);
                 self.server.register_services(alloc, &owner, &names);
             }
-            Command::DeregisterServices { task } => {
-                let (owner, names) = service_owner(runner, task);
+            Command::DeregisterServices { task, names } => {
+                let owner = task_owner(runner, task);
                 self.server.deregister_services(alloc, &owner, &names);
             }
             Command::StartTimer { timer, after_ns } => {
@@ -839,12 +839,7 @@ fn exit_of(
         )
 }
 
-fn service_owner(runner: &AllocRunner, task: Option<usize>) -> (String, Vec<String>) {
-    match task {
-        None => (String::new(), runner.group_services.clone()),
-        Some(ix) => (
-            runner.tasks[ix].name.clone(),
-            runner.tasks[ix].services.clone(),
-        ),
-    }
+/// The task a service belongs to, by name; empty for a group service.
+fn task_owner(runner: &AllocRunner, task: Option<usize>) -> String {
+    task.map_or(String::new(), |ix| runner.tasks[ix].name.clone())
 }

@@ -1,0 +1,114 @@
+//! Hook interfaces of the runners (`reference/nomad-stop-path.md` §2.1): what runs before an
+//! allocation's tasks are killed, before a task is killed, and after a task has exited.
+//! Hooks are sans-IO like the runners: they issue [`Command`]s. None of them is ever skipped
+//! by `-no-shutdown-delay`; the flag only ends the waits (prestop_hooks_always_run).
+
+use super::Command;
+use serde::{Deserialize, Serialize};
+
+/// Runs in the alloc runner before any task is killed. It may ask the runner to wait a
+/// delay before killing; the runner skips or cuts short that wait when the flag is applied.
+pub trait RunnerPreKillHook {
+    fn name(&self) -> &'static str;
+    /// Issues the hook's effects; returns the delay to wait afterwards, if any.
+    fn pre_kill(&self, out: &mut Vec<Command>) -> Option<i64>;
+    /// After every task has exited (Nomad's postrun): must be idempotent.
+    fn postrun(&self, out: &mut Vec<Command>);
+}
+
+/// Runs in a task runner right before the task is killed.
+pub trait TaskPreKillHook {
+    fn name(&self) -> &'static str;
+    fn pre_killing(&self, task: usize, out: &mut Vec<Command>);
+}
+
+/// Runs after the task has exited and will not run again; must be idempotent.
+pub trait TaskStopHook {
+    fn stop(&self, task: usize, out: &mut Vec<Command>);
+}
+
+/// The group service hook: deregisters the group's services, then asks for the group
+/// `shutdown_delay` (so load balancers stop sending traffic before the tasks die).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupServiceHook {
+    pub services: Vec<String>,
+    pub shutdown_delay_ns: i64,
+}
+
+impl GroupServiceHook {
+    pub fn register(&self, out: &mut Vec<Command>) {
+        if !self.services.is_empty() {
+            out.push(Command::RegisterServices {
+                task: None,
+                names: self.services.clone(),
+            });
+        }
+    }
+
+    fn deregister(&self, out: &mut Vec<Command>) {
+        if !self.services.is_empty() {
+            out.push(Command::DeregisterServices {
+                task: None,
+                names: self.services.clone(),
+            });
+        }
+    }
+}
+
+impl RunnerPreKillHook for GroupServiceHook {
+    fn name(&self) -> &'static str {
+        "group_services"
+    }
+
+    fn pre_kill(&self, out: &mut Vec<Command>) -> Option<i64> {
+        self.deregister(out);
+        (self.shutdown_delay_ns > 0).then_some(self.shutdown_delay_ns)
+    }
+
+    fn postrun(&self, out: &mut Vec<Command>) {
+        self.deregister(out);
+    }
+}
+
+/// The task service hook: registers the task's services when it starts, deregisters them
+/// before it is killed, and again once it has exited.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskServiceHook {
+    pub services: Vec<String>,
+}
+
+impl TaskServiceHook {
+    pub fn register(&self, task: usize, out: &mut Vec<Command>) {
+        if !self.services.is_empty() {
+            out.push(Command::RegisterServices {
+                task: Some(task),
+                names: self.services.clone(),
+            });
+        }
+    }
+
+    fn deregister(&self, task: usize, out: &mut Vec<Command>) {
+        if !self.services.is_empty() {
+            out.push(Command::DeregisterServices {
+                task: Some(task),
+                names: self.services.clone(),
+            });
+        }
+    }
+}
+
+impl TaskPreKillHook for TaskServiceHook {
+    fn name(&self) -> &'static str {
+        "task_services"
+    }
+
+    fn pre_killing(&self, task: usize, out: &mut Vec<Command>) {
+        self.deregister(task, out);
+    }
+}
+
+impl TaskStopHook for TaskServiceHook {
+    fn stop(&self, task: usize, out: &mut Vec<Command>) {
+        self.deregister(task, out);
+    }
+}
