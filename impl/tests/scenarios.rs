@@ -528,13 +528,13 @@ fn stopping_an_unknown_job_is_a_no_op() {
 fn a_step_that_is_not_enabled_changes_nothing() {
     let mut sim = running(web_job(1));
     let alloc = allocs(&sim)[0].clone();
-    let before = sim.log().entries().len();
+    let before = sim.log().len();
     let step = Step::GroupPreKill { alloc };
     assert_eq!(
         sim.apply(&step),
         Err(SimError::NotEnabled(step.to_string()))
     );
-    assert_eq!(sim.log().entries().len(), before);
+    assert_eq!(sim.log().len(), before);
 }
 
 #[test]
@@ -547,7 +547,7 @@ fn the_event_log_is_json_lines_in_step_alphabet_terms() {
         .lines()
         .map(|l| quiesce::sim::log::LogEntry::parse_line(l).unwrap())
         .collect();
-    assert_eq!(entries.len(), sim.log().entries().len());
+    assert_eq!(entries.len(), sim.log().len());
     assert!(entries
         .windows(2)
         .all(|w| w[1].seq == w[0].seq + 1 && w[1].time_ns >= w[0].time_ns));
@@ -577,7 +577,7 @@ fn the_simulator_is_deterministic_and_branches_by_clone() {
     let branch = sim.clone();
     sim.run_until_quiet(STEPS).unwrap();
     assert!(
-        branch.log().entries().len() < sim.log().entries().len(),
+        branch.log().len() < sim.log().len(),
         "the clone did not move"
     );
 }

@@ -300,6 +300,9 @@ pub struct ModelCfg {
     /// cannot produce.
     pub witnesses: Vec<&'static str>,
     pub fault: Option<Fault>,
+    /// Under a budget, client restarts are offered too (each uses one request). Off in the
+    /// named configurations, which place restarts by script; on for trace validation.
+    pub budget_restarts: bool,
 }
 
 impl ModelCfg {
@@ -364,6 +367,7 @@ fn part(
         history: History::Full,
         witnesses: witnesses.to_vec(),
         fault: None,
+        budget_restarts: false,
     }
 }
 

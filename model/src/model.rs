@@ -103,31 +103,37 @@ impl StopPathModel {
     fn offered(&self, state: &State) -> Vec<Request> {
         let made = usize::from(state.requests_made);
         match &self.cfg.operator {
-            Operator::Budget(budget) if made < usize::from(*budget) => vec![
-                Request::StopJob {
-                    purge: false,
-                    no_shutdown_delay: false,
-                },
-                Request::StopJob {
-                    purge: false,
-                    no_shutdown_delay: true,
-                },
-                Request::StopJob {
-                    purge: true,
-                    no_shutdown_delay: false,
-                },
-                Request::StopJob {
-                    purge: true,
-                    no_shutdown_delay: true,
-                },
-                Request::StopAlloc {
-                    no_shutdown_delay: false,
-                },
-                Request::StopAlloc {
-                    no_shutdown_delay: true,
-                },
-                Request::StartJob,
-            ],
+            Operator::Budget(budget) if made < usize::from(*budget) => {
+                let mut requests = vec![
+                    Request::StopJob {
+                        purge: false,
+                        no_shutdown_delay: false,
+                    },
+                    Request::StopJob {
+                        purge: false,
+                        no_shutdown_delay: true,
+                    },
+                    Request::StopJob {
+                        purge: true,
+                        no_shutdown_delay: false,
+                    },
+                    Request::StopJob {
+                        purge: true,
+                        no_shutdown_delay: true,
+                    },
+                    Request::StopAlloc {
+                        no_shutdown_delay: false,
+                    },
+                    Request::StopAlloc {
+                        no_shutdown_delay: true,
+                    },
+                    Request::StartJob,
+                ];
+                if self.cfg.budget_restarts {
+                    requests.push(Request::ClientRestart);
+                }
+                requests
+            }
             Operator::Script(script) => script.get(made).copied().into_iter().collect(),
             Operator::Budget(_) => Vec::new(),
         }

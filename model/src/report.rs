@@ -71,6 +71,15 @@ pub fn verdicts(checker: &impl Checker<StopPathModel>) -> Vec<PropertyVerdict> {
         .collect()
 }
 
+/// One line per property, as `check` prints them: the name, padded, then the verdict.
+pub fn verdict_lines(verdicts: &[PropertyVerdict]) -> Vec<String> {
+    let width = verdicts.iter().map(|v| v.name.len()).max().unwrap_or(0);
+    verdicts
+        .iter()
+        .map(|v| format!("{:width$}  {}", v.name, v.verdict.label()))
+        .collect()
+}
+
 /// The shortest counterexample of one invariant, by iterative deepening: single-threaded
 /// breadth-first searches bounded at 1, 2, 3… steps, each stopping once the invariant is
 /// violated. `None` if none is found within `max_steps`. (A full check records whichever

@@ -1,7 +1,10 @@
 //! Mapping between the implementation's terms and the model's.
 
-use quiesce::spec::{Job, TaskRole};
-use quiesce_model::config::{GroupCfg, TaskCfg, TaskKind, MAX_TASKS};
+use quiesce::server::structs::AllocId;
+use quiesce::sim::{Simulator, Step};
+use quiesce::spec::{Job, Lifecycle, Service, Task, TaskGroup, TaskRole};
+use quiesce_model::config::{GroupCfg, ModelCfg, TaskCfg, TaskKind, MAX_TASKS};
+use quiesce_model::Action;
 
 /// The model's abstraction of one task group of a jobspec: each task's kill-order role,
 /// whether it sets a `shutdown_delay` and registers a service; the group's delay and
@@ -40,4 +43,189 @@ pub fn group_cfg(job: &Job, group: &str) -> Result<GroupCfg, String> {
         service: has_services(&spec.services),
         tasks,
     })
+}
+
+/// The jobspec the implementation runs for a model configuration: the inverse of
+/// [`group_cfg`] (a delay the model has becomes a real duration; every task runs on the
+/// mock driver until it is killed and exits promptly on the signal; poststop tasks run a
+/// second).
+pub fn jobspec(cfg: &ModelCfg) -> Job {
+    const SECOND: i64 = 1_000_000_000;
+    let services = |name: &str, on: bool| {
+        on.then(|| {
+            vec![Service {
+                name: name.to_string(),
+                provider: "nomad".to_string(),
+            }]
+        })
+    };
+    let tasks = cfg
+        .group
+        .tasks
+        .iter()
+        .map(|task| Task {
+            name: task.name.clone(),
+            driver: "mock_driver".to_string(),
+            leader: task.kind == TaskKind::Leader,
+            lifecycle: match task.kind {
+                TaskKind::Sidecar => Some(Lifecycle {
+                    hook: "prestart".into(),
+                    sidecar: true,
+                }),
+                TaskKind::Poststop => Some(Lifecycle {
+                    hook: "poststop".into(),
+                    sidecar: false,
+                }),
+                TaskKind::Leader | TaskKind::Main => None,
+            },
+            shutdown_delay_ns: if task.shutdown_delay { 20 * SECOND } else { 0 },
+            services: services(&task.name, task.service),
+            config: (task.kind == TaskKind::Poststop)
+                .then(|| [("run_for".to_string(), serde_json::json!(SECOND))].into()),
+            ..Task::default()
+        })
+        .collect();
+    Job {
+        id: cfg.job.to_string(),
+        task_groups: vec![TaskGroup {
+            name: cfg.group.name.clone(),
+            count: Some(i64::from(cfg.count)),
+            shutdown_delay_ns: cfg.group.shutdown_delay.then_some(30 * SECOND),
+            services: services(&cfg.group.name, cfg.group.service),
+            tasks,
+        }],
+        ..Job::default()
+    }
+}
+
+/// The simulator step for a model action. `ids` are the simulator's allocations in
+/// placement order, the model's positions.
+pub fn step_of(cfg: &ModelCfg, ids: &[AllocId], action: Action) -> Step {
+    let alloc = |ix: u8| ids[usize::from(ix)].clone();
+    let task = |ix: u8| cfg.group.tasks[usize::from(ix)].name.clone();
+    let job = cfg.job.to_string();
+    match action {
+        Action::StopJob {
+            purge,
+            no_shutdown_delay,
+        } => Step::StopJob {
+            job,
+            purge,
+            no_shutdown_delay,
+        },
+        Action::StopAlloc {
+            alloc: a,
+            no_shutdown_delay,
+        } => Step::StopAlloc {
+            alloc: alloc(a),
+            no_shutdown_delay,
+        },
+        Action::StartJob => Step::StartJob { job },
+        Action::ProcessEval => Step::ProcessEval,
+        Action::ClientSync { alloc: a } => Step::ClientSync { alloc: alloc(a) },
+        Action::GroupPreKill { alloc: a } => Step::GroupPreKill { alloc: alloc(a) },
+        Action::GroupDelayElapsed { alloc: a } => Step::GroupDelayElapsed { alloc: alloc(a) },
+        Action::TaskPreKill { alloc: a, task: t } => Step::TaskPreKill {
+            alloc: alloc(a),
+            task: task(t),
+        },
+        Action::TaskDelayElapsed { alloc: a, task: t } => Step::TaskDelayElapsed {
+            alloc: alloc(a),
+            task: task(t),
+        },
+        Action::TaskExit { alloc: a, task: t } => Step::TaskExit {
+            alloc: alloc(a),
+            task: task(t),
+        },
+        Action::KillTimeout { alloc: a, task: t } => Step::KillTimeout {
+            alloc: alloc(a),
+            task: task(t),
+        },
+        Action::PoststopStart { alloc: a, task: t } => Step::PoststopStart {
+            alloc: alloc(a),
+            task: task(t),
+        },
+        Action::PoststopExit { alloc: a, task: t } => Step::PoststopExit {
+            alloc: alloc(a),
+            task: task(t),
+        },
+        Action::ClientRestart => Step::ClientRestart,
+    }
+}
+
+/// The model action for a simulator step (the other direction), or `None` when the step
+/// names an allocation or task the model does not have.
+pub fn action_of(cfg: &ModelCfg, ids: &[AllocId], step: &Step) -> Option<Action> {
+    let alloc = |id: &AllocId| {
+        ids.iter()
+            .position(|known| known == id)
+            .and_then(|ix| u8::try_from(ix).ok())
+    };
+    let task = |name: &String| {
+        cfg.group
+            .tasks
+            .iter()
+            .position(|t| &t.name == name)
+            .and_then(|ix| u8::try_from(ix).ok())
+    };
+    Some(match step {
+        Step::StopJob {
+            purge,
+            no_shutdown_delay,
+            ..
+        } => Action::StopJob {
+            purge: *purge,
+            no_shutdown_delay: *no_shutdown_delay,
+        },
+        Step::StopAlloc {
+            alloc: a,
+            no_shutdown_delay,
+        } => Action::StopAlloc {
+            alloc: alloc(a)?,
+            no_shutdown_delay: *no_shutdown_delay,
+        },
+        Step::StartJob { .. } => Action::StartJob,
+        Step::ProcessEval => Action::ProcessEval,
+        Step::ClientSync { alloc: a } => Action::ClientSync { alloc: alloc(a)? },
+        Step::GroupPreKill { alloc: a } => Action::GroupPreKill { alloc: alloc(a)? },
+        Step::GroupDelayElapsed { alloc: a } => Action::GroupDelayElapsed { alloc: alloc(a)? },
+        Step::TaskPreKill { alloc: a, task: t } => Action::TaskPreKill {
+            alloc: alloc(a)?,
+            task: task(t)?,
+        },
+        Step::TaskDelayElapsed { alloc: a, task: t } => Action::TaskDelayElapsed {
+            alloc: alloc(a)?,
+            task: task(t)?,
+        },
+        Step::TaskExit { alloc: a, task: t } => Action::TaskExit {
+            alloc: alloc(a)?,
+            task: task(t)?,
+        },
+        Step::KillTimeout { alloc: a, task: t } => Action::KillTimeout {
+            alloc: alloc(a)?,
+            task: task(t)?,
+        },
+        Step::PoststopStart { alloc: a, task: t } => Action::PoststopStart {
+            alloc: alloc(a)?,
+            task: task(t)?,
+        },
+        Step::PoststopExit { alloc: a, task: t } => Action::PoststopExit {
+            alloc: alloc(a)?,
+            task: task(t)?,
+        },
+        Step::ClientRestart => Action::ClientRestart,
+    })
+}
+
+/// The simulator's allocations of `job` in placement order: `ids` extended with the ones
+/// placed since (a removed tombstone keeps its position).
+pub fn extend_ids(sim: &Simulator, job: &str, ids: &mut Vec<AllocId>) {
+    let mut new: Vec<_> = sim
+        .server
+        .store
+        .allocs_by_job(job)
+        .filter(|alloc| !ids.contains(&alloc.id))
+        .collect();
+    new.sort_by(|a, b| (a.create_index, &a.name).cmp(&(b.create_index, &b.name)));
+    ids.extend(new.into_iter().map(|alloc| alloc.id.clone()));
 }

@@ -1,10 +1,15 @@
 //! # quiesce-proofs: the implementation checked against the model
 //!
-//! Model-check runs and, growing issue by issue, the conformance suite. This crate is the
-//! only one that sees both `quiesce-model` and `quiesce`.
+//! Model-check runs and the conformance suite. This crate is the only one that sees both
+//! `quiesce-model` and `quiesce`.
 //!
-//! So far: [`adapter::group_cfg`], the first piece of the adapter — it maps an
-//! implementation jobspec onto the model's abstraction of a task group, so that a model
-//! configuration and the jobspec the implementation runs are shown to be the same job.
+//! * [`adapter`] maps between the two vocabularies: a jobspec and the model's task group,
+//!   model actions and simulator steps, both ways.
+//! * [`observe`] is the observation both sides project to.
+//! * [`lockstep`] walks the model's state graph in step with the simulator.
+//! * [`trace`] replays an event log against the model.
 
 pub mod adapter;
+pub mod lockstep;
+pub mod observe;
+pub mod trace;

@@ -8,7 +8,7 @@
 
 use super::hooks::{GroupServiceHook, RunnerPreKillHook};
 use super::task_runner::{event, ExitResult, TaskPhase, TaskRunner};
-use super::{Command, RunnerStep, Timer};
+use super::{Command, DelayOutcome, RunnerStep, Timer};
 use crate::server::structs::{event_types, Allocation, ClientStatus, DesiredStatus};
 use crate::spec::TaskRole;
 use serde::{Deserialize, Serialize};
@@ -35,6 +35,7 @@ pub struct AllocRunner {
     /// update carrying the flag, never re-armed.
     pub cancelled: bool,
     pub group_pre_kill_done: bool,
+    pub group_delay: DelayOutcome,
     /// The delay the pre-kill hooks asked for (the group `shutdown_delay`).
     pub group_shutdown_delay_ns: i64,
     pub group_service_hook: GroupServiceHook,
@@ -61,6 +62,7 @@ impl AllocRunner {
             phase: RunnerPhase::Running,
             cancelled: false,
             group_pre_kill_done: false,
+            group_delay: DelayOutcome::None,
             group_shutdown_delay_ns: 0,
             group_service_hook: GroupServiceHook {
                 services: group
@@ -98,6 +100,15 @@ impl AllocRunner {
             }
         }
         runner.alloc.client_status = ClientStatus::Running;
+        // A first pull may already carry the flag (a flagged stop before the client pulled
+        // a new allocation): the cancellation fires now, so no later wait happens.
+        if runner
+            .alloc
+            .desired_transition
+            .should_ignore_shutdown_delay()
+        {
+            runner.cancel_delays(now, out);
+        }
         out.push(Command::Report);
         runner
     }
@@ -171,6 +182,7 @@ impl AllocRunner {
                 now,
                 "cut short by -no-shutdown-delay",
             );
+            self.group_delay = DelayOutcome::CutShort;
             self.phase = RunnerPhase::Killing;
         }
         for ix in 0..self.tasks.len() {
@@ -259,6 +271,7 @@ impl AllocRunner {
             return;
         }
         if self.cancelled {
+            self.group_delay = DelayOutcome::Skipped;
             self.group_event(
                 event_types::SKIPPING_GROUP_SHUTDOWN_DELAY,
                 now,
@@ -271,6 +284,7 @@ impl AllocRunner {
                 "waiting before killing tasks",
             );
             self.phase = RunnerPhase::GroupDelay;
+            self.group_delay = DelayOutcome::Waiting;
             out.push(Command::StartTimer {
                 timer: Timer::GroupDelay,
                 after_ns: delay_ns,
@@ -286,6 +300,7 @@ impl AllocRunner {
     pub fn timer_fired(&mut self, timer: Timer, now: i64, out: &mut Vec<Command>) -> bool {
         match timer {
             Timer::GroupDelay if self.phase == RunnerPhase::GroupDelay => {
+                self.group_delay = DelayOutcome::Elapsed;
                 self.phase = RunnerPhase::Killing
             }
             Timer::TaskDelay(ix)

@@ -16,6 +16,22 @@ use std::collections::BTreeMap;
 /// The client's default `max_kill_timeout`: 30 s.
 pub const DEFAULT_MAX_KILL_TIMEOUT_NS: i64 = 30_000_000_000;
 
+/// How a delay (group or task) ended, or where it stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DelayOutcome {
+    /// Not reached, or no delay set.
+    None,
+    Waiting,
+    /// The timer fired: waited in full.
+    Elapsed,
+    /// Not waited at all: the flag was applied before the wait began.
+    Skipped,
+    /// The flag arrived during the wait and ended it.
+    CutShort,
+    /// The task exited on its own during its delay.
+    ExitedDuring,
+}
+
 /// A timer of one allocation's runner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Timer {

@@ -3,7 +3,7 @@
 //! `kill_timeout` → SIGKILL → `Terminated` → `Killed` → stop hooks.
 
 use super::hooks::{TaskPreKillHook, TaskServiceHook, TaskStopHook};
-use super::{Command, Timer};
+use super::{Command, DelayOutcome, Timer};
 use crate::server::structs::{event_types, TaskEvent, TaskState, TaskStateName, MAX_TASK_EVENTS};
 use crate::spec::{Task, TaskRole, DEFAULT_KILL_SIGNAL};
 use serde::{Deserialize, Serialize};
@@ -44,6 +44,9 @@ pub struct TaskRunner {
     pub state: TaskState,
     /// The task's pre-kill hooks ran (its services deregistered).
     pub pre_kill_done: bool,
+    /// The kill signal was sent.
+    pub signalled: bool,
+    pub delay: DelayOutcome,
     pub sigkilled: bool,
 }
 
@@ -104,6 +107,8 @@ impl TaskRunner {
             phase: TaskPhase::NotStarted,
             state: TaskState::default(),
             pre_kill_done: false,
+            signalled: false,
+            delay: DelayOutcome::None,
             sigkilled: false,
         }
     }
@@ -163,6 +168,7 @@ impl TaskRunner {
         self.state.state = TaskStateName::Pending;
         if cancelled {
             // delay_skipped_only_when_flagged: `cancelled` is only set by a flagged update.
+            self.delay = DelayOutcome::Skipped;
             self.record(event(
                 event_types::SKIPPING_SHUTDOWN_DELAY,
                 now,
@@ -178,6 +184,7 @@ impl TaskRunner {
                 &[],
             ));
             self.phase = TaskPhase::Delaying;
+            self.delay = DelayOutcome::Waiting;
             out.push(Command::StartTimer {
                 timer: Timer::TaskDelay(ix),
                 after_ns: self.shutdown_delay_ns,
@@ -188,6 +195,7 @@ impl TaskRunner {
     /// The flag arrived mid-wait (flag_is_honoured): the wait ends now.
     pub(super) fn cut_delay_short(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {
         debug_assert_eq!(self.phase, TaskPhase::Delaying);
+        self.delay = DelayOutcome::CutShort;
         out.push(Command::CancelTimer {
             timer: Timer::TaskDelay(ix),
         });
@@ -205,6 +213,7 @@ impl TaskRunner {
 
     pub(super) fn delay_elapsed(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {
         debug_assert_eq!(self.phase, TaskPhase::Delaying);
+        self.delay = DelayOutcome::Elapsed;
         self.send_signal(ix, now, out);
     }
 
@@ -214,6 +223,7 @@ impl TaskRunner {
             "prestop_hooks_always_run: hooks before the signal"
         );
         self.phase = TaskPhase::Signalled;
+        self.signalled = true;
         self.state.state = TaskStateName::Running;
         out.push(Command::Signal {
             task: ix,
@@ -236,6 +246,9 @@ impl TaskRunner {
     /// and stop hooks deregister its services again (idempotent).
     pub(super) fn exited(&mut self, ix: usize, exit: ExitResult, now: i64, out: &mut Vec<Command>) {
         let was = self.phase;
+        if was == TaskPhase::Delaying {
+            self.delay = DelayOutcome::ExitedDuring;
+        }
         match was {
             TaskPhase::Delaying => out.push(Command::CancelTimer {
                 timer: Timer::TaskDelay(ix),

@@ -6,6 +6,7 @@ use super::store::StateStore;
 use super::structs::{AllocId, ClientStatus, DesiredStatus};
 use crate::spec::Job;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 pub const DESC_JOB_UPDATE: &str = "alloc not needed due to job update";
 pub const DESC_MIGRATING: &str = "alloc is being migrated";
@@ -14,7 +15,7 @@ pub const DESC_NOT_NEEDED: &str = "alloc not needed as task group was scaled dow
 /// One allocation to place.
 #[derive(Clone, Debug)]
 pub struct Placement {
-    pub job: Job,
+    pub job: Arc<Job>,
     pub group: String,
     /// The index in its name, `job.group[index]`.
     pub index: u64,
@@ -46,6 +47,7 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
             return plan;
         }
     };
+    let shared = Arc::new(job.clone());
     // A batch allocation that completed is done, not missing: it is not placed again.
     let completed: BTreeSet<(String, u64)> = if job.job_type == "batch" {
         store
@@ -71,7 +73,7 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                 plan.stop.push((alloc.id.clone(), DESC_MIGRATING));
                 // A replacement in the same plan, never carrying the flag.
                 plan.place.push(Placement {
-                    job: job.clone(),
+                    job: Arc::clone(&shared),
                     group: group.name.clone(),
                     index,
                     previous: Some(alloc.id.clone()),
@@ -83,7 +85,7 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         }
         for index in (0..count_of(group.count)).filter(|index| !kept.contains(index)) {
             plan.place.push(Placement {
-                job: job.clone(),
+                job: Arc::clone(&shared),
                 group: group.name.clone(),
                 index,
                 previous: None,

@@ -147,8 +147,10 @@ impl StateStore {
         true
     }
 
+    /// Deletes an allocation; journalled, since its client will no longer find it.
     pub(super) fn delete_alloc(&mut self, id: &str) {
         if let Some(alloc) = self.allocs.remove(id) {
+            self.client_changes.push(alloc.id.clone());
             if let Some(ids) = self.allocs_by_job.get_mut(&alloc.job_id) {
                 ids.remove(id);
             }

@@ -4,6 +4,7 @@
 use crate::spec::Job;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub type JobId = String;
 pub type AllocId = String;
@@ -135,8 +136,9 @@ pub struct Allocation {
     pub node_id: NodeId,
     #[serde(rename = "JobID")]
     pub job_id: JobId,
-    /// The job version it was placed from (not updated by a stop, §6.3).
-    pub job: Job,
+    /// The job version it was placed from (not updated by a stop, §6.3); shared, since
+    /// every allocation of a version holds the same one.
+    pub job: Arc<Job>,
     pub job_version: u64,
     pub task_group: String,
     pub desired_status: DesiredStatus,

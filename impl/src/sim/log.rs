@@ -3,6 +3,7 @@
 //! from the step-alphabet table, and its arguments.
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogEntry {
@@ -32,27 +33,66 @@ impl LogEntry {
     }
 }
 
-/// The log of one run, in order.
+/// The log of one run, in order. A persistent list, so that cloning a simulator to branch
+/// it (the conformance walk does, at every transition) costs nothing for the log.
 #[derive(Clone, Debug, Default)]
 pub struct EventLog {
-    entries: Vec<LogEntry>,
+    last: Option<Arc<Node>>,
+    len: u64,
+}
+
+#[derive(Debug)]
+struct Node {
+    entry: LogEntry,
+    previous: Option<Arc<Node>>,
 }
 
 impl EventLog {
     pub fn push(&mut self, mut entry: LogEntry) {
-        entry.seq = self.entries.len() as u64 + 1;
-        self.entries.push(entry);
+        self.len += 1;
+        entry.seq = self.len;
+        let previous = self.last.take();
+        self.last = Some(Arc::new(Node { entry, previous }));
     }
 
-    pub fn entries(&self) -> &[LogEntry] {
-        &self.entries
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The entries, oldest first.
+    pub fn entries(&self) -> Vec<LogEntry> {
+        let mut entries = Vec::with_capacity(self.len());
+        let mut node = self.last.as_deref();
+        while let Some(current) = node {
+            entries.push(current.entry.clone());
+            node = current.previous.as_deref();
+        }
+        entries.reverse();
+        entries
     }
 
     /// The whole log as JSON lines, each ending in a newline.
     pub fn to_json_lines(&self) -> String {
-        self.entries
+        self.entries()
             .iter()
             .map(|entry| entry.to_json_line() + "\n")
             .collect()
+    }
+}
+
+impl Drop for EventLog {
+    /// Drops a long list iteratively: the default recursive drop would overflow the stack.
+    fn drop(&mut self) {
+        let mut node = self.last.take();
+        while let Some(current) = node {
+            node = match Arc::try_unwrap(current) {
+                Ok(mut owned) => owned.previous.take(),
+                Err(_) => None,
+            };
+        }
     }
 }

@@ -168,9 +168,8 @@ fn report_part(
     let checker = checker.join();
     let seconds = started.elapsed().as_secs_f64();
     let verdicts = report::verdicts(&checker);
-    let width = verdicts.iter().map(|v| v.name.len()).max().unwrap_or(0);
-    for verdict in &verdicts {
-        println!("{:width$}  {}", verdict.name, verdict.verdict.label());
+    for (verdict, line) in verdicts.iter().zip(report::verdict_lines(&verdicts)) {
+        println!("{line}");
         if verdict.verdict == Verdict::Violated {
             // The shortest path to the violation reads best; the search's own is the fallback.
             let shortest =

@@ -1,0 +1,154 @@
+//! `quiesce-conform`: model-check a configuration, then walk it in lockstep with the
+//! implementation's simulator; or validate an event log against the model.
+
+use clap::{Parser, Subcommand};
+use quiesce_model::config;
+use quiesce_model::report;
+use quiesce_model::{representative, Checker, Model};
+use quiesce_proofs::lockstep::{walk, WalkOptions};
+use quiesce_proofs::trace;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(
+    name = "quiesce-conform",
+    version,
+    about = "Check that quiesce's implementation conforms to its model"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// small or standard.
+    #[arg(long, default_value = "small")]
+    config: String,
+    /// Walk at most this many steps deep.
+    #[arg(long)]
+    depth: Option<usize>,
+    /// Walk every model state, not one per symmetry class.
+    #[arg(long)]
+    no_symmetry: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay an event log (JSON lines) against the model; report the first step it does
+    /// not allow.
+    ValidateLog {
+        file: String,
+        /// The configuration whose job the log runs.
+        #[arg(long, default_value = "standard")]
+        config: String,
+        /// The part whose job the log runs (default: the first).
+        #[arg(long)]
+        part: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Some(Command::ValidateLog { file, config, part }) => {
+            validate_log(file, config, part.as_deref())
+        }
+        None => conform(&cli),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(message) => {
+            eprintln!("quiesce-conform: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn conform(cli: &Cli) -> Result<bool, String> {
+    let parts = config::configuration(&cli.config)?;
+    let options = WalkOptions {
+        max_depth: cli.depth,
+        symmetry: !cli.no_symmetry,
+        max_mismatches: 1,
+    };
+    let started = Instant::now();
+    let (mut ok, mut transitions, mut states, mut mismatches) = (true, 0, 0, 0);
+    for part in &parts {
+        println!("== {}", part.name);
+        let model = part.clone().into_model();
+        let check_started = Instant::now();
+        let checker = model
+            .clone()
+            .checker()
+            .symmetry_fn(representative)
+            .spawn_dfs()
+            .join();
+        let verdicts = report::verdicts(&checker);
+        for line in report::verdict_lines(&verdicts) {
+            println!("{line}");
+        }
+        ok &= !verdicts.iter().any(|v| v.verdict.is_failure());
+        println!(
+            "model: {} unique states, depth {}, {:.2} s",
+            checker.unique_state_count(),
+            checker.max_depth(),
+            check_started.elapsed().as_secs_f64()
+        );
+        let report = walk(part, options)?;
+        for mismatch in &report.mismatches {
+            println!("{mismatch}");
+        }
+        println!(
+            "lockstep: {} transitions checked, {} states, mismatches {}, {:.2} s ({:.0} transitions/s)",
+            report.transitions,
+            report.states,
+            report.mismatches.len(),
+            report.seconds,
+            report.transitions as f64 / report.seconds.max(1e-9)
+        );
+        ok &= report.mismatches.is_empty();
+        transitions += report.transitions;
+        states += report.states;
+        mismatches += report.mismatches.len();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "total: {} parts, transitions checked {transitions}, states {states}, mismatches {mismatches}, {seconds:.1} s",
+        parts.len()
+    );
+    println!("{}", if ok { "conforms" } else { "FAILED" });
+    Ok(ok)
+}
+
+fn validate_log(file: &str, config_name: &str, part: Option<&str>) -> Result<bool, String> {
+    let parts = config::configuration(config_name)?;
+    let chosen = match part {
+        None => parts
+            .into_iter()
+            .next()
+            .expect("a configuration has a part"),
+        Some(name) => {
+            let names: Vec<_> = parts.iter().map(|p| p.name.clone()).collect();
+            parts.into_iter().find(|p| p.name == name).ok_or_else(|| {
+                format!(
+                    "unknown part '{name}' of {config_name}; valid parts: {}",
+                    names.join(", ")
+                )
+            })?
+        }
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
+    let entries = trace::parse_log(&text).map_err(|e| format!("{file}: {e}"))?;
+    match trace::validate(&chosen, &entries) {
+        Ok(report) => {
+            println!(
+                "{file}: valid: {} steps replayed against the model ({} start-up entries bound the initial allocations)",
+                report.replayed, report.setup_entries
+            );
+            Ok(true)
+        }
+        Err(error) => {
+            println!("{file}: {error}");
+            Ok(false)
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The lockstep walk: the full-history model's reachable state graph, walked depth-first in
+//! step with the simulator (cloned at every branch), so that every transition of the model
+//! is checked once. After every step: (a) the two observations are equal; (b) at every
+//! state reached, the sets of enabled internal steps are equal, both ways — the
+//! implementation may neither refuse a step the model allows nor take one it forbids.
+//! Operator requests are offered to both whenever the model's budget or script offers them.
+
+use crate::adapter::{extend_ids, jobspec, step_of};
+use crate::observe::{diff, of_model, of_sim};
+use quiesce::server::structs::AllocId;
+use quiesce::sim::{Simulator, Step};
+use quiesce_model::{Action, History, Model, ModelCfg, State, StopPathModel};
+use std::collections::{BTreeSet, HashSet};
+use std::hash::{Hash, Hasher};
+use std::rc::Rc;
+use std::time::Instant;
+
+/// One difference between the model and the implementation.
+#[derive(Clone, Debug)]
+pub struct Mismatch {
+    /// The steps from the initial state, in model terms.
+    pub path: Vec<String>,
+    /// The step taken (or, for an enabledness mismatch, the state's steps).
+    pub step: String,
+    pub what: String,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "mismatch after {} steps:", self.path.len())?;
+        for (number, step) in self.path.iter().enumerate() {
+            writeln!(f, "  {}. {step}", number + 1)?;
+        }
+        writeln!(f, "  then: {}", self.step)?;
+        write!(f, "{}", self.what)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct WalkReport {
+    /// Model states visited (one per symmetry class when symmetry is on).
+    pub states: usize,
+    /// Model transitions checked, each applied to a simulator clone.
+    pub transitions: usize,
+    pub mismatches: Vec<Mismatch>,
+    pub seconds: f64,
+}
+
+/// How far and how the walk goes.
+#[derive(Clone, Copy, Debug)]
+pub struct WalkOptions {
+    /// Stop descending at this many steps from the initial state.
+    pub max_depth: Option<usize>,
+    /// Visit one state per symmetry class (allocations sorted), as the checker does.
+    pub symmetry: bool,
+    /// Stop after this many mismatches.
+    pub max_mismatches: usize,
+}
+
+impl Default for WalkOptions {
+    fn default() -> Self {
+        WalkOptions {
+            max_depth: None,
+            symmetry: true,
+            max_mismatches: 1,
+        }
+    }
+}
+
+/// A persistent list of the actions leading to a state, shared between siblings.
+struct PathNode {
+    action: Action,
+    parent: Option<Rc<PathNode>>,
+}
+
+fn path_of(node: &Option<Rc<PathNode>>) -> Vec<Action> {
+    let mut actions = Vec::new();
+    let mut current = node.clone();
+    while let Some(node) = current {
+        actions.push(node.action);
+        current = node.parent.clone();
+    }
+    actions.reverse();
+    actions
+}
+
+struct Frame {
+    state: State,
+    sim: Simulator,
+    ids: Vec<AllocId>,
+    path: Option<Rc<PathNode>>,
+    depth: usize,
+}
+
+fn fingerprint(state: &State, symmetry: bool) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    if symmetry {
+        state.representative().hash(&mut hasher);
+    } else {
+        state.hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// The simulator in the model's initial state: the job registered, placed and running.
+pub fn initial_sim(cfg: &ModelCfg) -> Result<(Simulator, Vec<AllocId>), String> {
+    let mut sim = Simulator::new(usize::from(cfg.nodes), 1);
+    sim.register(jobspec(cfg))
+        .map_err(|e| format!("cannot register the job: {e}"))?;
+    sim.run_until_quiet(100_000)
+        .map_err(|e| format!("the job does not start: {e}"))?;
+    let mut ids = Vec::new();
+    extend_ids(&sim, cfg.job, &mut ids);
+    Ok((sim, ids))
+}
+
+/// Walks one configuration part in lockstep.
+pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> {
+    if cfg.history != History::Full {
+        return Err(format!(
+            "part {}: the lockstep walk needs full history",
+            cfg.name
+        ));
+    }
+    let started = Instant::now();
+    let model = cfg.clone().into_model();
+    let (sim, ids) = initial_sim(cfg)?;
+    let init = model.init_states().remove(0);
+    let mut report = WalkReport::default();
+    let tasks = cfg.group.tasks.len();
+    let first = of_model(&model, &init);
+    let actual = of_sim(&sim, cfg.job, tasks, &ids);
+    if first != actual {
+        report.mismatches.push(Mismatch {
+            path: Vec::new(),
+            step: "(initial state)".into(),
+            what: diff(&first, &actual),
+        });
+        return Ok(report);
+    }
+    let mut visited = HashSet::from([fingerprint(&init, options.symmetry)]);
+    let mut stack = vec![Frame {
+        state: init,
+        sim,
+        ids,
+        path: None,
+        depth: 0,
+    }];
+    let mut actions = Vec::new();
+    while let Some(mut frame) = stack.pop() {
+        report.states += 1;
+        if let Some(mismatch) = compare_enabled(&model, &frame) {
+            report.mismatches.push(mismatch);
+        }
+        if report.mismatches.len() >= options.max_mismatches {
+            break;
+        }
+        if options.max_depth.is_some_and(|max| frame.depth >= max) {
+            continue;
+        }
+        actions.clear();
+        model.actions(&frame.state, &mut actions);
+        let last = actions.len().saturating_sub(1);
+        for (ix, &action) in actions.iter().enumerate() {
+            let Some(next) = model.next_state(&frame.state, action) else {
+                continue;
+            };
+            report.transitions += 1;
+            // The last branch takes the frame's simulator instead of a clone.
+            let mut sim = if ix == last {
+                std::mem::replace(&mut frame.sim, Simulator::new(0, 0))
+            } else {
+                frame.sim.clone()
+            };
+            let step = step_of(cfg, &frame.ids, action);
+            let fail = |what: String| Mismatch {
+                path: describe_path(&path_of(&frame.path)),
+                step: format!("{action} = {step}"),
+                what,
+            };
+            if let Err(error) = sim.apply(&step) {
+                report
+                    .mismatches
+                    .push(fail(format!("  the implementation refused it: {error}\n")));
+                break;
+            }
+            let mut ids = frame.ids.clone();
+            extend_ids(&sim, cfg.job, &mut ids);
+            let expected = of_model(&model, &next);
+            let actual = of_sim(&sim, cfg.job, tasks, &ids);
+            if expected != actual {
+                report.mismatches.push(fail(diff(&expected, &actual)));
+                break;
+            }
+            if visited.insert(fingerprint(&next, options.symmetry)) {
+                let path = Some(Rc::new(PathNode {
+                    action,
+                    parent: frame.path.clone(),
+                }));
+                stack.push(Frame {
+                    state: next,
+                    sim,
+                    ids,
+                    path,
+                    depth: frame.depth + 1,
+                });
+            }
+        }
+        if report.mismatches.len() >= options.max_mismatches {
+            break;
+        }
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn describe_path(actions: &[Action]) -> Vec<String> {
+    actions.iter().map(|action| action.to_string()).collect()
+}
+
+/// (b): the internal steps enabled on both sides are the same set.
+fn compare_enabled(model: &StopPathModel, frame: &Frame) -> Option<Mismatch> {
+    let mut internal = Vec::new();
+    model.internal_actions(&frame.state, &mut internal);
+    let expected: BTreeSet<Step> = internal
+        .iter()
+        .map(|&action| step_of(&model.cfg, &frame.ids, action))
+        .collect();
+    let actual: BTreeSet<Step> = frame.sim.enabled_steps().into_iter().collect();
+    if expected == actual {
+        return None;
+    }
+    let only = |a: &BTreeSet<Step>, b: &BTreeSet<Step>| {
+        a.difference(b)
+            .map(|step| step.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Some(Mismatch {
+        path: describe_path(&path_of(&frame.path)),
+        step: "(enabled steps compared)".into(),
+        what: format!(
+            "  enabled in the model only: [{}]\n  enabled in the implementation only: [{}]\n",
+            only(&expected, &actual),
+            only(&actual, &expected)
+        ),
+    })
+}

@@ -1,0 +1,284 @@
+//! The observation both sides project to (DESIGN.md, "What conformance compares"): per
+//! allocation its desired status and transition, whether and what its client has pulled,
+//! the runner's phase, which hooks ran, how each delay ended, and per task the same; per job
+//! the stored versions' specs and `Stop`; whether an evaluation is pending. Nothing in it
+//! is simulator-only: each field is something a Nomad-API server shows (task states and
+//! events, allocations, versions, evaluations, service registrations).
+
+use quiesce::client::{
+    AllocRunner, DelayOutcome, RunnerPhase as ImplPhase, TaskPhase as ImplTaskPhase,
+};
+use quiesce::server::structs::{AllocId, DesiredStatus};
+use quiesce::sim::Simulator;
+use quiesce::spec::Job;
+use quiesce_model::state::{Alloc, Delay, RunnerPhase, State, TaskPhase};
+use quiesce_model::StopPathModel;
+use std::fmt::Write;
+
+/// A stored job version as far as the stop path is concerned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VersionObs {
+    pub group_shutdown_delay: bool,
+    pub task_shutdown_delays: Vec<bool>,
+    pub stop: bool,
+}
+
+/// What the server holds for an allocation (`None` once it is gone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerObs {
+    /// Desired stop, by a stop or a purge.
+    pub stop: bool,
+    pub migrate: bool,
+    pub no_shutdown_delay: bool,
+    pub tombstone: bool,
+}
+
+/// The client's copy, as last pulled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PulledObs {
+    pub stop: bool,
+    pub no_shutdown_delay: bool,
+    pub tombstone: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskObs {
+    pub phase: TaskPhase,
+    pub killing: bool,
+    pub pre_kill: bool,
+    pub service_registered: bool,
+    pub delay: Delay,
+    pub signalled: bool,
+    pub sigkilled: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocObs {
+    pub server: Option<ServerObs>,
+    pub pulled: Option<PulledObs>,
+    pub runner: RunnerPhase,
+    pub cancelled: bool,
+    pub group_pre_kill: bool,
+    pub group_service_registered: bool,
+    pub group_delay: Delay,
+    pub tasks: Vec<TaskObs>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observation {
+    /// Every stored version, oldest first; empty once purged.
+    pub versions: Vec<VersionObs>,
+    pub eval_pending: bool,
+    /// In placement order.
+    pub allocs: Vec<AllocObs>,
+}
+
+// ------------------------------------------------------------------ the model's side
+
+pub fn of_model(model: &StopPathModel, state: &State) -> Observation {
+    let tasks = model.cfg.group.tasks.len();
+    Observation {
+        versions: state
+            .job
+            .versions
+            .iter()
+            .map(|version| VersionObs {
+                group_shutdown_delay: version.spec.group_shutdown_delay,
+                task_shutdown_delays: version.spec.task_shutdown_delay[..tasks].to_vec(),
+                stop: version.stop,
+            })
+            .collect(),
+        eval_pending: state.eval_pending,
+        allocs: state
+            .allocs
+            .iter()
+            .map(|alloc| alloc_of_model(alloc, tasks))
+            .collect(),
+    }
+}
+
+fn alloc_of_model(alloc: &Alloc, tasks: usize) -> AllocObs {
+    AllocObs {
+        server: (!alloc.removed).then_some(ServerObs {
+            stop: alloc.desired_stop || alloc.tombstone,
+            migrate: alloc.migrate,
+            no_shutdown_delay: alloc.no_shutdown_delay,
+            tombstone: alloc.tombstone,
+        }),
+        pulled: alloc.pulled.map(|view| PulledObs {
+            stop: view.stop,
+            no_shutdown_delay: view.no_shutdown_delay,
+            tombstone: view.tombstone,
+        }),
+        runner: alloc.runner,
+        cancelled: alloc.cancelled,
+        group_pre_kill: alloc.group_pre_kill,
+        group_service_registered: alloc.group_service_registered,
+        group_delay: alloc.group_delay,
+        tasks: alloc.tasks[..tasks]
+            .iter()
+            .map(|task| TaskObs {
+                phase: task.phase,
+                killing: task.killing,
+                pre_kill: task.pre_kill,
+                service_registered: task.service_registered,
+                delay: task.delay,
+                signalled: task.signalled,
+                sigkilled: task.sigkilled && task.kill_timeout_fired,
+            })
+            .collect(),
+    }
+}
+
+// ------------------------------------------------------------------ the implementation's side
+
+/// The simulator's observation; `ids` are its allocations in placement order.
+pub fn of_sim(sim: &Simulator, job_id: &str, tasks: usize, ids: &[AllocId]) -> Observation {
+    let store = &sim.server.store;
+    Observation {
+        versions: store
+            .job_versions(job_id)
+            .unwrap_or_default()
+            .iter()
+            .map(version_of_job)
+            .collect(),
+        eval_pending: sim.server.eval_pending(),
+        allocs: ids.iter().map(|id| alloc_of_sim(sim, id, tasks)).collect(),
+    }
+}
+
+fn version_of_job(job: &Job) -> VersionObs {
+    let group = &job.task_groups[0];
+    VersionObs {
+        group_shutdown_delay: group.shutdown_delay_ns.is_some_and(|delay| delay > 0),
+        task_shutdown_delays: group
+            .tasks
+            .iter()
+            .map(|task| task.shutdown_delay_ns > 0)
+            .collect(),
+        stop: job.stop,
+    }
+}
+
+fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize) -> AllocObs {
+    let store = &sim.server.store;
+    let server = store.alloc_for_client(id).map(|alloc| ServerObs {
+        stop: alloc.desired_status != DesiredStatus::Run || alloc.tombstone,
+        migrate: alloc.desired_transition.should_migrate(),
+        no_shutdown_delay: alloc.desired_transition.should_ignore_shutdown_delay(),
+        tombstone: alloc.tombstone,
+    });
+    let registered = |task: &str| {
+        store
+            .services_of_alloc(id)
+            .any(|service| service.task == task)
+    };
+    let Some(runner) = sim.runner(id) else {
+        let not_started = TaskObs {
+            phase: TaskPhase::NotStarted,
+            killing: false,
+            pre_kill: false,
+            service_registered: false,
+            delay: Delay::None,
+            signalled: false,
+            sigkilled: false,
+        };
+        return AllocObs {
+            server,
+            pulled: None,
+            runner: RunnerPhase::Pending,
+            cancelled: false,
+            group_pre_kill: false,
+            group_service_registered: registered(""),
+            group_delay: Delay::None,
+            tasks: vec![not_started; tasks],
+        };
+    };
+    AllocObs {
+        server,
+        pulled: Some(pulled_of(runner)),
+        runner: match runner.phase {
+            ImplPhase::Running => RunnerPhase::Running,
+            ImplPhase::PreKill => RunnerPhase::PreKill,
+            ImplPhase::GroupDelay => RunnerPhase::GroupDelay,
+            ImplPhase::Killing => RunnerPhase::Killing,
+            ImplPhase::Terminal => RunnerPhase::Terminal,
+        },
+        cancelled: runner.cancelled,
+        group_pre_kill: runner.group_pre_kill_done,
+        group_service_registered: registered(""),
+        group_delay: delay_of(runner.group_delay),
+        tasks: runner
+            .tasks
+            .iter()
+            .map(|task| TaskObs {
+                phase: match task.phase {
+                    ImplTaskPhase::NotStarted => TaskPhase::NotStarted,
+                    ImplTaskPhase::Running => TaskPhase::Running,
+                    ImplTaskPhase::Delaying => TaskPhase::Delaying,
+                    ImplTaskPhase::Signalled => TaskPhase::Signalled,
+                    ImplTaskPhase::Dead => TaskPhase::Exited,
+                },
+                killing: task.state.events.iter().any(|e| e.event_type == "Killing"),
+                pre_kill: task.pre_kill_done,
+                service_registered: registered(&task.name),
+                delay: delay_of(task.delay),
+                signalled: task.signalled,
+                sigkilled: task.sigkilled,
+            })
+            .collect(),
+    }
+}
+
+fn pulled_of(runner: &AllocRunner) -> PulledObs {
+    let alloc = &runner.alloc;
+    PulledObs {
+        stop: alloc.desired_status != DesiredStatus::Run || alloc.tombstone,
+        no_shutdown_delay: alloc.desired_transition.should_ignore_shutdown_delay(),
+        tombstone: alloc.tombstone,
+    }
+}
+
+fn delay_of(outcome: DelayOutcome) -> Delay {
+    match outcome {
+        DelayOutcome::None => Delay::None,
+        DelayOutcome::Waiting => Delay::Waiting,
+        DelayOutcome::Elapsed => Delay::Elapsed,
+        DelayOutcome::Skipped => Delay::Skipped,
+        DelayOutcome::CutShort => Delay::CutShort,
+        DelayOutcome::ExitedDuring => Delay::ExitedDuring,
+    }
+}
+
+/// The differences between two observations, one line each (model first).
+pub fn diff(model: &Observation, sim: &Observation) -> String {
+    let mut out = String::new();
+    if model.versions != sim.versions {
+        let _ = writeln!(
+            out,
+            "  versions: model {:?}\n            impl  {:?}",
+            model.versions, sim.versions
+        );
+    }
+    if model.eval_pending != sim.eval_pending {
+        let _ = writeln!(
+            out,
+            "  eval pending: model {} impl {}",
+            model.eval_pending, sim.eval_pending
+        );
+    }
+    if model.allocs.len() != sim.allocs.len() {
+        let _ = writeln!(
+            out,
+            "  allocations: model {} impl {}",
+            model.allocs.len(),
+            sim.allocs.len()
+        );
+    }
+    for (ix, (m, s)) in model.allocs.iter().zip(&sim.allocs).enumerate() {
+        if m != s {
+            let _ = writeln!(out, "  alloc {ix}: model {m:?}\n           impl  {s:?}");
+        }
+    }
+    out
+}
