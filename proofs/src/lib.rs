@@ -8,8 +8,11 @@
 //! * [`observe`] is the observation both sides project to.
 //! * [`lockstep`] walks the model's state graph in step with the simulator.
 //! * [`trace`] replays an event log against the model.
+//! * [`random`] takes long random runs beyond the model's bounds, judging every
+//!   observation with the model's invariants.
 
 pub mod adapter;
 pub mod lockstep;
 pub mod observe;
+pub mod random;
 pub mod trace;

@@ -28,6 +28,12 @@ struct Cli {
     /// Walk every model state, not one per symmetry class.
     #[arg(long)]
     no_symmetry: bool,
+    /// Also take this many random long runs beyond the model's bounds.
+    #[arg(long)]
+    random: Option<u32>,
+    /// The seed of the random runs.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(Subcommand)]
@@ -109,6 +115,24 @@ fn conform(cli: &Cli) -> Result<bool, String> {
         transitions += report.transitions;
         states += report.states;
         mismatches += report.mismatches.len();
+    }
+    if let Some(cases) = cli.random {
+        let random_started = Instant::now();
+        match quiesce_proofs::random::runs(&quiesce_proofs::random::large_cfg(), cases, cli.seed, 100) {
+            Ok(summary) => println!(
+                "random: {} runs (seed {}), {} steps checked, {} requests, up to {} allocations, mismatches 0, {:.2} s",
+                summary.runs,
+                cli.seed,
+                summary.steps,
+                summary.requests,
+                summary.max_allocs,
+                random_started.elapsed().as_secs_f64()
+            ),
+            Err(failure) => {
+                println!("random: {failure}");
+                ok = false;
+            }
+        }
     }
     let seconds = started.elapsed().as_secs_f64();
     println!(
