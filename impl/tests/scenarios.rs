@@ -614,3 +614,53 @@ fn alloc_stop_writes_no_job_version() {
     sim.run_until_quiet(STEPS).unwrap();
     assert_eq!(sim.server.store.job_versions("web").unwrap().len(), 1);
 }
+
+/// A group without a poststop task ends as soon as its last task is dead, not before.
+#[test]
+fn a_group_without_poststop_ends_when_its_last_task_dies() {
+    let mut job = web_job(1);
+    job.task_groups[0].tasks.truncate(2);
+    let mut sim = running(job);
+    let alloc = allocs(&sim)[0].clone();
+    stop_job(&mut sim, false, true);
+    sim.apply(&Step::ProcessEval).unwrap();
+    sim.apply(&Step::ClientSync {
+        alloc: alloc.clone(),
+    })
+    .unwrap();
+    sim.apply(&Step::GroupPreKill {
+        alloc: alloc.clone(),
+    })
+    .unwrap();
+    assert!(!client_terminal(&sim, &alloc), "tasks still run");
+    sim.run_until_quiet(STEPS).unwrap();
+    assert!(client_terminal(&sim, &alloc));
+    assert_eq!(
+        event_types(&sim, &alloc, "proxy")
+            .last()
+            .map(String::as_str),
+        Some(ev::KILLED)
+    );
+}
+
+/// A timer that is not running (stale: cancelled, or already fired) changes nothing, as
+/// the daemon's real timers may fire late.
+#[test]
+fn a_stale_timer_changes_nothing() {
+    use quiesce::client::Timer;
+    let sim = running(web_job(1));
+    let alloc = allocs(&sim)[0].clone();
+    let mut runner = sim.runner(&alloc).unwrap().clone();
+    let before = runner.clone();
+    let mut out = Vec::new();
+    for timer in [
+        Timer::GroupDelay,
+        Timer::TaskDelay(0),
+        Timer::KillTimeout(0),
+        Timer::TaskDelay(9),
+    ] {
+        assert!(!runner.timer_fired(timer, 0, &mut out), "{timer:?}");
+    }
+    assert!(out.is_empty());
+    assert_eq!(runner, before);
+}

@@ -180,3 +180,36 @@ fn starting_a_running_job_is_refused() {
         "job not found: api"
     );
 }
+
+/// Placement balances nodes by their live allocations; a replacement goes where the
+/// stopped allocation freed room.
+#[test]
+fn placement_spreads_allocations_over_the_least_loaded_nodes() {
+    let mut server = Server::new(vec!["node-0".into(), "node-1".into()], 3);
+    server.register_job(job("service", 4)).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    let on = |server: &Server, node: &str| {
+        server
+            .store
+            .allocs()
+            .filter(|a| a.node_id == node && !a.is_terminal())
+            .count()
+    };
+    assert_eq!((on(&server, "node-0"), on(&server, "node-1")), (2, 2));
+    let stopped = server
+        .store
+        .allocs()
+        .find(|a| a.node_id == "node-1")
+        .unwrap()
+        .id
+        .clone();
+    server.stop_alloc(&stopped, false).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    let replacement = server
+        .store
+        .allocs()
+        .find(|a| a.previous_allocation.as_deref() == Some(stopped.as_str()))
+        .unwrap();
+    assert_eq!(replacement.node_id, "node-1");
+    assert_eq!((on(&server, "node-0"), on(&server, "node-1")), (2, 2));
+}

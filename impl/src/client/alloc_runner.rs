@@ -130,7 +130,8 @@ impl AllocRunner {
                     timer: Timer::TaskDelay(ix),
                     after_ns: task.shutdown_delay_ns,
                 }),
-                TaskPhase::Signalled if !task.sigkilled => out.push(Command::StartTimer {
+                // A SIGKILLed task is already dead: the forced exit follows in the same step.
+                TaskPhase::Signalled => out.push(Command::StartTimer {
                     timer: Timer::KillTimeout(ix),
                     after_ns: task.kill_timeout_ns,
                 }),
@@ -262,7 +263,7 @@ impl AllocRunner {
     fn group_pre_kill(&mut self, now: i64, out: &mut Vec<Command>) {
         let mut delay_ns = 0;
         for hook in self.pre_kill_hooks() {
-            delay_ns = delay_ns.max(hook.pre_kill(out).unwrap_or(0));
+            delay_ns = delay_ns.max(hook.pre_kill(out));
         }
         self.group_pre_kill_done = true;
         self.group_shutdown_delay_ns = delay_ns;

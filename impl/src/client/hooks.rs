@@ -9,16 +9,15 @@ use serde::{Deserialize, Serialize};
 /// Runs in the alloc runner before any task is killed. It may ask the runner to wait a
 /// delay before killing; the runner skips or cuts short that wait when the flag is applied.
 pub trait RunnerPreKillHook {
-    fn name(&self) -> &'static str;
-    /// Issues the hook's effects; returns the delay to wait afterwards, if any.
-    fn pre_kill(&self, out: &mut Vec<Command>) -> Option<i64>;
+    /// Issues the hook's effects; returns the delay to wait afterwards in nanoseconds (0 for
+    /// none).
+    fn pre_kill(&self, out: &mut Vec<Command>) -> i64;
     /// After every task has exited (Nomad's postrun): must be idempotent.
     fn postrun(&self, out: &mut Vec<Command>);
 }
 
 /// Runs in a task runner right before the task is killed.
 pub trait TaskPreKillHook {
-    fn name(&self) -> &'static str;
     fn pre_killing(&self, task: usize, out: &mut Vec<Command>);
 }
 
@@ -56,13 +55,9 @@ impl GroupServiceHook {
 }
 
 impl RunnerPreKillHook for GroupServiceHook {
-    fn name(&self) -> &'static str {
-        "group_services"
-    }
-
-    fn pre_kill(&self, out: &mut Vec<Command>) -> Option<i64> {
+    fn pre_kill(&self, out: &mut Vec<Command>) -> i64 {
         self.deregister(out);
-        (self.shutdown_delay_ns > 0).then_some(self.shutdown_delay_ns)
+        self.shutdown_delay_ns
     }
 
     fn postrun(&self, out: &mut Vec<Command>) {
@@ -98,10 +93,6 @@ impl TaskServiceHook {
 }
 
 impl TaskPreKillHook for TaskServiceHook {
-    fn name(&self) -> &'static str {
-        "task_services"
-    }
-
     fn pre_killing(&self, task: usize, out: &mut Vec<Command>) {
         self.deregister(task, out);
     }
@@ -110,5 +101,50 @@ impl TaskPreKillHook for TaskServiceHook {
 impl TaskStopHook for TaskServiceHook {
     fn stop(&self, task: usize, out: &mut Vec<Command>) {
         self.deregister(task, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> Vec<String> {
+        vec!["web".to_string()]
+    }
+
+    /// Deregistration happens before the kill and again after it (postrun, stop hooks), so
+    /// that a service registered in between, or after a crash, is still removed.
+    #[test]
+    fn service_hooks_deregister_before_and_after_the_kill() {
+        let group = GroupServiceHook {
+            services: names(),
+            shutdown_delay_ns: 7,
+        };
+        let mut out = Vec::new();
+        assert_eq!(group.pre_kill(&mut out), 7);
+        group.postrun(&mut out);
+        let deregister = Command::DeregisterServices {
+            task: None,
+            names: names(),
+        };
+        assert_eq!(out, [deregister.clone(), deregister]);
+
+        let task = TaskServiceHook { services: names() };
+        let mut out = Vec::new();
+        task.pre_killing(2, &mut out);
+        task.stop(2, &mut out);
+        let deregister = Command::DeregisterServices {
+            task: Some(2),
+            names: names(),
+        };
+        assert_eq!(out, [deregister.clone(), deregister]);
+    }
+
+    #[test]
+    fn hooks_without_services_issue_nothing() {
+        let mut out = Vec::new();
+        assert_eq!(GroupServiceHook::default().pre_kill(&mut out), 0);
+        TaskServiceHook::default().stop(0, &mut out);
+        assert!(out.is_empty());
     }
 }

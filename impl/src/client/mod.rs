@@ -131,3 +131,47 @@ impl Client {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::structs::Allocation;
+
+    fn alloc(node: &str, alloc_modify_index: u64) -> Allocation {
+        let record = serde_json::json!({
+            "ID": "a1", "Namespace": "default", "EvalID": "e1", "Name": "web.web[0]",
+            "NodeID": node, "JobID": "web", "Job": {"ID": "web"}, "JobVersion": 0,
+            "TaskGroup": "web", "DesiredStatus": "run", "DesiredDescription": "",
+            "DesiredTransition": {}, "ClientStatus": "pending", "ClientDescription": "",
+            "TaskStates": {}, "PreviousAllocation": null, "NextAllocation": null,
+            "CreateIndex": 1, "ModifyIndex": alloc_modify_index,
+            "AllocModifyIndex": alloc_modify_index
+        });
+        serde_json::from_value(record).unwrap()
+    }
+
+    /// A client pulls an allocation of its own node whose `AllocModifyIndex` is newer than
+    /// the copy it holds, and nothing else.
+    #[test]
+    fn an_update_is_pending_only_when_newer_and_on_this_node() {
+        let mut client = Client::new("node-0".into(), DEFAULT_MAX_KILL_TIMEOUT_NS);
+        assert!(client.update_pending(&alloc("node-0", 5)), "never pulled");
+        assert!(
+            !client.update_pending(&alloc("node-1", 5)),
+            "another node's allocation"
+        );
+        client.pulled.insert("a1".into(), 5);
+        assert!(
+            !client.update_pending(&alloc("node-0", 5)),
+            "already pulled at this index"
+        );
+        assert!(
+            !client.update_pending(&alloc("node-0", 4)),
+            "older than the copy held"
+        );
+        assert!(
+            client.update_pending(&alloc("node-0", 6)),
+            "newer than the copy held"
+        );
+    }
+}

@@ -290,3 +290,39 @@ impl TaskRunner {
         [&self.service_hook]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_go_prints_them() {
+        assert_eq!(go_duration(30_000_000_000), "30s");
+        assert_eq!(go_duration(1_500_000_000), "1.5s");
+        assert_eq!(go_duration(1_000_000_000), "1s");
+        assert_eq!(go_duration(250_000_000), "250ms");
+    }
+
+    /// Nomad keeps the last ten events of a task; older ones are dropped first.
+    #[test]
+    fn a_task_keeps_its_last_ten_events() {
+        let mut runner = TaskRunner::new(
+            &Task {
+                name: "t".into(),
+                ..Task::default()
+            },
+            0,
+        );
+        for n in 0..MAX_TASK_EVENTS {
+            runner.record(event("E", n as i64, String::new(), &[]));
+        }
+        assert_eq!(
+            runner.state.events.len(),
+            MAX_TASK_EVENTS,
+            "ten are all kept"
+        );
+        runner.record(event("E", 10, String::new(), &[]));
+        let times: Vec<i64> = runner.state.events.iter().map(|e| e.time).collect();
+        assert_eq!(times, (1..=10).collect::<Vec<i64>>());
+    }
+}

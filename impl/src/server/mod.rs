@@ -87,10 +87,6 @@ impl Server {
         }
     }
 
-    pub fn nodes(&self) -> &[NodeId] {
-        &self.nodes
-    }
-
     /// An evaluation is waiting for the scheduler.
     pub fn eval_pending(&self) -> bool {
         self.broker.has_pending()
