@@ -664,3 +664,67 @@ fn a_stale_timer_changes_nothing() {
     assert!(out.is_empty());
     assert_eq!(runner, before);
 }
+
+/// A task that exits on its own during its delay (its mock process's run ends first): the
+/// wait ends with it, no signal is sent, and the run goes on without a stale timer.
+#[test]
+fn a_task_exiting_on_its_own_during_its_delay_ends_the_wait() {
+    let mut job = web_job(1);
+    job.task_groups[0].tasks[0].config =
+        Some([("run_for".to_string(), serde_json::json!(40 * SECOND))].into());
+    let mut sim = running(job);
+    let alloc = allocs(&sim)[0].clone();
+    stop_job(&mut sim, false, false);
+    sim.run_until_quiet(STEPS).unwrap();
+    let app = &sim.runner(&alloc).unwrap().tasks[0];
+    assert_eq!(app.delay, quiesce::client::DelayOutcome::ExitedDuring);
+    assert!(!app.signalled, "no signal for a task that is already gone");
+    assert_eq!(
+        event_types(&sim, &alloc, "app")[2..],
+        [
+            ev::WAITING_FOR_GROUP_SHUTDOWN_DELAY,
+            ev::KILLING,
+            ev::WAITING_FOR_SHUTDOWN_DELAY,
+            ev::TERMINATED,
+        ]
+    );
+    // It exited 40 s after it started: 10 s into its 20 s delay, after the 30 s group delay.
+    let terminated = app
+        .state
+        .events
+        .iter()
+        .find(|e| e.event_type == ev::TERMINATED)
+        .unwrap();
+    assert_eq!(terminated.time, 40 * SECOND);
+    assert!(client_terminal(&sim, &alloc));
+}
+
+/// A poststop task that fails marks the allocation failed; killed tasks do not.
+#[test]
+fn a_failing_poststop_task_fails_the_allocation() {
+    let mut job = web_job(1);
+    let flush = &mut job.task_groups[0].tasks[2];
+    flush.config = Some(
+        [
+            ("run_for".to_string(), serde_json::json!(SECOND)),
+            ("exit_code".to_string(), serde_json::json!(3)),
+        ]
+        .into(),
+    );
+    let mut sim = running(job);
+    let alloc = allocs(&sim)[0].clone();
+    stop_job(&mut sim, false, true);
+    sim.run_until_quiet(STEPS).unwrap();
+    assert_eq!(
+        sim.server.store.alloc(&alloc).unwrap().client_status,
+        ClientStatus::Failed
+    );
+    let mut sim = running(web_job(1));
+    let alloc = allocs(&sim)[0].clone();
+    stop_job(&mut sim, false, true);
+    sim.run_until_quiet(STEPS).unwrap();
+    assert_eq!(
+        sim.server.store.alloc(&alloc).unwrap().client_status,
+        ClientStatus::Complete
+    );
+}

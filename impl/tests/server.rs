@@ -213,3 +213,43 @@ fn placement_spreads_allocations_over_the_least_loaded_nodes() {
     assert_eq!(replacement.node_id, "node-1");
     assert_eq!((on(&server, "node-0"), on(&server, "node-1")), (2, 2));
 }
+
+/// A batch allocation that failed is placed again (only a completed one is done).
+#[test]
+fn a_failed_batch_allocation_is_placed_again() {
+    let mut server = server_with(job("batch", 1));
+    let ids = alloc_ids(&server);
+    let failed = ClientReport {
+        client_status: ClientStatus::Failed,
+        client_description: String::new(),
+        task_states: Default::default(),
+    };
+    server.client_report(&ids[0], failed);
+    server.register_job(job("batch", 1)).unwrap();
+    server.stop_job("web", StopJobOptions::default()).unwrap();
+    server.start_job("web").unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    assert_eq!(alloc_ids(&server).len(), 2);
+}
+
+/// Scaling a group down stops the allocations with the highest indexes.
+#[test]
+fn scaling_down_stops_the_extra_allocations() {
+    let mut server = server_with(job("service", 3));
+    server.register_job(job("service", 1)).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    let mut live: Vec<_> = server
+        .store
+        .allocs()
+        .filter(|a| a.desired_status == DesiredStatus::Run)
+        .map(|a| a.name.clone())
+        .collect();
+    live.sort();
+    assert_eq!(live, ["web.web[0]"]);
+    let stopped = server
+        .store
+        .allocs()
+        .filter(|a| a.desired_description == "alloc not needed as task group was scaled down")
+        .count();
+    assert_eq!(stopped, 2);
+}

@@ -253,7 +253,8 @@ impl TaskRunner {
             TaskPhase::Delaying => out.push(Command::CancelTimer {
                 timer: Timer::TaskDelay(ix),
             }),
-            TaskPhase::Signalled if !self.sigkilled => out.push(Command::CancelTimer {
+            // After SIGKILL the timer has fired already; cancelling it again is harmless.
+            TaskPhase::Signalled => out.push(Command::CancelTimer {
                 timer: Timer::KillTimeout(ix),
             }),
             _ => {}
