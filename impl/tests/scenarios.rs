@@ -728,3 +728,29 @@ fn a_failing_poststop_task_fails_the_allocation() {
         ClientStatus::Complete
     );
 }
+
+/// A restored runner re-arms the timers it had: a task that ignores its kill signal is
+/// still SIGKILLed when its kill timeout runs out after the client restarted.
+#[test]
+fn a_restored_runner_rearms_the_kill_timeout() {
+    let mut job = web_job(1);
+    let app = &mut job.task_groups[0].tasks[0];
+    app.kill_timeout_ns = Some(10 * SECOND);
+    app.config = Some([("ignore_signal".to_string(), serde_json::json!(true))].into());
+    let mut sim = running(job);
+    let alloc = allocs(&sim)[0].clone();
+    stop_job(&mut sim, false, true);
+    let kill_timeout = Step::KillTimeout {
+        alloc: alloc.clone(),
+        task: "app".into(),
+    };
+    run_until(&mut sim, |sim| sim.enabled_steps().contains(&kill_timeout));
+    sim.apply(&Step::ClientRestart).unwrap();
+    assert!(
+        sim.enabled_steps().contains(&kill_timeout),
+        "the timer is running again"
+    );
+    sim.run_until_quiet(STEPS).unwrap();
+    assert!(sim.runner(&alloc).unwrap().tasks[0].sigkilled);
+    assert!(client_terminal(&sim, &alloc));
+}

@@ -70,9 +70,8 @@ pub(super) fn event(
 
 /// A duration as Go prints it for the common cases (`30s`, `1.5s`, `250ms`).
 pub fn go_duration(ns: i64) -> String {
-    if ns % 1_000_000_000 == 0 {
-        format!("{}s", ns / 1_000_000_000)
-    } else if ns >= 1_000_000_000 {
+    if ns == 0 || ns >= 1_000_000_000 {
+        // f64 prints whole numbers without a fraction: 30.0 reads "30".
         format!("{}s", ns as f64 / 1e9)
     } else {
         format!("{}ms", ns / 1_000_000)
@@ -302,6 +301,7 @@ mod tests {
         assert_eq!(go_duration(1_500_000_000), "1.5s");
         assert_eq!(go_duration(1_000_000_000), "1s");
         assert_eq!(go_duration(250_000_000), "250ms");
+        assert_eq!(go_duration(0), "0s");
     }
 
     /// Nomad keeps the last ten events of a task; older ones are dropped first.
