@@ -387,6 +387,27 @@ pub fn configuration(name: &str) -> Result<Vec<ModelCfg>, String> {
     }
 }
 
+/// One part of a named configuration, by name, or its first part.
+pub fn named_part(config_name: &str, part_name: Option<&str>) -> Result<ModelCfg, String> {
+    let parts = configuration(config_name)?;
+    let Some(name) = part_name else {
+        return Ok(parts
+            .into_iter()
+            .next()
+            .expect("every configuration has a part"));
+    };
+    let names: Vec<_> = parts.iter().map(|part| part.name.clone()).collect();
+    parts
+        .into_iter()
+        .find(|part| part.name == name)
+        .ok_or_else(|| {
+            format!(
+                "unknown part '{name}' of {config_name}; valid parts: {}",
+                names.join(", ")
+            )
+        })
+}
+
 /// `small`: one allocation of the `standard` group under a free budget of two requests. Runs
 /// in CI in well under a second and reaches every budget-2 witness.
 pub fn small() -> Vec<ModelCfg> {

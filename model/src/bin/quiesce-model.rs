@@ -256,22 +256,7 @@ fn describe_part(part: &ModelCfg, symmetry: bool, bfs: bool) -> String {
 }
 
 fn explore(config: &str, part: Option<&str>, addr: &str) -> Result<bool, String> {
-    let parts = config::configuration(config)?;
-    let chosen = match part {
-        None => parts
-            .into_iter()
-            .next()
-            .expect("a configuration has a part"),
-        Some(name) => {
-            let names: Vec<_> = parts.iter().map(|p| p.name.clone()).collect();
-            parts.into_iter().find(|p| p.name == name).ok_or_else(|| {
-                format!(
-                    "unknown part '{name}' of {config}; valid parts: {}",
-                    names.join(", ")
-                )
-            })?
-        }
-    };
+    let chosen = config::named_part(config, part)?;
     // tiny_http panics on a bind failure; find out first, with a message.
     std::net::TcpListener::bind(addr)
         .map_err(|error| format!("cannot listen on {addr}: {error}"))?;

@@ -144,22 +144,7 @@ fn conform(cli: &Cli) -> Result<bool, String> {
 }
 
 fn validate_log(file: &str, config_name: &str, part: Option<&str>) -> Result<bool, String> {
-    let parts = config::configuration(config_name)?;
-    let chosen = match part {
-        None => parts
-            .into_iter()
-            .next()
-            .expect("a configuration has a part"),
-        Some(name) => {
-            let names: Vec<_> = parts.iter().map(|p| p.name.clone()).collect();
-            parts.into_iter().find(|p| p.name == name).ok_or_else(|| {
-                format!(
-                    "unknown part '{name}' of {config_name}; valid parts: {}",
-                    names.join(", ")
-                )
-            })?
-        }
-    };
+    let chosen = config::named_part(config_name, part)?;
     let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
     let entries = trace::parse_log(&text).map_err(|e| format!("{file}: {e}"))?;
     match trace::validate(&chosen, &entries) {
