@@ -12,3 +12,4 @@ pub mod ids;
 pub mod server;
 pub mod sim;
 pub mod spec;
+mod sync;

@@ -4,7 +4,10 @@
 pub mod alloc_runner;
 pub mod driver;
 pub mod hooks;
+pub mod shell;
 pub mod task_runner;
+#[cfg(test)]
+mod test_support;
 
 pub use alloc_runner::{AllocRunner, RunnerPhase};
 pub use task_runner::{ExitResult, TaskPhase, TaskRunner};

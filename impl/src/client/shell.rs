@@ -1,0 +1,268 @@
+//! The concurrent shell of an alloc runner: the std-thread code the daemon runs around the
+//! sans-IO [`AllocRunner`]. Events arrive from other threads — a pulled update (the client's
+//! pull loop), a timer firing (the timer thread), a process exiting (the driver's waiter) —
+//! while the runner's own thread takes its internal steps (`run`). Every event and step is
+//! applied under one lock, and the runner's commands are carried out by the [`Host`] under
+//! that same lock, so the order of effects is the runner's order; the condition variable
+//! wakes the runner's thread after every event, so no wake-up is lost.
+//!
+//! Timers are explicit events (`fire`), so that loom, which has no time, can drive them. The
+//! primitives come from `crate::sync`: std normally, loom under `--cfg quiesce_loom`.
+
+use super::{AllocRunner, Command, ExitResult, RunnerPhase, Timer};
+use crate::server::structs::Allocation;
+use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::collections::BTreeSet;
+
+/// Carries out a runner's commands (driver calls, service deregistration, timers, reports).
+/// Called with the shell's lock held: it must not call back into the shell.
+pub trait Host: Send {
+    fn execute(&mut self, command: &Command);
+}
+
+struct State<H> {
+    runner: AllocRunner,
+    host: H,
+    /// Timers the runner started and has not cancelled, and that have not fired.
+    armed: BTreeSet<Timer>,
+    /// Shut down (the client agent stops): `run` returns, events are refused.
+    closed: bool,
+    now: i64,
+}
+
+/// A handle to one runner's shell; clones share it.
+pub struct RunnerShell<H> {
+    shared: Arc<(Mutex<State<H>>, Condvar)>,
+}
+
+impl<H> Clone for RunnerShell<H> {
+    fn clone(&self) -> Self {
+        RunnerShell {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// How `run` ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Every task is dead.
+    Terminal,
+    /// The shell was shut down first; the runner's state can be restored.
+    Closed,
+}
+
+impl<H: Host> RunnerShell<H> {
+    /// A shell around a runner, carrying out the commands its creation produced.
+    pub fn new(runner: AllocRunner, mut host: H, initial: Vec<Command>) -> Self {
+        let mut armed = BTreeSet::new();
+        for command in &initial {
+            track(&mut armed, command);
+            host.execute(command);
+        }
+        let state = State {
+            runner,
+            host,
+            armed,
+            closed: false,
+            now: 0,
+        };
+        RunnerShell {
+            shared: Arc::new((Mutex::new(state), Condvar::new())),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<H>> {
+        self.shared
+            .0
+            .lock()
+            .expect("a runner's lock is never poisoned")
+    }
+
+    /// Applies one event under the lock, carries out its commands, and wakes the runner.
+    fn apply(&self, event: impl FnOnce(&mut AllocRunner, i64, &mut Vec<Command>) -> bool) -> bool {
+        let mut state = self.lock();
+        if state.closed {
+            return false;
+        }
+        let mut commands = Vec::new();
+        let now = state.now;
+        let applied = event(&mut state.runner, now, &mut commands);
+        let state = &mut *state;
+        for command in &commands {
+            track(&mut state.armed, command);
+            state.host.execute(command);
+        }
+        self.shared.1.notify_all();
+        applied
+    }
+
+    /// A pulled update (the client's pull loop). A flag in it cancels the delays at once,
+    /// even while the runner's thread waits out one.
+    pub fn update(&self, alloc: Allocation) -> bool {
+        self.apply(|runner, now, out| {
+            runner.update(alloc, now, out);
+            true
+        })
+    }
+
+    /// A timer fired. `false`, changing nothing, if it is not armed (cancelled, or fired).
+    pub fn fire(&self, timer: Timer) -> bool {
+        {
+            let mut state = self.lock();
+            if !state.armed.remove(&timer) {
+                return false;
+            }
+        }
+        self.apply(|runner, now, out| runner.timer_fired(timer, now, out))
+    }
+
+    /// A task's process exited (the driver's waiter).
+    pub fn task_exited(&self, task: usize, exit: ExitResult) -> bool {
+        self.apply(|runner, now, out| runner.task_exited(task, exit, now, out))
+    }
+
+    /// The runner's thread: takes every internal step as it becomes ready, and sleeps on the
+    /// condition variable between events, until every task is dead or the shell is shut
+    /// down.
+    pub fn run(&self) -> RunEnd {
+        let mut state = self.lock();
+        loop {
+            if state.runner.phase == RunnerPhase::Terminal {
+                return RunEnd::Terminal;
+            }
+            if state.closed {
+                return RunEnd::Closed;
+            }
+            if let Some(step) = state.runner.ready_steps().first().copied() {
+                let mut commands = Vec::new();
+                let now = state.now;
+                state.runner.step(step, now, &mut commands);
+                let state = &mut *state;
+                for command in &commands {
+                    track(&mut state.armed, command);
+                    state.host.execute(command);
+                }
+                self.shared.1.notify_all();
+                continue;
+            }
+            state = self
+                .shared
+                .1
+                .wait(state)
+                .expect("a runner's lock is never poisoned");
+        }
+    }
+
+    /// Waits until `timer` is armed, or until it can no longer be (the runner ended or the
+    /// shell closed). For the thread that delivers timers.
+    pub fn wait_armed(&self, timer: Timer) -> bool {
+        let mut state = self.lock();
+        loop {
+            if state.armed.contains(&timer) {
+                return true;
+            }
+            if state.closed || state.runner.phase == RunnerPhase::Terminal {
+                return false;
+            }
+            state = self
+                .shared
+                .1
+                .wait(state)
+                .expect("a runner's lock is never poisoned");
+        }
+    }
+
+    /// Waits until `until` holds of the runner, or the shell closes; returns whether it held.
+    pub fn wait_until(&self, until: impl Fn(&AllocRunner) -> bool) -> bool {
+        let mut state = self.lock();
+        loop {
+            if until(&state.runner) {
+                return true;
+            }
+            if state.closed || state.runner.phase == RunnerPhase::Terminal {
+                return false;
+            }
+            state = self
+                .shared
+                .1
+                .wait(state)
+                .expect("a runner's lock is never poisoned");
+        }
+    }
+
+    /// Shuts the shell down (the client agent stops) and returns the runner's state, from
+    /// which [`AllocRunner::restore`] resumes it.
+    pub fn shutdown(&self) -> AllocRunner {
+        let mut state = self.lock();
+        state.closed = true;
+        self.shared.1.notify_all();
+        state.runner.clone()
+    }
+
+    /// A copy of the runner's state and the host, for inspection.
+    pub fn inspect<T>(&self, look: impl FnOnce(&AllocRunner, &H) -> T) -> T {
+        let state = self.lock();
+        look(&state.runner, &state.host)
+    }
+}
+
+fn track(armed: &mut BTreeSet<Timer>, command: &Command) {
+    match command {
+        Command::StartTimer { timer, .. } => {
+            armed.insert(*timer);
+        }
+        Command::CancelTimer { timer } => {
+            armed.remove(timer);
+        }
+        _ => {}
+    }
+}
+
+#[cfg(all(test, quiesce_loom))]
+mod loom_tests;
+
+#[cfg(all(test, not(quiesce_loom)))]
+mod tests {
+    use super::*;
+    use crate::client::test_support::{alloc, Recorder};
+    use crate::sync::thread;
+
+    /// With std threads: the kill path waits out a delay, and a flagged update from another
+    /// thread ends it.
+    #[test]
+    fn a_flagged_update_from_another_thread_ends_a_wait() {
+        let mut initial = Vec::new();
+        let runner = AllocRunner::new(alloc(false, false, 30, 0), 30_000_000_000, 0, &mut initial);
+        let shell = RunnerShell::new(runner, Recorder::default(), initial);
+        shell.update(alloc(true, false, 30, 0));
+        let killer = {
+            let shell = shell.clone();
+            thread::spawn(move || shell.run())
+        };
+        assert!(shell.wait_armed(Timer::GroupDelay));
+        shell.update(alloc(true, true, 30, 0));
+        assert!(shell.wait_until(|runner| runner.tasks[0].signalled));
+        assert!(shell.task_exited(
+            0,
+            ExitResult {
+                exit_code: 0,
+                signal: None
+            }
+        ));
+        assert_eq!(killer.join().unwrap(), RunEnd::Terminal);
+        assert!(
+            !shell.fire(Timer::GroupDelay),
+            "the cut-short timer is stale"
+        );
+        shell.inspect(|runner, host| {
+            assert_eq!(runner.group_delay, crate::client::DelayOutcome::CutShort);
+            let is_signal = |c: &Command| matches!(c, Command::Signal { .. });
+            let signal = host.first(is_signal).unwrap();
+            let deregister =
+                host.first(|c| matches!(c, Command::DeregisterServices { task: None, .. }));
+            assert!(deregister.unwrap() < signal, "hooks before the signal");
+            assert_eq!(host.count(is_signal), 1);
+        });
+    }
+}

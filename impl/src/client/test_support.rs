@@ -1,0 +1,90 @@
+//! Allocations and a recording host for the runner's unit and loom tests.
+
+use super::Command;
+use crate::server::structs::{Allocation, ClientStatus, DesiredStatus, DesiredTransition};
+use crate::spec::{Job, Service, Task, TaskGroup};
+use std::sync::Arc;
+
+const SECOND: i64 = 1_000_000_000;
+
+/// One allocation of a job with a group service and a leader task with a service;
+/// `group_delay_s` and `task_delay_s` are the delays in seconds (0 for none).
+pub(crate) fn alloc(stop: bool, flag: bool, group_delay_s: i64, task_delay_s: i64) -> Allocation {
+    let services = |name: &str| {
+        Some(vec![Service {
+            name: name.into(),
+            provider: "nomad".into(),
+        }])
+    };
+    let app = Task {
+        name: "app".into(),
+        driver: "mock_driver".into(),
+        leader: true,
+        shutdown_delay_ns: task_delay_s * SECOND,
+        services: services("app"),
+        ..Task::default()
+    };
+    let group = TaskGroup {
+        name: "web".into(),
+        count: Some(1),
+        shutdown_delay_ns: Some(group_delay_s * SECOND),
+        services: services("web"),
+        tasks: vec![app],
+    };
+    Allocation {
+        id: "a1".into(),
+        namespace: "default".into(),
+        eval_id: "e1".into(),
+        name: "web.web[0]".into(),
+        node_id: "node-0".into(),
+        job_id: "web".into(),
+        job: Arc::new(Job {
+            id: "web".into(),
+            task_groups: vec![group],
+            ..Job::default()
+        }),
+        job_version: 0,
+        task_group: "web".into(),
+        desired_status: if stop {
+            DesiredStatus::Stop
+        } else {
+            DesiredStatus::Run
+        },
+        desired_description: String::new(),
+        desired_transition: DesiredTransition {
+            no_shutdown_delay: flag.then_some(true),
+            ..DesiredTransition::default()
+        },
+        client_status: ClientStatus::Pending,
+        client_description: String::new(),
+        task_states: Default::default(),
+        previous_allocation: None,
+        next_allocation: None,
+        create_index: 1,
+        modify_index: 1,
+        alloc_modify_index: 1,
+        tombstone: false,
+    }
+}
+
+/// A host that records every command, in order.
+#[derive(Default)]
+pub(crate) struct Recorder {
+    pub(crate) commands: Vec<Command>,
+}
+
+impl super::shell::Host for Recorder {
+    fn execute(&mut self, command: &Command) {
+        self.commands.push(command.clone());
+    }
+}
+
+impl Recorder {
+    pub(crate) fn count(&self, wanted: impl Fn(&Command) -> bool) -> usize {
+        self.commands.iter().filter(|c| wanted(c)).count()
+    }
+
+    pub(crate) fn first(&self, wanted: impl Fn(&Command) -> bool) -> Option<usize> {
+        self.commands.iter().position(wanted)
+    }
+}
