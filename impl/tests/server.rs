@@ -29,6 +29,15 @@ fn server_with(job: Job) -> Server {
     server
 }
 
+/// A client's report of a status, with no task states.
+fn report(client_status: ClientStatus) -> ClientReport {
+    ClientReport {
+        client_status,
+        client_description: String::new(),
+        task_states: Default::default(),
+    }
+}
+
 fn alloc_ids(server: &Server) -> Vec<String> {
     let mut allocs: Vec<_> = server.store.allocs_by_job("web").collect();
     allocs.sort_by_key(|a| (a.create_index, a.name.clone()));
@@ -125,11 +134,7 @@ fn stopping_a_job_stops_every_live_allocation_and_keeps_the_flag() {
 fn a_completed_batch_allocation_is_not_placed_again() {
     let mut server = server_with(job("batch", 2));
     let ids = alloc_ids(&server);
-    let done = ClientReport {
-        client_status: ClientStatus::Complete,
-        client_description: String::new(),
-        task_states: Default::default(),
-    };
+    let done = report(ClientStatus::Complete);
     server.client_report(&ids[0], done);
     server.stop_alloc(&ids[1], false).unwrap();
     server.process_next_eval().unwrap().unwrap();
@@ -156,11 +161,7 @@ fn a_completed_batch_allocation_is_not_placed_again() {
 fn a_service_allocation_that_completed_is_replaced() {
     let mut server = server_with(job("service", 1));
     let ids = alloc_ids(&server);
-    let done = ClientReport {
-        client_status: ClientStatus::Complete,
-        client_description: String::new(),
-        task_states: Default::default(),
-    };
+    let done = report(ClientStatus::Complete);
     server.client_report(&ids[0], done);
     server.stop_job("web", StopJobOptions::default()).unwrap();
     server.start_job("web").unwrap();
@@ -219,11 +220,7 @@ fn placement_spreads_allocations_over_the_least_loaded_nodes() {
 fn a_failed_batch_allocation_is_placed_again() {
     let mut server = server_with(job("batch", 1));
     let ids = alloc_ids(&server);
-    let failed = ClientReport {
-        client_status: ClientStatus::Failed,
-        client_description: String::new(),
-        task_states: Default::default(),
-    };
+    let failed = report(ClientStatus::Failed);
     server.client_report(&ids[0], failed);
     server.register_job(job("batch", 1)).unwrap();
     server.stop_job("web", StopJobOptions::default()).unwrap();

@@ -10,7 +10,7 @@ use crate::observe::{diff, of_model, of_sim};
 use quiesce::server::structs::AllocId;
 use quiesce::sim::{Simulator, Step};
 use quiesce_model::{Action, History, Model, ModelCfg, State, StopPathModel};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use std::time::Instant;
@@ -38,7 +38,7 @@ impl std::fmt::Display for Mismatch {
 
 #[derive(Clone, Debug, Default)]
 pub struct WalkReport {
-    /// Model states visited (one per symmetry class when symmetry is on).
+    /// Distinct model states reached (one per symmetry class when symmetry is on).
     pub states: usize,
     /// Model transitions checked, each applied to a simulator clone.
     pub transitions: usize,
@@ -138,7 +138,9 @@ pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> 
         });
         return Ok(report);
     }
-    let mut visited = HashSet::from([fingerprint(&init, options.symmetry)]);
+    // Each state's fingerprint with the least depth it was reached at: under a depth bound,
+    // a state first reached deep is explored again when a shorter path reaches it.
+    let mut visited = HashMap::from([(fingerprint(&init, options.symmetry), 0)]);
     let mut stack = vec![Frame {
         state: init,
         sim,
@@ -148,7 +150,6 @@ pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> 
     }];
     let mut actions = Vec::new();
     while let Some(mut frame) = stack.pop() {
-        report.states += 1;
         if let Some(mismatch) = compare_enabled(&model, &frame) {
             report.mismatches.push(mismatch);
         }
@@ -182,7 +183,7 @@ pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> 
                 report
                     .mismatches
                     .push(fail(format!("  the implementation refused it: {error}\n")));
-                break;
+                continue;
             }
             let mut ids = frame.ids.clone();
             extend_ids(&sim, cfg.job, &mut ids);
@@ -190,9 +191,19 @@ pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> 
             let actual = of_sim(&sim, cfg.job, tasks, &ids);
             if expected != actual {
                 report.mismatches.push(fail(diff(&expected, &actual)));
-                break;
+                continue;
             }
-            if visited.insert(fingerprint(&next, options.symmetry)) {
+            let depth = frame.depth + 1;
+            let seen = visited
+                .entry(fingerprint(&next, options.symmetry))
+                .or_insert(usize::MAX);
+            // Unbounded, a state is explored once; bounded, again from a shorter path.
+            let explore = match options.max_depth {
+                None => *seen == usize::MAX,
+                Some(_) => depth < *seen,
+            };
+            if explore {
+                *seen = (*seen).min(depth);
                 let path = Some(Rc::new(PathNode {
                     action,
                     parent: frame.path.clone(),
@@ -202,7 +213,7 @@ pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> 
                     sim,
                     ids,
                     path,
-                    depth: frame.depth + 1,
+                    depth,
                 });
             }
         }
@@ -210,6 +221,7 @@ pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> 
             break;
         }
     }
+    report.states = visited.len();
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }

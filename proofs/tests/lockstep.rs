@@ -13,3 +13,29 @@ fn small_walks_in_lockstep_without_a_mismatch() {
         assert!(report.transitions > report.states, "{report:?}");
     }
 }
+
+/// A depth-bounded walk still reaches every state within the bound: as many states as a
+/// breadth-first search to the same depth finds (a state first met deep in the depth-first
+/// walk is explored again when a shorter path reaches it).
+#[test]
+fn a_depth_bounded_walk_reaches_every_state_within_the_bound() {
+    use quiesce_model::{Checker, Model};
+    let part = config::small().remove(0);
+    for depth in [4, 9] {
+        let options = WalkOptions {
+            max_depth: Some(depth),
+            symmetry: false,
+            max_mismatches: 1,
+        };
+        let report = walk(&part, options).unwrap();
+        assert!(report.mismatches.is_empty());
+        let bfs = part
+            .clone()
+            .into_model()
+            .checker()
+            .target_max_depth(depth + 1)
+            .spawn_bfs()
+            .join();
+        assert_eq!(report.states, bfs.unique_state_count(), "depth {depth}");
+    }
+}

@@ -130,8 +130,8 @@ impl AllocRunner {
                     timer: Timer::TaskDelay(ix),
                     after_ns: task.shutdown_delay_ns,
                 }),
-                // A SIGKILLed task is already dead: the forced exit follows in the same step.
-                TaskPhase::Signalled => out.push(Command::StartTimer {
+                // After SIGKILL the timer has fired; the exit is on its way from the driver.
+                TaskPhase::Signalled if !task.sigkilled => out.push(Command::StartTimer {
                     timer: Timer::KillTimeout(ix),
                     after_ns: task.kill_timeout_ns,
                 }),
@@ -191,6 +191,7 @@ impl AllocRunner {
                 self.tasks[ix].cut_delay_short(ix, now, out);
             }
         }
+        self.settle(now, out);
         out.push(Command::Report);
     }
 
@@ -302,7 +303,9 @@ impl AllocRunner {
         match timer {
             Timer::GroupDelay if self.phase == RunnerPhase::GroupDelay => {
                 self.group_delay = DelayOutcome::Elapsed;
-                self.phase = RunnerPhase::Killing
+                self.phase = RunnerPhase::Killing;
+                // Every task may have died during the wait (a crash): then the runner ends.
+                self.settle(now, out);
             }
             Timer::TaskDelay(ix)
                 if self
@@ -391,5 +394,64 @@ fn kill_stage(role: TaskRole) -> u8 {
         TaskRole::Main => 1,
         TaskRole::Sidecar => 2,
         TaskRole::Poststop => 3,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::test_support::alloc;
+
+    const EXIT: ExitResult = ExitResult {
+        exit_code: 0,
+        signal: None,
+    };
+
+    /// A runner that pulled a stop and ran its group pre-kill hooks (the group delay runs).
+    fn waiting_out_the_group_delay() -> AllocRunner {
+        let mut out = Vec::new();
+        let mut runner = AllocRunner::new(alloc(false, false, 30, 0), 30_000_000_000, 0, &mut out);
+        runner.update(alloc(true, false, 30, 0), 0, &mut out);
+        assert!(runner.step(RunnerStep::GroupPreKill, 0, &mut out));
+        assert_eq!(runner.phase, RunnerPhase::GroupDelay);
+        runner
+    }
+
+    /// Every task crashed while the group delay ran: when the wait ends — the timer fires or
+    /// the flag cuts it short — the runner ends too, instead of waiting for nothing.
+    #[test]
+    fn tasks_that_died_during_the_group_delay_end_the_runner_with_it() {
+        let mut out = Vec::new();
+        let mut timer = waiting_out_the_group_delay();
+        assert!(timer.task_exited(0, EXIT, 0, &mut out));
+        assert!(timer.timer_fired(Timer::GroupDelay, 0, &mut out));
+        assert_eq!(timer.phase, RunnerPhase::Terminal);
+
+        let mut flag = waiting_out_the_group_delay();
+        assert!(flag.task_exited(0, EXIT, 0, &mut out));
+        flag.update(alloc(true, true, 30, 0), 0, &mut out);
+        assert_eq!(flag.phase, RunnerPhase::Terminal);
+    }
+
+    /// A task SIGKILLed before a restart, whose exit the driver has not reported yet, gets
+    /// no new kill-timeout timer: it fired already.
+    #[test]
+    fn restore_rearms_no_kill_timeout_after_sigkill() {
+        let mut out = Vec::new();
+        let mut runner = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 0, &mut out);
+        runner.update(alloc(true, false, 0, 0), 0, &mut out);
+        assert!(runner.step(RunnerStep::GroupPreKill, 0, &mut out));
+        assert!(runner.step(RunnerStep::TaskPreKill(0), 0, &mut out));
+        assert!(runner.timer_fired(Timer::KillTimeout(0), 0, &mut out));
+        assert!(runner.tasks[0].sigkilled && runner.tasks[0].phase == TaskPhase::Signalled);
+        let mut commands = Vec::new();
+        let restored = AllocRunner::restore(runner, 0, &mut commands);
+        assert!(
+            !commands
+                .iter()
+                .any(|c| matches!(c, Command::StartTimer { .. })),
+            "{commands:?}"
+        );
+        assert_eq!(restored.tasks[0].phase, TaskPhase::Signalled);
     }
 }

@@ -18,6 +18,8 @@ use std::collections::BTreeSet;
 /// Called with the shell's lock held: it must not call back into the shell.
 pub trait Host: Send {
     fn execute(&mut self, command: &Command);
+    /// The time events are stamped with, in nanoseconds (Unix time in the daemon).
+    fn now(&self) -> i64;
 }
 
 struct State<H> {
@@ -27,7 +29,6 @@ struct State<H> {
     armed: BTreeSet<Timer>,
     /// Shut down (the client agent stops): `run` returns, events are refused.
     closed: bool,
-    now: i64,
 }
 
 /// A handle to one runner's shell; clones share it.
@@ -54,19 +55,14 @@ pub enum RunEnd {
 
 impl<H: Host> RunnerShell<H> {
     /// A shell around a runner, carrying out the commands its creation produced.
-    pub fn new(runner: AllocRunner, mut host: H, initial: Vec<Command>) -> Self {
-        let mut armed = BTreeSet::new();
-        for command in &initial {
-            track(&mut armed, command);
-            host.execute(command);
-        }
-        let state = State {
+    pub fn new(runner: AllocRunner, host: H, initial: Vec<Command>) -> Self {
+        let mut state = State {
             runner,
             host,
-            armed,
+            armed: BTreeSet::new(),
             closed: false,
-            now: 0,
         };
+        state.carry_out(&initial);
         RunnerShell {
             shared: Arc::new((Mutex::new(state), Condvar::new())),
         }
@@ -79,20 +75,24 @@ impl<H: Host> RunnerShell<H> {
             .expect("a runner's lock is never poisoned")
     }
 
-    /// Applies one event under the lock, carries out its commands, and wakes the runner.
+    /// Sleeps until the next event; the caller re-checks its condition under the lock.
+    fn wait<'a>(&self, state: MutexGuard<'a, State<H>>) -> MutexGuard<'a, State<H>> {
+        self.shared
+            .1
+            .wait(state)
+            .expect("a runner's lock is never poisoned")
+    }
+
+    /// Applies one event under the lock, carries out its commands, and wakes the waiters.
     fn apply(&self, event: impl FnOnce(&mut AllocRunner, i64, &mut Vec<Command>) -> bool) -> bool {
         let mut state = self.lock();
         if state.closed {
             return false;
         }
         let mut commands = Vec::new();
-        let now = state.now;
+        let now = state.host.now();
         let applied = event(&mut state.runner, now, &mut commands);
-        let state = &mut *state;
-        for command in &commands {
-            track(&mut state.armed, command);
-            state.host.execute(command);
-        }
+        state.carry_out(&commands);
         self.shared.1.notify_all();
         applied
     }
@@ -134,46 +134,22 @@ impl<H: Host> RunnerShell<H> {
             if state.closed {
                 return RunEnd::Closed;
             }
-            if let Some(step) = state.runner.ready_steps().first().copied() {
-                let mut commands = Vec::new();
-                let now = state.now;
-                state.runner.step(step, now, &mut commands);
-                let state = &mut *state;
-                for command in &commands {
-                    track(&mut state.armed, command);
-                    state.host.execute(command);
+            match state.runner.ready_steps().first().copied() {
+                Some(step) => {
+                    let mut commands = Vec::new();
+                    let now = state.host.now();
+                    state.runner.step(step, now, &mut commands);
+                    state.carry_out(&commands);
+                    self.shared.1.notify_all();
                 }
-                self.shared.1.notify_all();
-                continue;
+                None => state = self.wait(state),
             }
-            state = self
-                .shared
-                .1
-                .wait(state)
-                .expect("a runner's lock is never poisoned");
         }
     }
 
-    /// Waits until `timer` is armed, or until it can no longer be (the runner ended or the
-    /// shell closed). For the thread that delivers timers.
-    pub fn wait_armed(&self, timer: Timer) -> bool {
-        let mut state = self.lock();
-        loop {
-            if state.armed.contains(&timer) {
-                return true;
-            }
-            if state.closed || state.runner.phase == RunnerPhase::Terminal {
-                return false;
-            }
-            state = self
-                .shared
-                .1
-                .wait(state)
-                .expect("a runner's lock is never poisoned");
-        }
-    }
-
-    /// Waits until `until` holds of the runner, or the shell closes; returns whether it held.
+    /// Waits until `until` holds of the runner, or the runner ends or the shell closes
+    /// first; returns whether it held. For threads that act on the runner's progress (the
+    /// timer thread, a driver's waiter, tests).
     pub fn wait_until(&self, until: impl Fn(&AllocRunner) -> bool) -> bool {
         let mut state = self.lock();
         loop {
@@ -183,11 +159,7 @@ impl<H: Host> RunnerShell<H> {
             if state.closed || state.runner.phase == RunnerPhase::Terminal {
                 return false;
             }
-            state = self
-                .shared
-                .1
-                .wait(state)
-                .expect("a runner's lock is never poisoned");
+            state = self.wait(state);
         }
     }
 
@@ -207,15 +179,21 @@ impl<H: Host> RunnerShell<H> {
     }
 }
 
-fn track(armed: &mut BTreeSet<Timer>, command: &Command) {
-    match command {
-        Command::StartTimer { timer, .. } => {
-            armed.insert(*timer);
+impl<H: Host> State<H> {
+    /// Keeps the set of armed timers and hands every command to the host, in order.
+    fn carry_out(&mut self, commands: &[Command]) {
+        for command in commands {
+            match command {
+                Command::StartTimer { timer, .. } => {
+                    self.armed.insert(*timer);
+                }
+                Command::CancelTimer { timer } => {
+                    self.armed.remove(timer);
+                }
+                _ => {}
+            }
+            self.host.execute(command);
         }
-        Command::CancelTimer { timer } => {
-            armed.remove(timer);
-        }
-        _ => {}
     }
 }
 
@@ -240,7 +218,7 @@ mod tests {
             let shell = shell.clone();
             thread::spawn(move || shell.run())
         };
-        assert!(shell.wait_armed(Timer::GroupDelay));
+        assert!(shell.wait_until(|runner| runner.phase == RunnerPhase::GroupDelay));
         shell.update(alloc(true, true, 30, 0));
         assert!(shell.wait_until(|runner| runner.tasks[0].signalled));
         assert!(shell.task_exited(

@@ -68,14 +68,40 @@ pub(super) fn event(
     }
 }
 
-/// A duration as Go prints it for the common cases (`30s`, `1.5s`, `250ms`).
+/// A duration as Go's `time.Duration` prints it: `0s`, `250ms`, `1.5ms`, `500µs`, `30s`,
+/// `1m30s`, `1h0m0s` (non-negative durations; Nomad never has negative ones here).
 pub fn go_duration(ns: i64) -> String {
-    if ns == 0 || ns >= 1_000_000_000 {
-        // f64 prints whole numbers without a fraction: 30.0 reads "30".
-        format!("{}s", ns as f64 / 1e9)
-    } else {
-        format!("{}ms", ns / 1_000_000)
+    const SECOND: i64 = 1_000_000_000;
+    let ns = ns.max(0);
+    if ns == 0 {
+        return "0s".to_string();
     }
+    if ns < SECOND {
+        let (unit, per) = match ns {
+            0..1_000 => ("ns", 1),
+            1_000..1_000_000 => ("µs", 1_000),
+            _ => ("ms", 1_000_000),
+        };
+        return format!("{}{unit}", decimal(ns, per));
+    }
+    let (hours, minutes) = (ns / (3600 * SECOND), ns / (60 * SECOND) % 60);
+    let seconds = decimal(ns % (60 * SECOND), SECOND);
+    match (hours, minutes) {
+        (0, 0) => format!("{seconds}s"),
+        (0, _) => format!("{minutes}m{seconds}s"),
+        _ => format!("{hours}h{minutes}m{seconds}s"),
+    }
+}
+
+/// `value / per` with the remainder as a decimal fraction, trailing zeros dropped.
+fn decimal(value: i64, per: i64) -> String {
+    let (whole, rest) = (value / per, value % per);
+    if rest == 0 {
+        return whole.to_string();
+    }
+    let width = per.to_string().len() - 1;
+    let fraction = format!("{rest:0width$}");
+    format!("{whole}.{}", fraction.trim_end_matches('0'))
 }
 
 impl TaskRunner {
@@ -297,11 +323,23 @@ mod tests {
 
     #[test]
     fn durations_read_as_go_prints_them() {
-        assert_eq!(go_duration(30_000_000_000), "30s");
-        assert_eq!(go_duration(1_500_000_000), "1.5s");
-        assert_eq!(go_duration(1_000_000_000), "1s");
-        assert_eq!(go_duration(250_000_000), "250ms");
-        assert_eq!(go_duration(0), "0s");
+        let cases = [
+            (0, "0s"),
+            (999, "999ns"),
+            (500_000, "500µs"),
+            (1_500_000, "1.5ms"),
+            (250_000_000, "250ms"),
+            (1_000_000_000, "1s"),
+            (1_500_000_000, "1.5s"),
+            (30_000_000_000, "30s"),
+            (60_000_000_000, "1m0s"),
+            (90_000_000_000, "1m30s"),
+            (3_600_000_000_000, "1h0m0s"),
+            (3_723_500_000_000, "1h2m3.5s"),
+        ];
+        for (ns, go) in cases {
+            assert_eq!(go_duration(ns), go, "{ns} ns");
+        }
     }
 
     /// Nomad keeps the last ten events of a task; older ones are dropped first.

@@ -77,6 +77,11 @@ impl super::shell::Host for Recorder {
     fn execute(&mut self, command: &Command) {
         self.commands.push(command.clone());
     }
+
+    /// A clock that advances a second per command, so that events are ordered in time.
+    fn now(&self) -> i64 {
+        self.commands.len() as i64 * SECOND
+    }
 }
 
 impl Recorder {

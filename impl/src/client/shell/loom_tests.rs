@@ -217,7 +217,8 @@ fn loom_task_exits_on_its_own_during_the_delay() {
         let timer = {
             let shell = shell.clone();
             thread::spawn(move || {
-                if shell.wait_armed(Timer::TaskDelay(0)) {
+                // Fires the delay once it is waited; stale (refused) if the task exited first.
+                if shell.wait_until(|r| r.tasks[0].phase != TaskPhase::Running) {
                     shell.fire(Timer::TaskDelay(0));
                 }
             })
