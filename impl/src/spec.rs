@@ -155,16 +155,80 @@ impl std::error::Error for SpecErrors {}
 /// Decode a register body, apply Nomad's defaults and validate it. A body that does not
 /// decode (wrong JSON type, a duration given as a string) is an error naming the position.
 pub fn parse_register_body(body: &[u8]) -> Result<Job, SpecErrors> {
-    let request: JobRegisterRequest = serde_json::from_slice(body).map_err(|error| {
+    let decode_error = |error: serde_json::Error| {
         SpecErrors(vec![SpecError {
             field: "Job".to_string(),
             problem: error.to_string(),
         }])
-    })?;
+    };
+    let mut value: serde_json::Value = serde_json::from_slice(body).map_err(decode_error)?;
+    normalize_keys(&mut value);
+    let request: JobRegisterRequest = serde_json::from_value(value).map_err(decode_error)?;
     let mut job = request.job;
     job.canonicalize();
     job.validate()?;
     Ok(job)
+}
+
+/// Every field name of the jobspec types, as Nomad spells it.
+const FIELDS: [&str; 28] = [
+    "Job",
+    "ID",
+    "Name",
+    "Type",
+    "Priority",
+    "Namespace",
+    "Region",
+    "Datacenters",
+    "TaskGroups",
+    "Stop",
+    "Version",
+    "CreateIndex",
+    "ModifyIndex",
+    "JobModifyIndex",
+    "Count",
+    "ShutdownDelay",
+    "Services",
+    "Tasks",
+    "Driver",
+    "Config",
+    "Env",
+    "KillTimeout",
+    "KillSignal",
+    "Lifecycle",
+    "Leader",
+    "Hook",
+    "Sidecar",
+    "Provider",
+];
+
+/// Fields whose values are the user's own maps: their keys are data, never renamed.
+const USER_MAPS: [&str; 2] = ["Config", "Env"];
+
+/// Go's JSON decoding, which Nomad's API clients rely on (`reference/http-api.md` §4.1): a
+/// key matches a field whatever its case, and `null` stands for an absent value. Keys are
+/// renamed to Nomad's spelling and `null` members dropped, so that serde's defaults apply.
+fn normalize_keys(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            let members = std::mem::take(map);
+            for (key, mut member) in members {
+                if member.is_null() {
+                    continue;
+                }
+                let key = FIELDS
+                    .iter()
+                    .find(|field| field.eq_ignore_ascii_case(&key))
+                    .map_or(key, |field| field.to_string());
+                if !USER_MAPS.contains(&key.as_str()) {
+                    normalize_keys(&mut member);
+                }
+                map.insert(key, member);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(normalize_keys),
+        _ => {}
+    }
 }
 
 const JOB_TYPES: [&str; 4] = ["service", "batch", "system", "sysbatch"];
@@ -421,6 +485,28 @@ mod tests {
             errors.0[0].problem.contains("invalid type: string \"5s\""),
             "{errors}"
         );
+    }
+
+    /// Nomad's clients send keys in any case and `null` for absent values (Go semantics).
+    #[test]
+    fn keys_match_whatever_their_case_and_null_is_absent() {
+        let body = r#"{"job": {"id": "web", "datacenters": null, "taskgroups": [{"name": "g",
+            "shutdowndelay": 5000000000, "Tasks": [{"NAME": "t", "driver": "raw_exec",
+            "lifecycle": null, "Config": {"command": "/bin/sleep", "Args": ["1"]}}]}]}}"#;
+        let job = parse_register_body(body.as_bytes()).unwrap();
+        assert_eq!(job.id, "web");
+        assert_eq!(job.datacenters, ["*"], "null took the default");
+        let group = &job.task_groups[0];
+        assert_eq!(
+            (group.name.as_str(), group.shutdown_delay_ns),
+            ("g", Some(5_000_000_000))
+        );
+        let config = group.tasks[0].config.as_ref().unwrap();
+        assert!(
+            config.contains_key("Args") && config.contains_key("command"),
+            "user keys kept: {config:?}"
+        );
+        assert_eq!(group.tasks[0].name, "t");
     }
 
     #[test]
