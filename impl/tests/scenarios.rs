@@ -11,6 +11,8 @@ const GROUP_DELAY: i64 = 30 * SECOND;
 const TASK_DELAY: i64 = 20 * SECOND;
 const SIDECAR_DELAY: i64 = 5 * SECOND;
 const STEPS: usize = 100_000;
+/// Every delay waited in full, then the poststop task's second.
+const FULL_WAIT: i64 = GROUP_DELAY + TASK_DELAY + SIDECAR_DELAY + SECOND;
 
 fn service(name: &str) -> Option<Vec<Service>> {
     Some(vec![Service {
@@ -93,6 +95,14 @@ fn stop_job(sim: &mut Simulator, purge: bool, flag: bool) {
     .unwrap();
 }
 
+/// Stops the job, runs until quiet, and returns how long the stop took (virtual time).
+fn stop_and_run(sim: &mut Simulator, purge: bool, flag: bool) -> i64 {
+    let before = sim.now_ns();
+    stop_job(sim, purge, flag);
+    sim.run_until_quiet(STEPS).unwrap();
+    sim.now_ns() - before
+}
+
 fn stop_alloc(sim: &mut Simulator, alloc: &str, flag: bool) {
     sim.apply(&Step::StopAlloc {
         alloc: alloc.into(),
@@ -141,10 +151,7 @@ fn without_the_flag_every_delay_is_waited_and_events_say_so() {
     let alloc = &allocs(&sim)[0];
     // Group delay, then the leader's delay, then the sidecar's: 30 + 20 + 5 s, plus the
     // poststop task's second.
-    assert_eq!(
-        sim.now_ns() - start,
-        GROUP_DELAY + TASK_DELAY + SIDECAR_DELAY + SECOND
-    );
+    assert_eq!(sim.now_ns() - start, FULL_WAIT);
     assert_eq!(
         event_types(&sim, alloc, "app")[2..],
         [
@@ -286,10 +293,7 @@ fn second_flagged_job_stop_rescues_a_stopped_job_and_changes_no_spec() {
             .iter()
             .any(|s| matches!(s, Step::GroupDelayElapsed { .. }))
     });
-    let waiting_since = sim.now_ns();
-    stop_job(&mut sim, false, true);
-    sim.run_until_quiet(STEPS).unwrap();
-    assert_eq!(sim.now_ns() - waiting_since, SECOND);
+    assert_eq!(stop_and_run(&mut sim, false, true), SECOND);
     let versions = sim.server.store.job_versions("web").unwrap();
     assert_eq!(
         versions
@@ -356,13 +360,7 @@ fn job_start_after_a_flagged_stop_waits_full_delays_again() {
         None,
         "a new allocation never carries the flag"
     );
-    let before = sim.now_ns();
-    stop_job(&mut sim, false, false);
-    sim.run_until_quiet(STEPS).unwrap();
-    assert_eq!(
-        sim.now_ns() - before,
-        GROUP_DELAY + TASK_DELAY + SIDECAR_DELAY + SECOND
-    );
+    assert_eq!(stop_and_run(&mut sim, false, false), FULL_WAIT);
     let versions = sim.server.store.job_versions("web").unwrap();
     assert_eq!(versions.len(), 4);
     assert!(versions
@@ -432,13 +430,7 @@ fn a_replacement_never_carries_the_flag_and_waits_in_full() {
         None,
         "flag_scoped: the other allocation is untouched"
     );
-    let before = sim.now_ns();
-    stop_job(&mut sim, false, false);
-    sim.run_until_quiet(STEPS).unwrap();
-    assert_eq!(
-        sim.now_ns() - before,
-        GROUP_DELAY + TASK_DELAY + SIDECAR_DELAY + SECOND
-    );
+    assert_eq!(stop_and_run(&mut sim, false, false), FULL_WAIT);
 }
 
 #[test]
