@@ -106,6 +106,15 @@ fn assert_stopped_cleanly(shell: &RunnerShell<Recorder>, flagged: bool) {
     });
 }
 
+/// Runs `body` on a new loom thread with its own handle to the shell.
+fn on<T: Send + 'static>(
+    shell: &RunnerShell<Recorder>,
+    body: impl FnOnce(RunnerShell<Recorder>) -> T + Send + 'static,
+) -> thread::JoinHandle<T> {
+    let shell = shell.clone();
+    thread::spawn(move || body(shell))
+}
+
 /// The driver's waiter: delivers the task's exit once it is signalled.
 fn exit_when_signalled(shell: &RunnerShell<Recorder>) {
     if shell.wait_until(|runner| runner.tasks[0].signalled) {
@@ -119,22 +128,13 @@ fn exit_when_signalled(shell: &RunnerShell<Recorder>) {
 fn loom_flag_update_vs_group_delay_wait() {
     model("loom_flag_update_vs_group_delay_wait", || {
         let shell = shell(true, false, 30, 0);
-        let killer = {
-            let shell = shell.clone();
-            thread::spawn(move || shell.run())
-        };
-        let updater = {
-            let shell = shell.clone();
-            thread::spawn(move || shell.update(alloc(true, true, 30, 0)))
-        };
-        let timer_and_driver = {
-            let shell = shell.clone();
-            thread::spawn(move || {
-                shell.wait_until(|r| r.phase != RunnerPhase::PreKill);
-                shell.fire(Timer::GroupDelay);
-                exit_when_signalled(&shell);
-            })
-        };
+        let killer = on(&shell, move |shell| shell.run());
+        let updater = on(&shell, move |shell| shell.update(alloc(true, true, 30, 0)));
+        let timer_and_driver = on(&shell, move |shell| {
+            shell.wait_until(|r| r.phase != RunnerPhase::PreKill);
+            shell.fire(Timer::GroupDelay);
+            exit_when_signalled(&shell);
+        });
         assert_eq!(killer.join().unwrap(), RunEnd::Terminal);
         updater.join().unwrap();
         timer_and_driver.join().unwrap();
@@ -154,24 +154,13 @@ fn loom_flag_update_vs_group_delay_wait() {
 fn loom_flag_update_vs_task_delay_beginning() {
     model("loom_flag_update_vs_task_delay_beginning", || {
         let shell = shell(true, false, 0, 20);
-        let killer = {
-            let shell = shell.clone();
-            thread::spawn(move || shell.run())
-        };
-        let updater = {
-            let shell = shell.clone();
-            thread::spawn(move || shell.update(alloc(true, true, 0, 20)))
-        };
-        let timer_and_driver = {
-            let shell = shell.clone();
-            thread::spawn(move || {
-                shell.wait_until(|r| {
-                    r.tasks[0].phase == TaskPhase::Delaying || r.tasks[0].signalled
-                });
-                shell.fire(Timer::TaskDelay(0));
-                exit_when_signalled(&shell);
-            })
-        };
+        let killer = on(&shell, move |shell| shell.run());
+        let updater = on(&shell, move |shell| shell.update(alloc(true, true, 0, 20)));
+        let timer_and_driver = on(&shell, move |shell| {
+            shell.wait_until(|r| r.tasks[0].phase == TaskPhase::Delaying || r.tasks[0].signalled);
+            shell.fire(Timer::TaskDelay(0));
+            exit_when_signalled(&shell);
+        });
         assert_eq!(killer.join().unwrap(), RunEnd::Terminal);
         updater.join().unwrap();
         timer_and_driver.join().unwrap();
@@ -210,29 +199,20 @@ fn loom_flag_update_vs_task_delay_beginning() {
 fn loom_task_exits_on_its_own_during_the_delay() {
     model("loom_task_exits_on_its_own_during_the_delay", || {
         let shell = shell(true, false, 0, 20);
-        let killer = {
-            let shell = shell.clone();
-            thread::spawn(move || shell.run())
-        };
-        let timer = {
-            let shell = shell.clone();
-            thread::spawn(move || {
-                // Fires the delay once it is waited; stale (refused) if the task exited first.
-                if shell.wait_until(|r| r.tasks[0].phase != TaskPhase::Running) {
-                    shell.fire(Timer::TaskDelay(0));
-                }
-            })
-        };
-        let process = {
-            let shell = shell.clone();
-            thread::spawn(move || {
-                if shell.wait_until(|r| {
-                    matches!(r.tasks[0].phase, TaskPhase::Delaying | TaskPhase::Signalled)
-                }) {
-                    assert!(shell.task_exited(0, EXIT));
-                }
-            })
-        };
+        let killer = on(&shell, move |shell| shell.run());
+        let timer = on(&shell, move |shell| {
+            // Fires the delay once it is waited; stale (refused) if the task exited first.
+            if shell.wait_until(|r| r.tasks[0].phase != TaskPhase::Running) {
+                shell.fire(Timer::TaskDelay(0));
+            }
+        });
+        let process = on(&shell, move |shell| {
+            if shell.wait_until(|r| {
+                matches!(r.tasks[0].phase, TaskPhase::Delaying | TaskPhase::Signalled)
+            }) {
+                assert!(shell.task_exited(0, EXIT));
+            }
+        });
         assert_eq!(killer.join().unwrap(), RunEnd::Terminal);
         timer.join().unwrap();
         process.join().unwrap();
@@ -251,18 +231,9 @@ fn loom_task_exits_on_its_own_during_the_delay() {
 fn loom_two_kills_at_once() {
     model("loom_two_kills_at_once", || {
         let shell = shell(false, false, 30, 0);
-        let job_stop = {
-            let shell = shell.clone();
-            thread::spawn(move || shell.update(alloc(true, true, 30, 0)))
-        };
-        let alloc_stop = {
-            let shell = shell.clone();
-            thread::spawn(move || shell.update(alloc(true, false, 30, 0)))
-        };
-        let driver = {
-            let shell = shell.clone();
-            thread::spawn(move || exit_when_signalled(&shell))
-        };
+        let job_stop = on(&shell, move |shell| shell.update(alloc(true, true, 30, 0)));
+        let alloc_stop = on(&shell, move |shell| shell.update(alloc(true, false, 30, 0)));
+        let driver = on(&shell, move |shell| exit_when_signalled(&shell));
         assert_eq!(shell.run(), RunEnd::Terminal);
         job_stop.join().unwrap();
         alloc_stop.join().unwrap();
@@ -280,13 +251,10 @@ fn loom_kill_before_the_task_has_started() {
         let mut initial = Vec::new();
         let runner = AllocRunner::new(alloc(true, true, 30, 20), 30_000_000_000, 0, &mut initial);
         let shell = RunnerShell::new(runner, Recorder::default(), initial);
-        let late = {
-            let shell = shell.clone();
-            thread::spawn(move || {
-                assert!(!shell.fire(Timer::GroupDelay));
-                assert!(!shell.task_exited(0, EXIT));
-            })
-        };
+        let late = on(&shell, move |shell| {
+            assert!(!shell.fire(Timer::GroupDelay));
+            assert!(!shell.task_exited(0, EXIT));
+        });
         assert_eq!(shell.run(), RunEnd::Terminal);
         late.join().unwrap();
         shell.inspect(|runner, host| {
@@ -306,18 +274,12 @@ fn loom_kill_before_the_task_has_started() {
 fn loom_shutdown_and_restore_vs_kill() {
     model("loom_shutdown_and_restore_vs_kill", || {
         let old = shell(true, true, 30, 0);
-        let killer = {
-            let old = old.clone();
-            thread::spawn(move || old.run())
-        };
-        let driver = {
-            let old = old.clone();
-            thread::spawn(move || {
-                if old.wait_until(|r| r.tasks[0].signalled) {
-                    old.task_exited(0, EXIT);
-                }
-            })
-        };
+        let killer = on(&old, move |old| old.run());
+        let driver = on(&old, move |old| {
+            if old.wait_until(|r| r.tasks[0].signalled) {
+                old.task_exited(0, EXIT);
+            }
+        });
         let stored = old.shutdown();
         let finished_before_shutdown = stored.phase == RunnerPhase::Terminal;
         let end = killer.join().unwrap();
@@ -325,10 +287,7 @@ fn loom_shutdown_and_restore_vs_kill() {
         let mut commands = Vec::new();
         let restored = AllocRunner::restore(stored, 0, &mut commands);
         let new = RunnerShell::new(restored, Recorder::default(), commands);
-        let finisher = {
-            let new = new.clone();
-            thread::spawn(move || exit_when_signalled(&new))
-        };
+        let finisher = on(&new, move |new| exit_when_signalled(&new));
         assert_eq!(new.run(), RunEnd::Terminal);
         finisher.join().unwrap();
         assert_eq!(end == RunEnd::Terminal, finished_before_shutdown);
