@@ -7,7 +7,9 @@
 //! and a deterministic simulator that runs them all on a virtual clock ([`sim`]). It never
 //! depends on the model: only `quiesce-proofs` sees both.
 
+pub mod cli;
 pub mod client;
+pub mod daemon;
 pub mod ids;
 pub mod server;
 pub mod sim;

@@ -4,6 +4,7 @@
 pub mod alloc_runner;
 pub mod driver;
 pub mod hooks;
+pub mod raw_exec;
 pub mod shell;
 pub mod task_runner;
 #[cfg(test)]

@@ -17,9 +17,30 @@ use std::collections::BTreeSet;
 /// Carries out a runner's commands (driver calls, service deregistration, timers, reports).
 /// Called with the shell's lock held: it must not call back into the shell.
 pub trait Host: Send {
-    fn execute(&mut self, command: &Command);
+    /// Carries out one command. `runner` is the runner's state after the event or step that
+    /// produced it (a host that stores the runner's progress commits it with the command's
+    /// effect).
+    fn execute(&mut self, command: &Command, runner: &AllocRunner);
     /// The time events are stamped with, in nanoseconds (Unix time in the daemon).
     fn now(&self) -> i64;
+    /// An event or step was applied and its commands carried out: the place to record it
+    /// (the daemon logs it and stores the runner's state).
+    fn applied(&mut self, _runner: &AllocRunner, _what: Applied) {}
+}
+
+/// What a shell applied, for [`Host::applied`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// A pulled update.
+    Update,
+    /// An internal step of the runner's own thread.
+    Step(super::RunnerStep),
+    /// A timer fired.
+    Timer(Timer),
+    /// A task's process exited; `forced` when SIGKILL had been sent to it.
+    Exit { task: usize, forced: bool },
+    /// The runner was restored after a restart (see [`AllocRunner::restore`]).
+    Restored,
 }
 
 struct State<H> {
@@ -84,26 +105,46 @@ impl<H: Host> RunnerShell<H> {
     }
 
     /// Applies one event under the lock, carries out its commands, and wakes the waiters.
-    fn apply(&self, event: impl FnOnce(&mut AllocRunner, i64, &mut Vec<Command>) -> bool) -> bool {
+    fn apply(
+        &self,
+        what: impl FnOnce(&AllocRunner) -> Applied,
+        event: impl FnOnce(&mut AllocRunner, i64, &mut Vec<Command>) -> bool,
+    ) -> bool {
         let mut state = self.lock();
         if state.closed {
             return false;
         }
+        let what = what(&state.runner);
         let mut commands = Vec::new();
         let now = state.host.now();
         let applied = event(&mut state.runner, now, &mut commands);
         state.carry_out(&commands);
+        if applied {
+            let State { runner, host, .. } = &mut *state;
+            host.applied(runner, what);
+        }
         self.shared.1.notify_all();
         applied
+    }
+
+    /// Hands `what` to the host's [`Host::applied`]: for the event a shell was created by
+    /// (a first pull, a restore), whose commands [`RunnerShell::new`] carried out.
+    pub fn record(&self, what: Applied) {
+        let mut state = self.lock();
+        let State { runner, host, .. } = &mut *state;
+        host.applied(runner, what);
     }
 
     /// A pulled update (the client's pull loop). A flag in it cancels the delays at once,
     /// even while the runner's thread waits out one.
     pub fn update(&self, alloc: Allocation) -> bool {
-        self.apply(|runner, now, out| {
-            runner.update(alloc, now, out);
-            true
-        })
+        self.apply(
+            |_| Applied::Update,
+            |runner, now, out| {
+                runner.update(alloc, now, out);
+                true
+            },
+        )
     }
 
     /// A timer fired. `false`, changing nothing, if it is not armed (cancelled, or fired).
@@ -114,12 +155,21 @@ impl<H: Host> RunnerShell<H> {
                 return false;
             }
         }
-        self.apply(|runner, now, out| runner.timer_fired(timer, now, out))
+        self.apply(
+            |_| Applied::Timer(timer),
+            |runner, now, out| runner.timer_fired(timer, now, out),
+        )
     }
 
     /// A task's process exited (the driver's waiter).
     pub fn task_exited(&self, task: usize, exit: ExitResult) -> bool {
-        self.apply(|runner, now, out| runner.task_exited(task, exit, now, out))
+        let what = |runner: &AllocRunner| Applied::Exit {
+            task,
+            forced: runner.tasks.get(task).is_some_and(|t| t.sigkilled),
+        };
+        self.apply(what, |runner, now, out| {
+            runner.task_exited(task, exit, now, out)
+        })
     }
 
     /// The runner's thread: takes every internal step as it becomes ready, and sleeps on the
@@ -140,6 +190,8 @@ impl<H: Host> RunnerShell<H> {
                     let now = state.host.now();
                     state.runner.step(step, now, &mut commands);
                     state.carry_out(&commands);
+                    let State { runner, host, .. } = &mut *state;
+                    host.applied(runner, Applied::Step(step));
                     self.shared.1.notify_all();
                 }
                 None => state = self.wait(state),
@@ -192,7 +244,7 @@ impl<H: Host> State<H> {
                 }
                 _ => {}
             }
-            self.host.execute(command);
+            self.host.execute(command, &self.runner);
         }
     }
 }

@@ -74,7 +74,7 @@ pub(crate) struct Recorder {
 }
 
 impl super::shell::Host for Recorder {
-    fn execute(&mut self, command: &Command) {
+    fn execute(&mut self, command: &Command, _runner: &crate::client::AllocRunner) {
         self.commands.push(command.clone());
     }
 

@@ -87,6 +87,26 @@ impl Server {
         }
     }
 
+    /// A server over a restored store (the daemon's restart): pending evaluations go back to
+    /// the broker in the order they were created, at most one per job, as before.
+    pub fn restore(store: StateStore, nodes: Vec<NodeId>, seed: u64) -> Self {
+        let mut pending: Vec<&Evaluation> = store
+            .evals()
+            .filter(|eval| eval.status == EvalStatus::Pending)
+            .collect();
+        pending.sort_by_key(|eval| (eval.create_index, eval.id.clone()));
+        let mut broker = EvalBroker::default();
+        for eval in pending {
+            broker.enqueue(&eval.job_id, &eval.id);
+        }
+        Server {
+            store,
+            broker,
+            ids: IdGen::new(seed),
+            nodes,
+        }
+    }
+
     /// An evaluation is waiting for the scheduler.
     pub fn eval_pending(&self) -> bool {
         self.broker.has_pending()

@@ -20,9 +20,84 @@ pub struct StateStore {
     /// Allocations whose `AllocModifyIndex` changed since the last drain: what clients will
     /// pull. Hosts drain it to learn which pulls became possible without scanning.
     client_changes: Vec<AllocId>,
+    /// Records written since the last drain, when a host stores them durably (the daemon);
+    /// `None` keeps no journal (the simulator, which clones stores freely).
+    written: Option<BTreeSet<Record>>,
+}
+
+/// A record of the store, as a durable copy names it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Record {
+    /// The store's index.
+    Index,
+    Job(JobId),
+    Alloc(AllocId),
+    Eval(EvalId),
+    Service(String),
 }
 
 impl StateStore {
+    /// A store rebuilt from a durable copy, journalling its writes from now on.
+    pub fn restore(
+        index: u64,
+        jobs: BTreeMap<JobId, Vec<Job>>,
+        allocs: Vec<Allocation>,
+        evals: Vec<Evaluation>,
+        services: Vec<ServiceRegistration>,
+    ) -> Self {
+        let mut store = StateStore {
+            index,
+            jobs,
+            written: Some(BTreeSet::new()),
+            ..StateStore::default()
+        };
+        for alloc in allocs {
+            store.put_alloc(alloc);
+        }
+        for eval in evals {
+            store.put_eval(eval);
+        }
+        for service in services {
+            store.put_service(service);
+        }
+        store.written = Some(BTreeSet::new());
+        store
+    }
+
+    /// Starts journalling writes (see [`StateStore::drain_written`]).
+    pub fn journal_writes(&mut self) {
+        self.written.get_or_insert_with(BTreeSet::new);
+    }
+
+    /// The records written since the last call (each to be stored as it is now, or deleted
+    /// if it is gone); empty when no journal is kept.
+    pub fn drain_written(&mut self) -> BTreeSet<Record> {
+        self.written
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn wrote(&mut self, record: Record) {
+        if let Some(written) = self.written.as_mut() {
+            written.insert(record);
+        }
+    }
+
+    /// Every version of a job (for a durable copy).
+    pub fn job_versions_owned(&self, id: &str) -> Option<&Vec<Job>> {
+        self.jobs.get(id)
+    }
+
+    /// An allocation, tombstone or not (for a durable copy).
+    pub fn alloc_record(&self, id: &str) -> Option<&Allocation> {
+        self.allocs.get(id)
+    }
+
+    pub fn service(&self, id: &str) -> Option<&ServiceRegistration> {
+        self.services.get(id)
+    }
+
     /// The index of the last write.
     pub fn index(&self) -> u64 {
         self.index
@@ -30,6 +105,7 @@ impl StateStore {
 
     /// Starts a write: the index every record it changes is stamped with.
     pub(super) fn next_index(&mut self) -> u64 {
+        self.wrote(Record::Index);
         self.index += 1;
         self.index
     }
@@ -68,6 +144,16 @@ impl StateStore {
 
     pub fn allocs(&self) -> impl Iterator<Item = &Allocation> {
         self.allocs.values().filter(|alloc| !alloc.tombstone)
+    }
+
+    /// Every allocation placed on a node, tombstones included (what its client pulls).
+    pub fn allocs_for_node<'a>(
+        &'a self,
+        node: &'a str,
+    ) -> impl Iterator<Item = &'a Allocation> + 'a {
+        self.allocs
+            .values()
+            .filter(move |alloc| alloc.node_id == node)
     }
 
     /// Allocations placed on a node and not terminal: its load, for placement.
@@ -111,14 +197,17 @@ impl StateStore {
     // --- writes: only the server's operations call these, inside one indexed write ---
 
     pub(super) fn put_job_version(&mut self, job: Job) {
+        self.wrote(Record::Job(job.id.clone()));
         self.jobs.entry(job.id.clone()).or_default().push(job);
     }
 
     pub(super) fn delete_job(&mut self, id: &str) {
+        self.wrote(Record::Job(id.to_string()));
         self.jobs.remove(id);
     }
 
     pub(super) fn put_alloc(&mut self, alloc: Allocation) {
+        self.wrote(Record::Alloc(alloc.id.clone()));
         self.allocs_by_job
             .entry(alloc.job_id.clone())
             .or_default()
@@ -135,9 +224,11 @@ impl StateStore {
         client_visible: bool,
         change: impl FnOnce(&mut Allocation),
     ) -> bool {
-        let Some(alloc) = self.allocs.get_mut(id) else {
+        if !self.allocs.contains_key(id) {
             return false;
-        };
+        }
+        self.wrote(Record::Alloc(id.to_string()));
+        let alloc = self.allocs.get_mut(id).expect("checked");
         change(alloc);
         alloc.modify_index = index;
         if client_visible {
@@ -149,6 +240,7 @@ impl StateStore {
 
     /// Deletes an allocation; journalled, since its client will no longer find it.
     pub(super) fn delete_alloc(&mut self, id: &str) {
+        self.wrote(Record::Alloc(id.to_string()));
         if let Some(alloc) = self.allocs.remove(id) {
             self.client_changes.push(alloc.id.clone());
             if let Some(ids) = self.allocs_by_job.get_mut(&alloc.job_id) {
@@ -158,18 +250,22 @@ impl StateStore {
     }
 
     pub(super) fn put_eval(&mut self, eval: Evaluation) {
+        self.wrote(Record::Eval(eval.id.clone()));
         self.evals.insert(eval.id.clone(), eval);
     }
 
     pub(super) fn eval_mut(&mut self, id: &str) -> Option<&mut Evaluation> {
+        self.wrote(Record::Eval(id.to_string()));
         self.evals.get_mut(id)
     }
 
     pub(super) fn put_service(&mut self, service: ServiceRegistration) {
+        self.wrote(Record::Service(service.id.clone()));
         self.services.insert(service.id.clone(), service);
     }
 
     pub(super) fn delete_service(&mut self, id: &str) -> bool {
+        self.wrote(Record::Service(id.to_string()));
         self.services.remove(id).is_some()
     }
 

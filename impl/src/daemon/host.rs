@@ -1,0 +1,349 @@
+//! The host of a runner in the daemon: carries out its commands on real processes (the
+//! `raw_exec` driver) or scripted ones (`mock_driver`), on the server (services, reports) and
+//! on the timer thread, and records each applied event in the event log and the store.
+
+use super::timers::Due;
+use super::{unix_now_ns, Shared};
+use crate::client::driver::{Driver, MockDriver, SIGKILL};
+use crate::client::raw_exec::{self, Launch, Reattach};
+use crate::client::shell::{Applied, Host};
+use crate::client::{AllocRunner, Command, ExitResult, RunnerStep, Timer};
+use crate::server::structs::AllocId;
+use crate::server::ClientReport;
+use crate::sim::log::LogEntry;
+use crate::spec::{Task, TaskRole};
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// The drivers a task may name.
+pub const DRIVERS: [&str; 2] = ["raw_exec", "mock_driver"];
+
+#[derive(Clone, Copy, Debug)]
+enum Handle {
+    /// A raw_exec task: its pid is its process group.
+    Process(i32),
+    Mock(u64),
+}
+
+pub struct DaemonHost {
+    alloc: AllocId,
+    shared: Weak<Shared>,
+    tasks: Vec<Option<Handle>>,
+    mock: MockDriver,
+}
+
+fn exited(exit_code: i32, signal: Option<i32>) -> ExitResult {
+    ExitResult { exit_code, signal }
+}
+
+impl DaemonHost {
+    pub fn new(alloc: &str, shared: &Arc<Shared>) -> Self {
+        DaemonHost {
+            alloc: alloc.to_string(),
+            shared: Arc::downgrade(shared),
+            tasks: Vec::new(),
+            mock: MockDriver::default(),
+        }
+    }
+
+    /// The directory of one task of this allocation.
+    pub fn task_dir(data_dir: &std::path::Path, alloc: &str, task: &str) -> PathBuf {
+        data_dir.join("alloc").join(alloc).join(task)
+    }
+
+    /// A mock task's scripted exit, if it is due by `now`.
+    pub fn mock_exit_due(&self, task: usize, now: i64) -> Option<ExitResult> {
+        match self.tasks.get(task).copied().flatten() {
+            Some(Handle::Mock(handle)) => self
+                .mock
+                .next_exit(&handle)
+                .filter(|(at, _)| *at <= now)
+                .map(|(_, exit)| exit),
+            _ => None,
+        }
+    }
+
+    fn set_handle(&mut self, task: usize, handle: Handle) {
+        if self.tasks.len() <= task {
+            self.tasks.resize(task + 1, None);
+        }
+        self.tasks[task] = Some(handle);
+    }
+
+    fn schedule(&self, after_ns: i64, due: Due) {
+        if let Some(shared) = self.shared.upgrade() {
+            let after = Duration::from_nanos(after_ns.max(0) as u64);
+            shared.timers.schedule(after, &self.alloc, due);
+        }
+    }
+
+    /// The next check of a mock task's scripted exit.
+    fn schedule_mock_check(&self, task: usize, now: i64) {
+        if let Some(Handle::Mock(handle)) = self.tasks.get(task).copied().flatten() {
+            if let Some((at, _)) = self.mock.next_exit(&handle) {
+                self.schedule(at - now, Due::MockCheck(task));
+            }
+        }
+    }
+
+    fn start_task(&mut self, ix: usize, runner: &AllocRunner) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let Some(task) = task_spec(runner, ix) else {
+            return;
+        };
+        let now = unix_now_ns();
+        if task.driver == "mock_driver" {
+            match self.mock.start(task, now) {
+                Ok(handle) => {
+                    self.set_handle(ix, Handle::Mock(handle));
+                    self.schedule_mock_check(ix, now);
+                }
+                Err(error) => self.failed_to_start(ix, &error.to_string()),
+            }
+            return;
+        }
+        let dir = DaemonHost::task_dir(&shared.config.data_dir, &self.alloc, &task.name);
+        // A task started before a restart (or before a crash lost the runner's progress) is
+        // reattached, never started twice.
+        let attached = match raw_exec::reattach(&dir) {
+            Ok(Reattach::Running(attached)) => Ok(Ok(attached)),
+            Ok(Reattach::Exited(record)) => Ok(Err(record)),
+            // Launched before (its log exists), yet neither supervisor nor exit status is left.
+            Ok(Reattach::Lost) if dir.join(raw_exec::STDOUT_FILE).exists() => {
+                Ok(Err(raw_exec::ExitRecord {
+                    exit_code: -1,
+                    signal: None,
+                    error: Some("the task's supervisor is gone".into()),
+                }))
+            }
+            Ok(Reattach::Lost) | Err(_) => {
+                let args: Vec<&str> = shared
+                    .config
+                    .supervisor_args
+                    .iter()
+                    .map(String::as_str)
+                    .collect();
+                raw_exec::launch(
+                    &shared.config.supervisor,
+                    &args,
+                    &launch_of(task, runner, &dir),
+                )
+            }
+        };
+        match attached {
+            Ok(Ok(attached)) => {
+                self.set_handle(ix, Handle::Process(attached.pid));
+                let weak = self.shared.clone();
+                let alloc = self.alloc.clone();
+                std::thread::spawn(move || {
+                    let record = attached.wait();
+                    if let Some(error) = &record.error {
+                        eprintln!("quiesce agent: allocation {alloc} task {ix}: {error}");
+                    }
+                    if let Some(shell) = weak.upgrade().and_then(|shared| shared.runner(&alloc)) {
+                        shell.task_exited(ix, record.result());
+                    }
+                });
+            }
+            Ok(Err(record)) => {
+                if let Some(error) = &record.error {
+                    eprintln!(
+                        "quiesce agent: allocation {} task {}: {error}",
+                        self.alloc, task.name
+                    );
+                }
+                self.schedule(0, Due::Exited(ix, record.result().into()));
+            }
+            Err(error) => self.failed_to_start(ix, &error.to_string()),
+        }
+    }
+
+    fn failed_to_start(&mut self, ix: usize, error: &str) {
+        eprintln!(
+            "quiesce agent: allocation {} task {ix} failed to start: {error}",
+            self.alloc
+        );
+        self.schedule(0, Due::Exited(ix, exited(-1, None).into()));
+    }
+
+    fn signal(&mut self, ix: usize, signal: &str) {
+        let now = unix_now_ns();
+        match self.tasks.get(ix).copied().flatten() {
+            Some(Handle::Process(pid)) => {
+                let number = raw_exec::signal_number(signal).unwrap_or(libc::SIGINT);
+                // SAFETY: killpg has no memory-safety preconditions.
+                unsafe { libc::killpg(pid, number) };
+            }
+            Some(Handle::Mock(handle)) => {
+                let _ = self.mock.signal(&handle, signal, now);
+                self.schedule_mock_check(ix, now);
+            }
+            None => {}
+        }
+    }
+
+    fn force_kill(&mut self, ix: usize) {
+        let now = unix_now_ns();
+        match self.tasks.get(ix).copied().flatten() {
+            Some(Handle::Process(pid)) => {
+                // SAFETY: killpg has no memory-safety preconditions.
+                unsafe { libc::killpg(pid, SIGKILL) };
+            }
+            Some(Handle::Mock(handle)) => {
+                let _ = self.mock.force_kill(&handle, now);
+                self.schedule_mock_check(ix, now);
+            }
+            None => {}
+        }
+    }
+
+    fn services(&self, runner: &AllocRunner, task: Option<usize>, names: &[String], on: bool) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let owner = task.map_or(String::new(), |ix| runner.tasks[ix].name.clone());
+        let mut core = shared.core();
+        if on {
+            core.server.register_services(&self.alloc, &owner, names);
+        } else {
+            core.server.deregister_services(&self.alloc, &owner, names);
+        }
+        // The hook's effect and the runner's progress, in one transaction.
+        if let Err(error) = core.commit(Some(runner)) {
+            super::fatal("storing a hook's effect", error);
+        }
+        drop(core);
+        shared.notify();
+    }
+
+    fn report(&self, runner: &AllocRunner) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let report = ClientReport {
+            client_status: runner.alloc.client_status,
+            client_description: runner.alloc.client_description.clone(),
+            task_states: runner.task_states(),
+        };
+        shared.core().server.client_report(&self.alloc, report);
+    }
+}
+
+fn task_spec(runner: &AllocRunner, ix: usize) -> Option<&Task> {
+    runner
+        .alloc
+        .job
+        .task_groups
+        .iter()
+        .find(|group| group.name == runner.alloc.task_group)?
+        .tasks
+        .get(ix)
+}
+
+/// The command line and environment of a raw_exec task (`Config.command`, `Config.args`,
+/// `Env`, and Nomad's `NOMAD_*` variables).
+fn launch_of(task: &Task, runner: &AllocRunner, dir: &std::path::Path) -> Launch {
+    let config = task.config.clone().unwrap_or_default();
+    let command = config
+        .get("command")
+        .and_then(|c| c.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let args = config
+        .get("args")
+        .and_then(|a| a.as_array())
+        .map(|args| {
+            args.iter()
+                .map(|a| a.as_str().map_or_else(|| a.to_string(), str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let alloc = &runner.alloc;
+    let alloc_dir = dir.parent().unwrap_or(dir).to_path_buf();
+    let mut env: Vec<(String, String)> = vec![
+        ("NOMAD_ALLOC_ID".into(), alloc.id.clone()),
+        ("NOMAD_ALLOC_NAME".into(), alloc.name.clone()),
+        ("NOMAD_ALLOC_DIR".into(), alloc_dir.display().to_string()),
+        ("NOMAD_TASK_DIR".into(), dir.display().to_string()),
+        ("NOMAD_TASK_NAME".into(), task.name.clone()),
+        ("NOMAD_GROUP_NAME".into(), alloc.task_group.clone()),
+        ("NOMAD_JOB_ID".into(), alloc.job_id.clone()),
+        ("NOMAD_JOB_NAME".into(), alloc.job.name.clone()),
+        ("NOMAD_NAMESPACE".into(), alloc.namespace.clone()),
+    ];
+    env.extend(task.env.clone().unwrap_or_default());
+    Launch {
+        dir: dir.to_path_buf(),
+        command,
+        args,
+        env,
+    }
+}
+
+impl Host for DaemonHost {
+    fn execute(&mut self, command: &Command, runner: &AllocRunner) {
+        match command {
+            Command::StartTask { task } => self.start_task(*task, runner),
+            Command::RegisterServices { task, names } => self.services(runner, *task, names, true),
+            Command::DeregisterServices { task, names } => {
+                self.services(runner, *task, names, false)
+            }
+            Command::StartTimer { timer, after_ns } => self.schedule(*after_ns, Due::Timer(*timer)),
+            // The shell refuses a timer it no longer has armed.
+            Command::CancelTimer { .. } => {}
+            Command::Signal { task, signal } => self.signal(*task, signal),
+            Command::ForceKill { task } => self.force_kill(*task),
+            Command::Report => self.report(runner),
+        }
+    }
+
+    fn now(&self) -> i64 {
+        unix_now_ns()
+    }
+
+    /// Logs the step (in the step alphabet's terms) and stores the runner's state with
+    /// whatever the step changed on the server.
+    fn applied(&mut self, runner: &AllocRunner, what: Applied) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let task_name = |ix: usize| runner.tasks.get(ix).map(|t| t.name.clone());
+        let step = match what {
+            Applied::Update => Some(("ClientSync", None)),
+            Applied::Step(RunnerStep::GroupPreKill) => Some(("GroupPreKill", None)),
+            Applied::Step(RunnerStep::TaskPreKill(ix)) => Some(("TaskPreKill", task_name(ix))),
+            Applied::Step(RunnerStep::PoststopStart(ix)) => Some(("PoststopStart", task_name(ix))),
+            Applied::Timer(Timer::GroupDelay) => Some(("GroupDelayElapsed", None)),
+            Applied::Timer(Timer::TaskDelay(ix)) => Some(("TaskDelayElapsed", task_name(ix))),
+            Applied::Timer(Timer::KillTimeout(ix)) => Some(("KillTimeout", task_name(ix))),
+            // The model merges a forced exit into its kill timeout.
+            Applied::Exit { forced: true, .. } | Applied::Restored => None,
+            Applied::Exit { task, .. } => {
+                let poststop = runner
+                    .tasks
+                    .get(task)
+                    .is_some_and(|t| t.role == TaskRole::Poststop);
+                Some((
+                    if poststop { "PoststopExit" } else { "TaskExit" },
+                    task_name(task),
+                ))
+            }
+        };
+        let mut core = shared.core();
+        if let Some((name, task)) = step {
+            let mut entry = LogEntry::step(name);
+            entry.job = Some(runner.alloc.job_id.clone());
+            entry.alloc = Some(self.alloc.clone());
+            entry.task = task;
+            core.log(entry);
+        }
+        if let Err(error) = core.commit(Some(runner)) {
+            super::fatal("storing a runner's progress", error);
+        }
+        drop(core);
+        shared.notify();
+    }
+}

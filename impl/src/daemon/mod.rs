@@ -1,0 +1,452 @@
+//! The reference daemon (`quiesce agent -dev`): the server and one client in one process,
+//! over real processes and a durable store.
+//!
+//! Threads, and the one lock order they keep (registry → a runner's shell → core):
+//! * HTTP handlers (`http`) write to the server under the core lock; every write commits to
+//!   the store before it is answered.
+//! * The scheduler thread processes pending evaluations as they arrive.
+//! * The client thread pulls changed allocations and hands each to its runner's shell
+//!   (creating the runner on the first pull).
+//! * One thread per runner takes its internal steps (`RunnerShell::run`).
+//! * The timer thread fires runner timers; one waiter thread per raw_exec task reports its
+//!   exit. Both find the runner through the registry.
+//!
+//! The runners' hosts ([`host::DaemonHost`]) carry out commands: start tasks under their
+//! supervisors, signal process groups, (de)register services and report to the server, and
+//! store the runner's progress in the same transaction as a hook's effect.
+
+pub mod host;
+pub mod http;
+pub mod persist;
+pub mod timers;
+
+use crate::client::shell::{Applied, RunnerShell};
+use crate::client::{AllocRunner, Command, RunnerPhase, DEFAULT_MAX_KILL_TIMEOUT_NS};
+use crate::server::store::{Record, StateStore};
+use crate::server::structs::{AllocId, NodeId};
+use crate::server::Server;
+use crate::sim::log::LogEntry;
+use host::DaemonHost;
+use persist::{Batch, Persist, StoredAlloc, Table};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+use timers::{Due, Timers};
+
+/// How the agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub data_dir: PathBuf,
+    pub bind: SocketAddr,
+    pub node_name: NodeId,
+    pub max_kill_timeout_ns: i64,
+    /// The program that runs task supervisors (this binary) and the arguments that make it
+    /// one.
+    pub supervisor: PathBuf,
+    pub supervisor_args: Vec<String>,
+}
+
+impl AgentConfig {
+    pub fn new(data_dir: PathBuf, bind: SocketAddr, supervisor: PathBuf) -> Self {
+        AgentConfig {
+            data_dir,
+            bind,
+            node_name: "node-0".to_string(),
+            max_kill_timeout_ns: DEFAULT_MAX_KILL_TIMEOUT_NS,
+            supervisor,
+            supervisor_args: vec!["supervise".to_string()],
+        }
+    }
+}
+
+/// Unix time in nanoseconds.
+pub fn unix_now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// The server and what travels with its writes, under one lock.
+pub struct Core {
+    pub server: Server,
+    persist: Persist,
+    log_seq: u64,
+    pending_log: Vec<LogEntry>,
+    /// Allocations of this node whose update the client has not pulled yet.
+    pending_pulls: BTreeSet<AllocId>,
+    node: NodeId,
+}
+
+impl Core {
+    /// Appends an entry to the event log; it is stored with the next commit.
+    pub fn log(&mut self, mut entry: LogEntry) {
+        self.log_seq += 1;
+        entry.seq = self.log_seq;
+        entry.time_ns = unix_now_ns();
+        self.pending_log.push(entry);
+    }
+
+    /// Commits everything written since the last commit — the server's changed records, the
+    /// pending log entries, and a runner's state if given — as one durable transaction, and
+    /// notes which allocations the client now has to pull.
+    pub fn commit(&mut self, runner: Option<&AllocRunner>) -> Result<(), String> {
+        for id in self.server.store.drain_client_changes() {
+            let ours = self
+                .server
+                .store
+                .alloc_for_client(&id)
+                .is_some_and(|alloc| alloc.node_id == self.node);
+            if ours {
+                self.pending_pulls.insert(id);
+            }
+        }
+        let written = self.server.store.drain_written();
+        let store = &self.server.store;
+        let mut batch = Batch {
+            log: std::mem::take(&mut self.pending_log),
+            ..Batch::default()
+        };
+        let json = |value: &dyn erased::Json| value.to_json();
+        for record in written {
+            batch.writes.push(match &record {
+                Record::Index => {
+                    batch.index = Some(store.index());
+                    continue;
+                }
+                Record::Job(id) => (
+                    Table::Jobs,
+                    id.clone(),
+                    store.job_versions_owned(id).map(|v| json(v)),
+                ),
+                Record::Alloc(id) => (
+                    Table::Allocs,
+                    id.clone(),
+                    store.alloc_record(id).map(|alloc| {
+                        json(&StoredAlloc {
+                            alloc: alloc.clone(),
+                            tombstone: alloc.tombstone,
+                        })
+                    }),
+                ),
+                Record::Eval(id) => (Table::Evals, id.clone(), store.eval(id).map(|e| json(e))),
+                Record::Service(id) => (
+                    Table::Services,
+                    id.clone(),
+                    store.service(id).map(|s| json(s)),
+                ),
+            });
+        }
+        batch.index = Some(store.index());
+        if let Some(runner) = runner {
+            batch
+                .writes
+                .push((Table::Runners, runner.alloc.id.clone(), Some(json(runner))));
+        }
+        self.persist.commit(batch)
+    }
+}
+
+/// Serializing records of different types through one closure.
+mod erased {
+    pub trait Json {
+        fn to_json(&self) -> Vec<u8>;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn to_json(&self) -> Vec<u8> {
+            serde_json::to_vec(self).expect("stored records always serialize")
+        }
+    }
+}
+
+/// What every thread of the agent shares.
+pub struct Shared {
+    core: Mutex<Core>,
+    /// Notified after every write: blocking queries, the scheduler and the client wait on it.
+    changed: Condvar,
+    /// The runners by allocation: how timers and exits find them.
+    runners: Mutex<BTreeMap<AllocId, RunnerShell<DaemonHost>>>,
+    timers: Timers,
+    pub config: AgentConfig,
+}
+
+impl Shared {
+    pub fn core(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().expect("the core lock is never poisoned")
+    }
+
+    /// Wakes every thread waiting for a write.
+    pub fn notify(&self) {
+        self.changed.notify_all();
+    }
+
+    /// Waits for a write, or until `deadline`.
+    pub fn wait_changed<'a>(
+        &self,
+        core: MutexGuard<'a, Core>,
+        deadline: std::time::Instant,
+    ) -> MutexGuard<'a, Core> {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        self.changed
+            .wait_timeout(core, left)
+            .expect("the core lock is never poisoned")
+            .0
+    }
+
+    fn runner(&self, alloc: &str) -> Option<RunnerShell<DaemonHost>> {
+        self.runners
+            .lock()
+            .expect("the registry lock is never poisoned")
+            .get(alloc)
+            .cloned()
+    }
+
+    /// Delivers what the timer thread found due.
+    fn dispatch(&self, alloc: AllocId, due: Due) {
+        let Some(shell) = self.runner(&alloc) else {
+            return;
+        };
+        match due {
+            Due::Timer(timer) => {
+                shell.fire(timer);
+            }
+            Due::Exited(task, exit) => {
+                shell.task_exited(task, exit.into());
+            }
+            Due::MockCheck(task) => {
+                let now = unix_now_ns();
+                if let Some(exit) = shell.inspect(|_, host| host.mock_exit_due(task, now)) {
+                    shell.task_exited(task, exit);
+                }
+            }
+        }
+    }
+}
+
+/// A running agent.
+pub struct Agent {
+    pub shared: Arc<Shared>,
+}
+
+fn fatal(what: &str, error: impl std::fmt::Display) -> ! {
+    eprintln!("quiesce agent: {what}: {error}");
+    std::process::exit(1);
+}
+
+impl Agent {
+    /// Opens the data dir, restores the server and the runners (reattaching to their tasks),
+    /// and starts the scheduler, client and timer threads. The HTTP listener is separate
+    /// ([`http::serve`]).
+    pub fn start(config: AgentConfig) -> Result<Agent, String> {
+        let (persist, loaded) = Persist::open(&config.data_dir)?;
+        let seed = unix_now_ns() as u64 ^ u64::from(std::process::id()).rotate_left(32);
+        let store = StateStore::restore(
+            loaded.index,
+            loaded.jobs,
+            loaded.allocs,
+            loaded.evals,
+            loaded.services,
+        );
+        let server = Server::restore(store, vec![config.node_name.clone()], seed);
+        let mut core = Core {
+            server,
+            persist,
+            log_seq: loaded.log_seq,
+            pending_log: Vec::new(),
+            pending_pulls: BTreeSet::new(),
+            node: config.node_name.clone(),
+        };
+        // Pulls the client had not taken when the agent stopped.
+        let pulled: BTreeMap<&AllocId, u64> = loaded
+            .runners
+            .iter()
+            .map(|r| (&r.alloc.id, r.alloc.alloc_modify_index))
+            .collect();
+        for alloc in core.server.store.allocs_for_node(&config.node_name) {
+            if pulled
+                .get(&alloc.id)
+                .is_none_or(|&seen| alloc.alloc_modify_index > seen)
+            {
+                core.pending_pulls.insert(alloc.id.clone());
+            }
+        }
+        let restarting = loaded
+            .runners
+            .iter()
+            .any(|r| r.phase != RunnerPhase::Terminal);
+        if restarting {
+            core.log(LogEntry {
+                seq: 0,
+                time_ns: 0,
+                step: "ClientRestart".into(),
+                job: None,
+                alloc: None,
+                task: None,
+                purge: None,
+                no_shutdown_delay: None,
+            });
+            core.commit(None)?;
+        }
+        let shared = Arc::new(Shared {
+            core: Mutex::new(core),
+            changed: Condvar::new(),
+            runners: Mutex::new(BTreeMap::new()),
+            timers: Timers::default(),
+            config,
+        });
+        {
+            let timers = shared.timers.clone();
+            let weak = Arc::downgrade(&shared);
+            std::thread::Builder::new()
+                .name("timers".into())
+                .spawn(move || {
+                    timers.run(|alloc, due| {
+                        if let Some(shared) = weak.upgrade() {
+                            shared.dispatch(alloc, due);
+                        }
+                    })
+                })
+                .map_err(|e| e.to_string())?;
+        }
+        for stored in loaded.runners {
+            restore_runner(&shared, stored);
+        }
+        for (name, body) in [
+            ("scheduler", scheduler_loop as fn(Arc<Shared>)),
+            ("client", client_loop),
+        ] {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || body(shared))
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(Agent { shared })
+    }
+}
+
+/// Restores one runner from its stored state: terminal ones are only registered; the others
+/// reattach to their tasks, re-arm their timers and apply a stored flag (DESIGN.md).
+fn restore_runner(shared: &Arc<Shared>, stored: AllocRunner) {
+    let id = stored.alloc.id.clone();
+    let mut registry = shared
+        .runners
+        .lock()
+        .expect("the registry lock is never poisoned");
+    let host = DaemonHost::new(&id, shared);
+    if stored.phase == RunnerPhase::Terminal {
+        registry.insert(id, RunnerShell::new(stored, host, Vec::new()));
+        return;
+    }
+    let mut commands = Vec::new();
+    let restored = AllocRunner::restore(stored, unix_now_ns(), &mut commands);
+    // Reattach first, so a signal among the restore's commands reaches the task.
+    let reattach: Vec<Command> = restored
+        .tasks
+        .iter()
+        .enumerate()
+        .filter(|(_, task)| task.phase != crate::client::TaskPhase::NotStarted)
+        .filter(|(_, task)| task.phase != crate::client::TaskPhase::Dead)
+        .map(|(ix, _)| Command::StartTask { task: ix })
+        .collect();
+    let shell = RunnerShell::new(restored, host, [reattach, commands].concat());
+    shell.record(Applied::Restored);
+    registry.insert(id, shell.clone());
+    drop(registry);
+    spawn_runner(shell);
+}
+
+fn spawn_runner(shell: RunnerShell<DaemonHost>) {
+    std::thread::spawn(move || shell.run());
+}
+
+/// Processes evaluations as they arrive.
+fn scheduler_loop(shared: Arc<Shared>) {
+    let mut core = shared.core();
+    loop {
+        while !core.server.eval_pending() {
+            core = shared
+                .changed
+                .wait(core)
+                .expect("the core lock is never poisoned");
+        }
+        match core.server.process_next_eval() {
+            Ok(Some(_)) => core.log(LogEntry::step("ProcessEval")),
+            Ok(None) => continue,
+            Err(error) => eprintln!("quiesce agent: scheduler: {error}"),
+        }
+        if let Err(error) = core.commit(None) {
+            fatal("storing the scheduler's plan", error);
+        }
+        shared.notify();
+    }
+}
+
+/// The client: pulls every allocation update of this node and hands it to its runner.
+fn client_loop(shared: Arc<Shared>) {
+    loop {
+        let pulls: Vec<_> = {
+            let mut core = shared.core();
+            while core.pending_pulls.is_empty() {
+                core = shared
+                    .changed
+                    .wait(core)
+                    .expect("the core lock is never poisoned");
+            }
+            let ids = std::mem::take(&mut core.pending_pulls);
+            ids.into_iter()
+                .filter_map(|id| core.server.store.alloc_for_client(&id).cloned())
+                .collect()
+        };
+        for alloc in pulls {
+            let mut registry = shared
+                .runners
+                .lock()
+                .expect("the registry lock is never poisoned");
+            match registry.get(&alloc.id).cloned() {
+                Some(shell) => {
+                    drop(registry);
+                    let newer = shell.inspect(|runner, _| {
+                        alloc.alloc_modify_index > runner.alloc.alloc_modify_index
+                    });
+                    if newer {
+                        shell.update(alloc);
+                    }
+                }
+                None => {
+                    let id = alloc.id.clone();
+                    let mut commands = Vec::new();
+                    let runner = AllocRunner::new(
+                        alloc,
+                        shared.config.max_kill_timeout_ns,
+                        unix_now_ns(),
+                        &mut commands,
+                    );
+                    let host = DaemonHost::new(&id, &shared);
+                    let shell = RunnerShell::new(runner, host, commands);
+                    shell.record(Applied::Update);
+                    registry.insert(id, shell.clone());
+                    drop(registry);
+                    spawn_runner(shell);
+                }
+            }
+        }
+    }
+}
+
+impl LogEntry {
+    /// An entry naming only a step.
+    pub fn step(name: &str) -> LogEntry {
+        LogEntry {
+            seq: 0,
+            time_ns: 0,
+            step: name.to_string(),
+            job: None,
+            alloc: None,
+            task: None,
+            purge: None,
+            no_shutdown_delay: None,
+        }
+    }
+}
