@@ -147,6 +147,23 @@ impl<H: Host> RunnerShell<H> {
         )
     }
 
+    /// A pull: `fetch` runs under the runner's lock and returns the allocation's newer copy,
+    /// if there is one, which the runner then applies as [`RunnerShell::update`] does. A host
+    /// that logs steps logs the pull inside `fetch`, so the log's order is the order in
+    /// which records were read.
+    pub fn pull(&self, fetch: impl FnOnce(&AllocRunner) -> Option<Allocation>) -> bool {
+        self.apply(
+            |_| Applied::Update,
+            |runner, now, out| match fetch(runner) {
+                Some(alloc) => {
+                    runner.update(alloc, now, out);
+                    true
+                }
+                None => false,
+            },
+        )
+    }
+
     /// A timer fired. `false`, changing nothing, if it is not armed (cancelled, or fired).
     pub fn fire(&self, timer: Timer) -> bool {
         {

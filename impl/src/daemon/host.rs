@@ -312,7 +312,8 @@ impl Host for DaemonHost {
         };
         let task_name = |ix: usize| runner.tasks.get(ix).map(|t| t.name.clone());
         let step = match what {
-            Applied::Update => Some(("ClientSync", None)),
+            // Logged by the client when it read the record (`client_loop`).
+            Applied::Update => None,
             Applied::Step(RunnerStep::GroupPreKill) => Some(("GroupPreKill", None)),
             Applied::Step(RunnerStep::TaskPreKill(ix)) => Some(("TaskPreKill", task_name(ix))),
             Applied::Step(RunnerStep::PoststopStart(ix)) => Some(("PoststopStart", task_name(ix))),

@@ -383,10 +383,12 @@ fn scheduler_loop(shared: Arc<Shared>) {
     }
 }
 
-/// The client: pulls every allocation update of this node and hands it to its runner.
+/// The client: pulls every allocation update of this node and hands it to its runner. A
+/// pull reads the record and logs `ClientSync` in one critical section of the core, so the
+/// event log orders pulls by what they read.
 fn client_loop(shared: Arc<Shared>) {
     loop {
-        let pulls: Vec<_> = {
+        let ids = {
             let mut core = shared.core();
             while core.pending_pulls.is_empty() {
                 core = shared
@@ -394,45 +396,56 @@ fn client_loop(shared: Arc<Shared>) {
                     .wait(core)
                     .expect("the core lock is never poisoned");
             }
-            let ids = std::mem::take(&mut core.pending_pulls);
-            ids.into_iter()
-                .filter_map(|id| core.server.store.alloc_for_client(&id).cloned())
-                .collect()
+            std::mem::take(&mut core.pending_pulls)
         };
-        for alloc in pulls {
+        for id in ids {
             let mut registry = shared
                 .runners
                 .lock()
                 .expect("the registry lock is never poisoned");
-            match registry.get(&alloc.id).cloned() {
-                Some(shell) => {
-                    drop(registry);
-                    let newer = shell.inspect(|runner, _| {
-                        alloc.alloc_modify_index > runner.alloc.alloc_modify_index
-                    });
-                    if newer {
-                        shell.update(alloc);
+            if let Some(shell) = registry.get(&id).cloned() {
+                drop(registry);
+                shell.pull(|runner| {
+                    let mut core = shared.core();
+                    let alloc = core.server.store.alloc_for_client(&id)?.clone();
+                    if alloc.alloc_modify_index <= runner.alloc.alloc_modify_index {
+                        return None;
                     }
-                }
-                None => {
-                    let id = alloc.id.clone();
-                    let mut commands = Vec::new();
-                    let runner = AllocRunner::new(
-                        alloc,
-                        shared.config.max_kill_timeout_ns,
-                        unix_now_ns(),
-                        &mut commands,
-                    );
-                    let host = DaemonHost::new(&id, &shared);
-                    let shell = RunnerShell::new(runner, host, commands);
-                    shell.record(Applied::Update);
-                    registry.insert(id, shell.clone());
-                    drop(registry);
-                    spawn_runner(shell);
-                }
+                    core.log(client_sync(&alloc));
+                    Some(alloc)
+                });
+                continue;
             }
+            let alloc = {
+                let mut core = shared.core();
+                let Some(alloc) = core.server.store.alloc_for_client(&id).cloned() else {
+                    continue;
+                };
+                core.log(client_sync(&alloc));
+                alloc
+            };
+            let mut commands = Vec::new();
+            let runner = AllocRunner::new(
+                alloc,
+                shared.config.max_kill_timeout_ns,
+                unix_now_ns(),
+                &mut commands,
+            );
+            let host = DaemonHost::new(&id, &shared);
+            let shell = RunnerShell::new(runner, host, commands);
+            shell.record(Applied::Update);
+            registry.insert(id, shell.clone());
+            drop(registry);
+            spawn_runner(shell);
         }
     }
+}
+
+fn client_sync(alloc: &crate::server::structs::Allocation) -> LogEntry {
+    let mut entry = LogEntry::step("ClientSync");
+    entry.job = Some(alloc.job_id.clone());
+    entry.alloc = Some(alloc.id.clone());
+    entry
 }
 
 impl LogEntry {

@@ -49,6 +49,14 @@ enum Command {
         #[arg(long)]
         part: Option<String>,
     },
+    /// Print a part's job as a register body (`{"Job": ...}`, mock_driver tasks), to run
+    /// the model's job on a real agent and validate the agent's event log.
+    Jobspec {
+        #[arg(long, default_value = "standard")]
+        config: String,
+        #[arg(long)]
+        part: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -56,6 +64,13 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Some(Command::ValidateLog { file, config, part }) => {
             validate_log(file, config, part.as_deref())
+        }
+        Some(Command::Jobspec { config, part }) => {
+            config::named_part(config, part.as_deref()).map(|chosen| {
+                let job = quiesce_proofs::adapter::jobspec(&chosen);
+                println!("{}", serde_json::json!({ "Job": job }));
+                true
+            })
         }
         None => conform(&cli),
     };

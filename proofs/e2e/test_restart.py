@@ -1,0 +1,74 @@
+"""A `kill -9` of the agent in the middle of a stop: nothing stored is lost, the tasks are
+reattached, the stop completes with the flag honoured, and no hook's effect happens twice."""
+
+import time
+
+from conftest import model_job, validate_log
+
+FAST = 10.0
+
+
+def snapshot(agent):
+    jobs = {j["ID"]: j["Version"] for j in agent.get("/v1/jobs")}
+    allocs = {a["ID"]: (a["DesiredStatus"], a["DesiredTransition"]) for a in agent.get("/v1/allocations")}
+    evals = {e["ID"]: e["Status"] for e in agent.get("/v1/evaluations")}
+    return jobs, allocs, evals
+
+
+def test_kill_9_during_the_group_delay_then_a_flagged_stop(agent):
+    agent.http("POST", "/v1/jobs", model_job(agent, "small/count1-budget2"))
+    [alloc] = agent.running("web", 1)
+    alloc_id = alloc["ID"]
+    status, answer, _ = agent.http("DELETE", "/v1/job/web")
+    assert status == 200 and answer["EvalID"]
+
+    def waiting():
+        events = agent.get(f"/v1/allocation/{alloc_id}")["TaskStates"]["app"]["Events"]
+        return any(e["Type"] == "Waiting for group shutdown delay" for e in events)
+
+    agent.wait_until("the group delay to begin", waiting)
+    # The group services are deregistered before the delay starts.
+    assert agent.get("/v1/service/web") == []
+    before = snapshot(agent)
+    agent.kill9()
+    agent.start()
+
+    assert snapshot(agent) == before, "the restarted agent lost or changed stored records"
+    record = agent.get(f"/v1/allocation/{alloc_id}")
+    assert record["ClientStatus"] == "running", "the stop resumes where it was"
+    assert agent.signalled_at(alloc_id, "app") is None
+
+    requested = time.time()
+    out = agent.cli("job", "stop", "-no-shutdown-delay", "web").stdout
+    assert "Stop complete" in out, out
+    for task in ("app", "proxy"):
+        lines = [line[0] for line in agent.task_log(alloc_id, task)]
+        # One start (reattached, not restarted) and one signal, sent by the new agent.
+        assert lines == ["started", "signal"], (task, lines)
+        assert agent.signalled_at(alloc_id, task) - requested < FAST
+    assert [line[0] for line in agent.task_log(alloc_id, "flush")] == ["ran"], "poststop ran once"
+    record = agent.get(f"/v1/allocation/{alloc_id}")
+    terminated = [e for e in record["TaskStates"]["app"]["Events"] if e["Type"] == "Terminated"]
+    assert terminated and terminated[0]["DisplayMessage"] == "Exit Code: 0", "the exit code survived"
+    types = [e["Type"] for e in record["TaskStates"]["app"]["Events"]]
+    assert "Group shutdown delay cut short" in types, types
+
+    steps = [e["step"] for e in agent.events() if e.get("alloc") == alloc_id]
+    assert steps.count("GroupPreKill") == 1, "the group pre-kill hooks ran once"
+    assert steps.count("TaskPreKill") == 2 and steps.count("PoststopStart") == 1
+    assert "ClientRestart" in [e["step"] for e in agent.events()]
+    validate_log(agent, "small/count1-budget2")
+
+
+def test_kill_9_before_the_stop_is_pulled_loses_nothing(agent):
+    """Registered jobs, allocations and evaluations survive a kill -9 with no stop running;
+    a stop issued after the restart finds the same tasks."""
+    agent.http("POST", "/v1/jobs", model_job(agent, "small/count1-budget2"))
+    [alloc] = agent.running("web", 1)
+    before = snapshot(agent)
+    agent.kill9()
+    agent.start()
+    assert snapshot(agent) == before
+    agent.cli("job", "stop", "-no-shutdown-delay", "web")
+    assert [line[0] for line in agent.task_log(alloc["ID"], "app")] == ["started", "signal"]
+    validate_log(agent, "small/count1-budget2")

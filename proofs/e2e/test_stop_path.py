@@ -1,0 +1,141 @@
+"""The stop path on real processes, driven by python-nomad 2.1.0, nomadpy 0.2.0 and the
+quiesce CLI. Delays that must be waited are short and measured; delays that must be skipped
+are 30 s + 30 s, and the processes must die in under 10 s."""
+
+import time
+
+import nomad
+import nomadpy
+import pytest
+
+from conftest import model_job, validate_log, web_job
+
+# A flagged stop must kill within this many seconds where the delays add up to 60 s.
+FAST = 10.0
+
+
+def python_nomad(agent):
+    host, port = agent.address.removeprefix("http://").rsplit(":", 1)
+    return nomad.Nomad(host=host, port=int(port), timeout=10)
+
+
+def nomadpy_client(agent):
+    return nomadpy.Client(nomadpy.Config(address=agent.address))
+
+
+def test_an_unflagged_stop_waits_the_group_and_task_delays(agent):
+    n = python_nomad(agent)
+    n.jobs.register_job(web_job(agent.address, group_delay_s=1.0, task_delay_s=1.5))
+    [alloc] = agent.running("web", 1)
+    requested = time.time()
+    assert "EvalID" in n.job.deregister_job("web")
+    agent.wait_terminal([alloc["ID"]])
+    waited = agent.signalled_at(alloc["ID"], "server") - requested
+    assert 2.5 <= waited < 25, f"signal {waited:.2f}s after the stop; delays add up to 2.5 s"
+    events = [e["Type"] for e in agent.get(f"/v1/allocation/{alloc['ID']}")["TaskStates"]["server"]["Events"]]
+    assert "Waiting for group shutdown delay" in events
+    assert "Waiting for shutdown delay" in events
+
+
+def test_a_flagged_stop_kills_at_once_after_the_services_are_gone(agent):
+    n = python_nomad(agent)
+    n.jobs.register_job(web_job(agent.address, count=2, group_delay_s=30, task_delay_s=30))
+    allocs = agent.running("web", 2)
+    requested = time.time()
+    # python-nomad has no no_shutdown_delay parameter: its request() escape hatch sends it.
+    answer = n.job.request("web", method="delete", params={"no_shutdown_delay": True})
+    assert answer.status_code == 200 and answer.json()["EvalID"]
+    agent.wait_terminal([a["ID"] for a in allocs])
+    for alloc in allocs:
+        signalled = agent.signalled_at(alloc["ID"], "server")
+        assert signalled - requested < FAST, f"killed {signalled - requested:.1f}s after the stop"
+        [(_, name, _, seen)] = [line for line in agent.task_log(alloc["ID"], "server") if line[0] == "signal"]
+        assert name == "INT"
+        # Every pre-stop hook ran before the kill: no registration of this allocation left.
+        for service, registrations in seen.items():
+            assert all(r["AllocID"] != alloc["ID"] for r in registrations), (service, registrations)
+        assert [line[0] for line in agent.task_log(alloc["ID"], "cleanup")] == ["ran"], "poststop ran once"
+        record = agent.get(f"/v1/allocation/{alloc['ID']}")
+        assert record["DesiredTransition"]["NoShutdownDelay"] is True
+        events = [e["Type"] for e in record["TaskStates"]["server"]["Events"]]
+        assert "Skipping group shutdown delay" in events and "Skipping shutdown delay" in events
+        terminated = [e for e in record["TaskStates"]["server"]["Events"] if e["Type"] == "Terminated"]
+        assert terminated and terminated[0]["DisplayMessage"] == "Exit Code: 0"
+    assert agent.get("/v1/service/server-web") == []
+    assert agent.get("/v1/service/web-group") == []
+
+
+def test_stop_and_start_change_only_stop_and_start_brings_the_delays_back(agent):
+    n = python_nomad(agent)
+    n.jobs.register_job(web_job(agent.address, group_delay_s=1.0, task_delay_s=1.0))
+    agent.running("web", 1)
+    agent.cli("job", "stop", "-no-shutdown-delay", "web")
+    versions = n.job.get_versions("web")["Versions"]
+    assert [v["Version"] for v in versions] == [1, 0]
+    stopped, original = versions
+    bookkeeping = {"Stop", "Version", "ModifyIndex", "JobModifyIndex", "Status", "StatusDescription", "Stable"}
+    changed = {k for k in original if original[k] != stopped.get(k)}
+    assert changed <= bookkeeping and "Stop" in changed, changed
+    assert stopped["Stop"] is True and original["Stop"] is False
+    # The flag never reaches the job specification.
+    assert "NoShutdownDelay" not in str(stopped)
+
+    out = agent.cli("job", "start", "web").stdout
+    assert "Monitoring evaluation" in out
+    [alloc] = [a for a in agent.running("web", 1) if a["DesiredStatus"] == "run"]
+    requested = time.time()
+    agent.cli("job", "stop", "web")
+    waited = agent.signalled_at(alloc["ID"], "server") - requested
+    assert 2.0 <= waited < 20, f"after job start, an unflagged stop waited {waited:.2f}s of 2 s of delays"
+    newest = n.job.get_versions("web")["Versions"][0]
+    assert newest["Version"] == 3 and newest["Stop"] is True
+
+
+def test_a_purge_honours_the_flag(agent):
+    client = nomadpy_client(agent)
+    client.jobs.register(web_job(agent.address, group_delay_s=30, task_delay_s=30)["Job"])
+    [alloc] = agent.running("web", 1)
+    requested = time.time()
+    eval_id, _ = client.jobs.deregister("web", purge=True, no_shutdown_delay=True)
+    assert eval_id
+    agent.wait_until("the purged task's signal", lambda: agent.signalled_at(alloc["ID"], "server"), FAST)
+    assert agent.signalled_at(alloc["ID"], "server") - requested < FAST
+    agent.wait_until("the tombstone's removal", lambda: agent.http("GET", f"/v1/allocation/{alloc['ID']}")[0] == 404)
+    with pytest.raises(nomad.api.exceptions.URLNotFoundNomadException):
+        python_nomad(agent).job.get_job("web")
+    assert agent.http("GET", "/v1/job/web")[1] == "job not found"
+    assert [line[0] for line in agent.task_log(alloc["ID"], "cleanup")] == ["ran"]
+
+
+def test_alloc_stop_with_the_flag_is_scoped_to_that_allocation(agent):
+    python_nomad(agent).jobs.register_job(web_job(agent.address, count=2, group_delay_s=30, task_delay_s=30))
+    first, second = agent.running("web", 2)
+    requested = time.time()
+    out = agent.cli("alloc", "stop", "-no-shutdown-delay", first["ID"][:8]).stdout
+    assert "Stop complete" in out, out
+    assert agent.signalled_at(first["ID"], "server") - requested < FAST
+    other = agent.get(f"/v1/allocation/{second['ID']}")
+    assert other["ClientStatus"] == "running" and other["DesiredStatus"] == "run"
+    assert other["DesiredTransition"]["NoShutdownDelay"] is not True
+    assert agent.signalled_at(second["ID"], "server") is None
+    # The stopped allocation is replaced, and the replacement carries no flag.
+    replacement = agent.wait_until(
+        "a replacement allocation",
+        lambda: [a for a in agent.allocs("web") if a.get("PreviousAllocation") == first["ID"]],
+    )[0]
+    assert replacement["DesiredTransition"]["NoShutdownDelay"] is not True
+
+
+def test_the_agents_event_log_is_a_behaviour_of_the_model(agent):
+    """The model's own job, on real processes: an allocation stopped with the flag, then the
+    job stopped with the flag; the agent's event log replays against the model."""
+    body = model_job(agent, "standard/count2-budget2")
+    python_nomad(agent).jobs.register_job(body)
+    first, _ = agent.running("web", 2)
+    agent.cli("alloc", "stop", "-no-shutdown-delay", first["ID"])
+    agent.wait_until("the replacement to run", lambda: len(agent.running("web", 2)) >= 2)
+    requested = time.time()
+    agent.cli("job", "stop", "-no-shutdown-delay", "web")
+    assert time.time() - requested < FAST
+    report = validate_log(agent, "standard/count2-budget2")
+    assert "valid" in report
