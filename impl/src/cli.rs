@@ -205,25 +205,24 @@ fn agent(args: AgentArgs) -> Result<(), String> {
             std::fs::canonicalize(&data_dir)
         })
         .map_err(|e| format!("data dir {}: {e}", data_dir.display()))?;
-    let listener = tiny_http::Server::http(SocketAddr::new(args.bind, args.port))
-        .map_err(|e| format!("listening on {}:{}: {e}", args.bind, args.port))?;
-    let bound = listener
-        .server_addr()
-        .to_ip()
-        .ok_or("the listener has no IP address")?;
     let supervisor = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
-    let config = AgentConfig::new(data_dir.clone(), bound, supervisor);
-    let agent = daemon::Agent::start(config)?;
+    let config = AgentConfig::new(
+        data_dir.clone(),
+        SocketAddr::new(args.bind, args.port),
+        supervisor,
+    );
+    let agent = daemon::spawn(config)?;
     println!("==> quiesce agent started (dev mode)");
-    println!("    HTTP address: http://{bound}");
+    println!("    HTTP address: http://{}", agent.shared.config.bind);
     println!("    Data dir:     {}", data_dir.display());
     println!(
         "    Event log:    {}",
         data_dir.join(daemon::persist::EVENT_LOG_FILE).display()
     );
     let _ = std::io::stdout().flush();
-    daemon::http::serve(agent.shared, listener);
-    Ok(())
+    loop {
+        std::thread::park();
+    }
 }
 
 // ---------------------------------------------------------------------------- HTTP client

@@ -31,6 +31,9 @@ pub struct DaemonHost {
     shared: Weak<Shared>,
     tasks: Vec<Option<Handle>>,
     mock: MockDriver,
+    /// A `Report` command came: the report is sent with the step's commit, in
+    /// [`Host::applied`], with the runner's state after all the step's commands.
+    report_pending: bool,
 }
 
 fn exited(exit_code: i32, signal: Option<i32>) -> ExitResult {
@@ -44,6 +47,7 @@ impl DaemonHost {
             shared: Arc::downgrade(shared),
             tasks: Vec::new(),
             mock: MockDriver::default(),
+            report_pending: false,
         }
     }
 
@@ -212,23 +216,17 @@ impl DaemonHost {
             core.server.deregister_services(&self.alloc, &owner, names);
         }
         // The hook's effect and the runner's progress, in one transaction.
-        if let Err(error) = core.commit(Some(runner)) {
-            super::fatal("storing a hook's effect", error);
-        }
-        drop(core);
-        shared.notify();
+        core.commit(Some(runner));
+        shared.notify(&core);
     }
 
-    fn report(&self, runner: &AllocRunner) {
-        let Some(shared) = self.shared.upgrade() else {
-            return;
-        };
+    fn report(&self, runner: &AllocRunner, core: &mut super::Core) {
         let report = ClientReport {
             client_status: runner.alloc.client_status,
             client_description: runner.alloc.client_description.clone(),
             task_states: runner.task_states(),
         };
-        shared.core().server.client_report(&self.alloc, report);
+        core.server.client_report(&self.alloc, report);
     }
 }
 
@@ -296,7 +294,7 @@ impl Host for DaemonHost {
             Command::CancelTimer { .. } => {}
             Command::Signal { task, signal } => self.signal(*task, signal),
             Command::ForceKill { task } => self.force_kill(*task),
-            Command::Report => self.report(runner),
+            Command::Report => self.report_pending = true,
         }
     }
 
@@ -334,6 +332,9 @@ impl Host for DaemonHost {
             }
         };
         let mut core = shared.core();
+        if std::mem::take(&mut self.report_pending) {
+            self.report(runner, &mut core);
+        }
         if let Some((name, task)) = step {
             let mut entry = LogEntry::step(name);
             entry.job = Some(runner.alloc.job_id.clone());
@@ -341,10 +342,7 @@ impl Host for DaemonHost {
             entry.task = task;
             core.log(entry);
         }
-        if let Err(error) = core.commit(Some(runner)) {
-            super::fatal("storing a runner's progress", error);
-        }
-        drop(core);
-        shared.notify();
+        core.commit(Some(runner));
+        shared.notify(&core);
     }
 }

@@ -487,14 +487,12 @@ fn job_versions(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiEr
 
 fn job_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     let core = blocking(shared, query)?;
-    let allocs: Vec<Value> = core
-        .server
-        .store
-        .allocs_by_job(id)
-        .filter(|a| !a.tombstone)
-        .map(alloc_stub)
-        .collect();
-    ok(json!(allocs), core.server.store.index())
+    let chosen = stubs(
+        &core,
+        core.server.store.allocs_by_job(id).filter(|a| !a.tombstone),
+    );
+    drop(core);
+    stub_reply(chosen)
 }
 
 fn job_evals(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
@@ -622,9 +620,9 @@ fn register(shared: &Shared, path_id: Option<&str>, body: &[u8]) -> Result<Reply
 }
 
 fn commit(shared: &Shared, core: &mut Core) -> Result<(), ApiError> {
-    core.commit(None)
+    core.commit_durably()
         .map_err(|e| error(500, format!("storing the write: {e}")))?;
-    shared.notify();
+    shared.notify(core);
     Ok(())
 }
 
@@ -680,24 +678,93 @@ fn alloc_json(alloc: &Allocation) -> Value {
     value
 }
 
+/// AllocListStub: the allocation without its job (lists are read often, by blocking
+/// queries; serializing every allocation's job copy would dominate them).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct AllocStub<'a> {
+    #[serde(rename = "ID")]
+    id: &'a str,
+    namespace: &'a str,
+    #[serde(rename = "EvalID")]
+    eval_id: &'a str,
+    name: &'a str,
+    #[serde(rename = "NodeID")]
+    node_id: &'a str,
+    node_name: &'a str,
+    #[serde(rename = "JobID")]
+    job_id: &'a str,
+    job_type: &'a str,
+    job_version: u64,
+    task_group: &'a str,
+    desired_status: crate::server::structs::DesiredStatus,
+    desired_description: &'a str,
+    desired_transition: &'a crate::server::structs::DesiredTransition,
+    client_status: ClientStatus,
+    client_description: &'a str,
+    task_states: &'a BTreeMap<String, crate::server::structs::TaskState>,
+    previous_allocation: &'a Option<String>,
+    next_allocation: &'a Option<String>,
+    create_index: u64,
+    modify_index: u64,
+    alloc_modify_index: u64,
+}
+
 fn alloc_stub(alloc: &Allocation) -> Value {
-    let mut value = alloc_json(alloc);
-    value.as_object_mut().expect("object").remove("Job");
-    value
+    serde_json::to_value(AllocStub {
+        id: &alloc.id,
+        namespace: &alloc.namespace,
+        eval_id: &alloc.eval_id,
+        name: &alloc.name,
+        node_id: &alloc.node_id,
+        node_name: &alloc.node_id,
+        job_id: &alloc.job_id,
+        job_type: &alloc.job.job_type,
+        job_version: alloc.job_version,
+        task_group: &alloc.task_group,
+        desired_status: alloc.desired_status,
+        desired_description: &alloc.desired_description,
+        desired_transition: &alloc.desired_transition,
+        client_status: alloc.client_status,
+        client_description: &alloc.client_description,
+        task_states: &alloc.task_states,
+        previous_allocation: &alloc.previous_allocation,
+        next_allocation: &alloc.next_allocation,
+        create_index: alloc.create_index,
+        modify_index: alloc.modify_index,
+        alloc_modify_index: alloc.alloc_modify_index,
+    })
+    .expect("allocations serialize")
+}
+
+/// Allocation stubs, serialized after the core's lock is released.
+fn stubs<'a>(
+    core: &'a Core,
+    chosen: impl Iterator<Item = &'a Allocation>,
+) -> (Vec<Allocation>, u64) {
+    (chosen.cloned().collect(), core.server.store.index())
+}
+
+fn stub_reply((chosen, index): (Vec<Allocation>, u64)) -> Result<Reply, ApiError> {
+    ok(
+        json!(chosen.iter().map(alloc_stub).collect::<Vec<_>>()),
+        index,
+    )
 }
 
 fn list_allocs(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
     query.bool("resources")?;
     let core = blocking(shared, query)?;
     let prefix = query.get("prefix").unwrap_or("");
-    let allocs: Vec<Value> = core
-        .server
-        .store
-        .allocs()
-        .filter(|a| a.id.starts_with(prefix))
-        .map(alloc_stub)
-        .collect();
-    ok(json!(allocs), core.server.store.index())
+    let chosen = stubs(
+        &core,
+        core.server
+            .store
+            .allocs()
+            .filter(|a| a.id.starts_with(prefix)),
+    );
+    drop(core);
+    stub_reply(chosen)
 }
 
 fn get_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
@@ -769,14 +836,12 @@ fn get_eval(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError>
 
 fn eval_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     let core = blocking(shared, query)?;
-    let allocs: Vec<Value> = core
-        .server
-        .store
-        .allocs()
-        .filter(|a| a.eval_id == id)
-        .map(alloc_stub)
-        .collect();
-    ok(json!(allocs), core.server.store.index())
+    let chosen = stubs(
+        &core,
+        core.server.store.allocs().filter(|a| a.eval_id == id),
+    );
+    drop(core);
+    stub_reply(chosen)
 }
 
 // ---------------------------------------------------------------------------- services

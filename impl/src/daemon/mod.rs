@@ -27,7 +27,7 @@ use crate::server::structs::{AllocId, NodeId};
 use crate::server::Server;
 use crate::sim::log::LogEntry;
 use host::DaemonHost;
-use persist::{Batch, Persist, StoredAlloc, Table};
+use persist::{Batch, Committer, Payload, Persist, Table};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -71,7 +71,7 @@ pub fn unix_now_ns() -> i64 {
 /// The server and what travels with its writes, under one lock.
 pub struct Core {
     pub server: Server,
-    persist: Persist,
+    committer: Committer,
     log_seq: u64,
     pending_log: Vec<LogEntry>,
     /// Allocations of this node whose update the client has not pulled yet.
@@ -88,10 +88,11 @@ impl Core {
         self.pending_log.push(entry);
     }
 
-    /// Commits everything written since the last commit — the server's changed records, the
-    /// pending log entries, and a runner's state if given — as one durable transaction, and
-    /// notes which allocations the client now has to pull.
-    pub fn commit(&mut self, runner: Option<&AllocRunner>) -> Result<(), String> {
+    /// Submits everything written since the last commit — the server's changed records, the
+    /// pending log entries, and a runner's state if given — as one batch (one transaction),
+    /// and notes which allocations the client now has to pull. Returns the batch's ticket:
+    /// [`Core::durable`] waits for it.
+    pub fn commit(&mut self, runner: Option<&AllocRunner>) -> u64 {
         for id in self.server.store.drain_client_changes() {
             let ours = self
                 .server
@@ -108,7 +109,6 @@ impl Core {
             log: std::mem::take(&mut self.pending_log),
             ..Batch::default()
         };
-        let json = |value: &dyn erased::Json| value.to_json();
         for record in written {
             batch.writes.push(match &record {
                 Record::Index => {
@@ -118,53 +118,53 @@ impl Core {
                 Record::Job(id) => (
                     Table::Jobs,
                     id.clone(),
-                    store.job_versions_owned(id).map(|v| json(v)),
+                    store.job_versions_owned(id).cloned().map(Payload::Jobs),
                 ),
                 Record::Alloc(id) => (
                     Table::Allocs,
                     id.clone(),
-                    store.alloc_record(id).map(|alloc| {
-                        json(&StoredAlloc {
-                            alloc: alloc.clone(),
-                            tombstone: alloc.tombstone,
-                        })
-                    }),
+                    store
+                        .alloc_record(id)
+                        .map(|alloc| Payload::Alloc(Box::new(alloc.clone()))),
                 ),
-                Record::Eval(id) => (Table::Evals, id.clone(), store.eval(id).map(|e| json(e))),
+                Record::Eval(id) => (
+                    Table::Evals,
+                    id.clone(),
+                    store.eval(id).cloned().map(Payload::Eval),
+                ),
                 Record::Service(id) => (
                     Table::Services,
                     id.clone(),
-                    store.service(id).map(|s| json(s)),
+                    store.service(id).cloned().map(Payload::Service),
                 ),
             });
         }
         batch.index = Some(store.index());
         if let Some(runner) = runner {
-            batch
-                .writes
-                .push((Table::Runners, runner.alloc.id.clone(), Some(json(runner))));
+            batch.writes.push((
+                Table::Runners,
+                runner.alloc.id.clone(),
+                Some(Payload::Runner(Box::new(runner.clone()))),
+            ));
         }
-        self.persist.commit(batch)
+        self.committer.submit(batch)
     }
-}
 
-/// Serializing records of different types through one closure.
-mod erased {
-    pub trait Json {
-        fn to_json(&self) -> Vec<u8>;
-    }
-    impl<T: serde::Serialize> Json for T {
-        fn to_json(&self) -> Vec<u8> {
-            serde_json::to_vec(self).expect("stored records always serialize")
-        }
+    /// Commits as [`Core::commit`] does and waits until the batch is durable: for writes that
+    /// are acknowledged (the API's), and before anyone acts on them (the lock is held).
+    pub fn commit_durably(&mut self) -> Result<(), String> {
+        let ticket = self.commit(None);
+        self.committer.wait(ticket)
     }
 }
 
 /// What every thread of the agent shares.
 pub struct Shared {
     core: Mutex<Core>,
-    /// Notified after every write: blocking queries, the scheduler and the client wait on it.
+    /// Notified after every write: blocking queries wait on it.
     changed: Condvar,
+    /// Notified when there is an evaluation to process or an update to pull.
+    work: Condvar,
     /// The runners by allocation: how timers and exits find them.
     runners: Mutex<BTreeMap<AllocId, RunnerShell<DaemonHost>>>,
     timers: Timers,
@@ -176,9 +176,13 @@ impl Shared {
         self.core.lock().expect("the core lock is never poisoned")
     }
 
-    /// Wakes every thread waiting for a write.
-    pub fn notify(&self) {
+    /// Wakes the blocking queries (every write changes the index), and the scheduler and
+    /// the pull workers if there is work for them. Called with the core locked.
+    pub fn notify(&self, core: &Core) {
         self.changed.notify_all();
+        if core.server.eval_pending() || !core.pending_pulls.is_empty() {
+            self.work.notify_all();
+        }
     }
 
     /// Waits for a write, or until `deadline`.
@@ -229,11 +233,6 @@ pub struct Agent {
     pub shared: Arc<Shared>,
 }
 
-fn fatal(what: &str, error: impl std::fmt::Display) -> ! {
-    eprintln!("quiesce agent: {what}: {error}");
-    std::process::exit(1);
-}
-
 impl Agent {
     /// Opens the data dir, restores the server and the runners (reattaching to their tasks),
     /// and starts the scheduler, client and timer threads. The HTTP listener is separate
@@ -251,7 +250,7 @@ impl Agent {
         let server = Server::restore(store, vec![config.node_name.clone()], seed);
         let mut core = Core {
             server,
-            persist,
+            committer: Committer::start(persist)?,
             log_seq: loaded.log_seq,
             pending_log: Vec::new(),
             pending_pulls: BTreeSet::new(),
@@ -286,11 +285,12 @@ impl Agent {
                 purge: None,
                 no_shutdown_delay: None,
             });
-            core.commit(None)?;
+            core.commit_durably()?;
         }
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             changed: Condvar::new(),
+            work: Condvar::new(),
             runners: Mutex::new(BTreeMap::new()),
             timers: Timers::default(),
             config,
@@ -324,6 +324,47 @@ impl Agent {
         }
         Ok(Agent { shared })
     }
+}
+
+/// Binds the HTTP listener on `config.bind` (port 0 picks a free one), starts the agent and
+/// serves HTTP on a background thread. Returns the agent with `config.bind` set to the bound
+/// address.
+pub fn spawn(mut config: AgentConfig) -> Result<Agent, String> {
+    let socket = std::net::TcpListener::bind(config.bind)
+        .map_err(|e| format!("listening on {}: {e}", config.bind))?;
+    // tiny_http writes a response through a 1 KiB buffer, so a larger answer leaves in
+    // several segments; with Nagle's algorithm the last one waits for the client's delayed
+    // ACK (40 ms). Accepted sockets inherit TCP_NODELAY from the listener on Linux.
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket, option and option length.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&socket),
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "setting TCP_NODELAY: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let listener = tiny_http::Server::from_listener(socket, None)
+        .map_err(|e| format!("listening on {}: {e}", config.bind))?;
+    config.bind = listener
+        .server_addr()
+        .to_ip()
+        .ok_or("the listener has no IP address")?;
+    let agent = Agent::start(config)?;
+    let shared = Arc::clone(&agent.shared);
+    std::thread::Builder::new()
+        .name("http".into())
+        .spawn(move || http::serve(shared, listener))
+        .map_err(|e| e.to_string())?;
+    Ok(agent)
 }
 
 /// Restores one runner from its stored state: terminal ones are only registered; the others
@@ -367,7 +408,7 @@ fn scheduler_loop(shared: Arc<Shared>) {
     loop {
         while !core.server.eval_pending() {
             core = shared
-                .changed
+                .work
                 .wait(core)
                 .expect("the core lock is never poisoned");
         }
@@ -376,69 +417,88 @@ fn scheduler_loop(shared: Arc<Shared>) {
             Ok(None) => continue,
             Err(error) => eprintln!("quiesce agent: scheduler: {error}"),
         }
-        if let Err(error) = core.commit(None) {
-            fatal("storing the scheduler's plan", error);
-        }
-        shared.notify();
+        // Not waited for: a plan lost in a crash is made again from the durable evaluation.
+        core.commit(None);
+        shared.notify(&core);
     }
 }
 
-/// The client: pulls every allocation update of this node and hands it to its runner. A
-/// pull reads the record and logs `ClientSync` in one critical section of the core, so the
-/// event log orders pulls by what they read.
+/// How many threads pull allocation updates at once (a stop of many allocations is pulled
+/// in parallel; see benches/benches/http_stop.rs).
+const PULL_WORKERS: usize = 4;
+
+/// The client: pulls every allocation update of this node and hands it to its runner, on
+/// [`PULL_WORKERS`] threads. Two pulls of one allocation may run at once: each reads the
+/// record under the runner's lock and applies it only if it is newer than the runner's copy,
+/// so they apply in order. A pull reads the record and logs `ClientSync` in one critical
+/// section of the core, so the event log orders pulls by what they read.
 fn client_loop(shared: Arc<Shared>) {
+    for _ in 1..PULL_WORKERS {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || pull_worker(&shared));
+    }
+    pull_worker(&shared);
+}
+
+fn pull_worker(shared: &Arc<Shared>) {
     loop {
-        let ids = {
+        let id = {
             let mut core = shared.core();
-            while core.pending_pulls.is_empty() {
+            loop {
+                if let Some(id) = core.pending_pulls.pop_first() {
+                    break id;
+                }
                 core = shared
-                    .changed
+                    .work
                     .wait(core)
                     .expect("the core lock is never poisoned");
             }
-            std::mem::take(&mut core.pending_pulls)
         };
-        for id in ids {
-            let mut registry = shared
-                .runners
-                .lock()
-                .expect("the registry lock is never poisoned");
-            if let Some(shell) = registry.get(&id).cloned() {
-                drop(registry);
-                shell.pull(|runner| {
-                    let mut core = shared.core();
-                    let alloc = core.server.store.alloc_for_client(&id)?.clone();
-                    if alloc.alloc_modify_index <= runner.alloc.alloc_modify_index {
-                        return None;
-                    }
-                    core.log(client_sync(&alloc));
-                    Some(alloc)
-                });
-                continue;
-            }
-            let alloc = {
-                let mut core = shared.core();
-                let Some(alloc) = core.server.store.alloc_for_client(&id).cloned() else {
-                    continue;
-                };
-                core.log(client_sync(&alloc));
-                alloc
-            };
-            let mut commands = Vec::new();
-            let runner = AllocRunner::new(
-                alloc,
-                shared.config.max_kill_timeout_ns,
-                unix_now_ns(),
-                &mut commands,
-            );
-            let host = DaemonHost::new(&id, &shared);
-            let shell = RunnerShell::new(runner, host, commands);
-            shell.record(Applied::Update);
-            registry.insert(id, shell.clone());
-            drop(registry);
-            spawn_runner(shell);
-        }
+        pull(shared, id);
     }
+}
+
+/// One pull: an update for the allocation's runner, or its runner's creation.
+fn pull(shared: &Arc<Shared>, id: AllocId) {
+    let mut registry = shared
+        .runners
+        .lock()
+        .expect("the registry lock is never poisoned");
+    if let Some(shell) = registry.get(&id).cloned() {
+        drop(registry);
+        shell.pull(|runner| {
+            let mut core = shared.core();
+            let alloc = core.server.store.alloc_for_client(&id)?.clone();
+            if alloc.alloc_modify_index <= runner.alloc.alloc_modify_index {
+                return None;
+            }
+            core.log(client_sync(&alloc));
+            Some(alloc)
+        });
+        return;
+    }
+    // Created under the registry's lock, so one runner per allocation.
+    let alloc = {
+        let mut core = shared.core();
+        let Some(alloc) = core.server.store.alloc_for_client(&id).cloned() else {
+            return;
+        };
+        core.log(client_sync(&alloc));
+        alloc
+    };
+    let mut commands = Vec::new();
+    let runner = AllocRunner::new(
+        alloc,
+        shared.config.max_kill_timeout_ns,
+        unix_now_ns(),
+        &mut commands,
+    );
+    let host = DaemonHost::new(&id, shared);
+    let shell = RunnerShell::new(runner, host, commands);
+    shell.record(Applied::Update);
+    registry.insert(id, shell.clone());
+    drop(registry);
+    spawn_runner(shell);
 }
 
 fn client_sync(alloc: &crate::server::structs::Allocation) -> LogEntry {

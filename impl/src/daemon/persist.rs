@@ -2,12 +2,18 @@
 //! records (jobs with every version, allocations with their tombstone bit, evaluations,
 //! service registrations, the index), each runner's progress, and the event log.
 //!
-//! Every write is one redb transaction, committed with `Durability::Immediate` before the
-//! write is acknowledged: a server write and its log entry commit together, and a runner's
-//! hook effect (a service deregistration) commits with the runner's progress ("pre-kill hooks
-//! done"), so that after a crash either both happened or neither did. The event log's JSON
-//! lines file (`events.jsonl`) is an export of the log table: appended after each commit and
-//! rewritten from the table at start-up, so it never holds an entry whose effect was lost.
+//! Writes are batches, committed in the order they were submitted by one committer thread
+//! ([`Committer`]), which merges whatever is queued into one redb transaction with
+//! `Durability::Immediate` (group commit: one disk sync for many runners' steps). A batch is
+//! never split: a server write commits with its event-log entry, and a runner's hook effect
+//! (a service deregistration) with the runner's progress ("pre-kill hooks done"), so after a
+//! crash either both happened or neither did. API writes wait until their batch is durable
+//! before they are answered; runner progress does not wait, so a crash can lose the last few
+//! milliseconds of it — a suffix, which the restored agent redoes (see ARCHITECTURE.md).
+//!
+//! The event log's JSON-lines file (`events.jsonl`) is an export of the log table: appended
+//! after each commit and rewritten from the table at start-up, so it never holds an entry
+//! whose effect was lost.
 
 use crate::client::AllocRunner;
 use crate::server::structs::{Allocation, Evaluation, ServiceRegistration};
@@ -19,6 +25,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
@@ -54,18 +61,50 @@ impl Table {
 }
 
 /// An allocation as stored: the API's record plus the tombstone bit it does not show.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 pub struct StoredAlloc {
     pub alloc: Allocation,
     pub tombstone: bool,
+}
+
+/// A record to store, encoded by the committer thread (off the agent's core lock).
+#[derive(Debug)]
+pub enum Payload {
+    Jobs(Vec<Job>),
+    Alloc(Box<Allocation>),
+    Eval(Evaluation),
+    Service(ServiceRegistration),
+    Runner(Box<AllocRunner>),
+}
+
+impl Payload {
+    fn to_json(&self) -> Vec<u8> {
+        let encoded = match self {
+            Payload::Jobs(versions) => serde_json::to_vec(versions),
+            Payload::Alloc(alloc) => serde_json::to_vec(&StoredAllocRef {
+                alloc,
+                tombstone: alloc.tombstone,
+            }),
+            Payload::Eval(eval) => serde_json::to_vec(eval),
+            Payload::Service(service) => serde_json::to_vec(service),
+            Payload::Runner(runner) => serde_json::to_vec(runner),
+        };
+        encoded.expect("stored records always serialize")
+    }
+}
+
+#[derive(Serialize)]
+struct StoredAllocRef<'a> {
+    alloc: &'a Allocation,
+    tombstone: bool,
 }
 
 /// One transaction's writes.
 #[derive(Debug, Default)]
 pub struct Batch {
     pub index: Option<u64>,
-    /// A record's new bytes, or `None` to delete it.
-    pub writes: Vec<(Table, String, Option<Vec<u8>>)>,
+    /// A record's new value, or `None` to delete it.
+    pub writes: Vec<(Table, String, Option<Payload>)>,
     pub log: Vec<LogEntry>,
 }
 
@@ -189,15 +228,15 @@ impl Persist {
         Ok(loaded)
     }
 
-    /// Commits one batch as one durable transaction, then appends its log entries to the
-    /// event log file.
-    pub fn commit(&self, batch: Batch) -> Result<(), String> {
-        if batch.is_empty() {
+    /// Commits batches, in order, as one durable transaction, then appends their log
+    /// entries to the event log file.
+    pub fn commit(&self, batches: &[Batch]) -> Result<(), String> {
+        if batches.iter().all(Batch::is_empty) {
             return Ok(());
         }
         let write = self.db.begin_write().map_err(|e| error("writing", e))?;
         let mut lines = String::new();
-        {
+        for batch in batches {
             if let Some(index) = batch.index {
                 let mut meta = write.open_table(META).map_err(|e| error("meta", e))?;
                 meta.insert("index", index).map_err(|e| error("meta", e))?;
@@ -207,9 +246,9 @@ impl Persist {
                     .open_table(table.definition())
                     .map_err(|e| error("table", e))?;
                 match value {
-                    Some(bytes) => {
+                    Some(payload) => {
                         opened
-                            .insert(key.as_str(), bytes.as_slice())
+                            .insert(key.as_str(), payload.to_json().as_slice())
                             .map_err(|e| error("insert", e))?;
                     }
                     None => {
@@ -238,5 +277,102 @@ impl Persist {
                 .map_err(|e| error(&format!("appending to {}", self.log_path.display()), e))?;
         }
         Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    batches: Vec<Batch>,
+    /// Batches submitted so far; a batch's ticket is its number.
+    submitted: u64,
+    /// Batches durable so far.
+    durable: u64,
+    /// A commit failed: the store can no longer be trusted.
+    failed: Option<String>,
+}
+
+/// The committer thread's queue: batches go in in order and are committed in that order,
+/// several at a time.
+#[derive(Clone)]
+pub struct Committer {
+    shared: Arc<(Mutex<Queue>, Condvar)>,
+}
+
+impl Committer {
+    /// Starts the committer thread over `persist`.
+    pub fn start(persist: Persist) -> Result<Committer, String> {
+        let committer = Committer {
+            shared: Arc::new((Mutex::new(Queue::default()), Condvar::new())),
+        };
+        let thread = committer.clone();
+        std::thread::Builder::new()
+            .name("committer".into())
+            .spawn(move || thread.run(persist))
+            .map_err(|e| e.to_string())?;
+        Ok(committer)
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.shared
+            .0
+            .lock()
+            .expect("the commit queue is never poisoned")
+    }
+
+    /// Queues a batch; returns its ticket for [`Committer::wait`].
+    pub fn submit(&self, batch: Batch) -> u64 {
+        let mut queue = self.queue();
+        queue.batches.push(batch);
+        queue.submitted += 1;
+        self.shared.1.notify_all();
+        queue.submitted
+    }
+
+    /// Waits until the batch with `ticket` (and every batch before it) is durable.
+    pub fn wait(&self, ticket: u64) -> Result<(), String> {
+        let mut queue = self.queue();
+        loop {
+            if let Some(failure) = &queue.failed {
+                return Err(failure.clone());
+            }
+            if queue.durable >= ticket {
+                return Ok(());
+            }
+            queue = self
+                .shared
+                .1
+                .wait(queue)
+                .expect("the commit queue is never poisoned");
+        }
+    }
+
+    fn run(&self, persist: Persist) {
+        loop {
+            let (batches, upto) = {
+                let mut queue = self.queue();
+                while queue.batches.is_empty() {
+                    queue = self
+                        .shared
+                        .1
+                        .wait(queue)
+                        .expect("the commit queue is never poisoned");
+                }
+                (std::mem::take(&mut queue.batches), queue.submitted)
+            };
+            let result = persist.commit(&batches);
+            let mut queue = self.queue();
+            match result {
+                Ok(()) => queue.durable = upto,
+                Err(failure) => {
+                    // Nothing later may commit over a lost batch: the agent stops.
+                    eprintln!("quiesce agent: storing state failed: {failure}");
+                    queue.failed = Some(failure);
+                    self.shared.1.notify_all();
+                    drop(queue);
+                    std::process::exit(1);
+                }
+            }
+            self.shared.1.notify_all();
+        }
     }
 }

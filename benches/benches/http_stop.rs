@@ -1,0 +1,235 @@
+//! Latency of a flagged stop through the daemon's HTTP API, from the request to the death of
+//! every task process, for 1 and 100 allocations — against killing the same number of
+//! processes directly from the benchmark (SIGINT to each process group, then waiting for
+//! each). Issue 6's goal: the agent within 2× the direct kill plus 20 ms.
+//!
+//! The agent runs in this process on a free loopback port with a temporary data dir; this
+//! benchmark binary is also its task supervisor (`http_stop supervise DIR -- CMD…`). A task
+//! counts as dead once the agent reports its allocation terminal, which happens after the
+//! supervisor has seen the exit: an upper bound on the moment of death.
+//!
+//! Run: `cargo bench -p quiesce-benches --bench http_stop`. After criterion's report it
+//! prints one summary line per size with both means and the ratio.
+
+use criterion::{Criterion, SamplingMode};
+use quiesce::daemon::{self, AgentConfig};
+use serde_json::{json, Value};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The task: exits on SIGINT, like a well-behaved server.
+const SCRIPT: &str = "trap 'exit 0' INT; while :; do sleep 0.05; done";
+const SECOND: i64 = 1_000_000_000;
+
+struct Bench {
+    base: String,
+    http: ureq::Agent,
+    jobs: u64,
+}
+
+impl Bench {
+    fn start() -> Bench {
+        let data_dir = std::env::temp_dir().join(format!("quiesce-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data_dir);
+        let supervisor = std::env::current_exe().expect("this benchmark's path");
+        let mut config = AgentConfig::new(
+            data_dir,
+            "127.0.0.1:0".parse().expect("an address"),
+            supervisor,
+        );
+        config.supervisor_args = vec!["supervise".into()];
+        let agent = daemon::spawn(config).expect("the agent starts");
+        let http = ureq::Agent::config_builder()
+            .http_status_as_error(true)
+            .build()
+            .into();
+        Bench {
+            base: format!("http://{}", agent.shared.config.bind),
+            http,
+            jobs: 0,
+        }
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (Value, u64) {
+        let url = format!("{}{path}", self.base);
+        let mut response = match method {
+            "GET" => self.http.get(&url).call(),
+            "DELETE" => self.http.delete(&url).call(),
+            _ => self
+                .http
+                .put(&url)
+                .send(serde_json::to_vec(body.expect("a body")).expect("JSON")),
+        }
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let index = response
+            .headers()
+            .get("X-Nomad-Index")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let text = response.body_mut().read_to_string().expect("a body");
+        (serde_json::from_str(&text).expect("JSON"), index)
+    }
+
+    /// Registers a fresh job of `count` allocations with 30 s group and task delays, and
+    /// waits until every task runs. Returns its ID.
+    fn running_job(&mut self, count: usize) -> String {
+        self.jobs += 1;
+        let id = format!("bench-{}", self.jobs);
+        let job = json!({"Job": {"ID": id, "TaskGroups": [{
+            "Name": "g", "Count": count, "ShutdownDelay": 30 * SECOND,
+            "Services": [{"Name": format!("{id}-svc"), "Provider": "nomad"}],
+            "Tasks": [{"Name": "t", "Driver": "raw_exec", "ShutdownDelay": 30 * SECOND,
+                       "Config": {"command": "/bin/sh", "args": ["-c", SCRIPT]}}]}]}});
+        self.call("PUT", "/v1/jobs", Some(&job));
+        self.wait_allocs(&id, count, |status| status == "running");
+        id
+    }
+
+    /// Waits (blocking queries) until `count` allocations of `job` are in a status `done`
+    /// accepts.
+    fn wait_allocs(&self, job: &str, count: usize, done: impl Fn(&str) -> bool) {
+        let mut index = 0;
+        loop {
+            let (allocs, next) = self.call(
+                "GET",
+                &format!("/v1/job/{job}/allocations?index={index}&wait=10s"),
+                None,
+            );
+            let matching = allocs
+                .as_array()
+                .expect("a list")
+                .iter()
+                .filter(|a| done(a["ClientStatus"].as_str().unwrap_or("")))
+                .count();
+            if matching >= count {
+                return;
+            }
+            index = next;
+        }
+    }
+
+    /// The timed part: the flagged stop, until every allocation is terminal.
+    fn stop(&self, job: &str, count: usize) -> Duration {
+        let started = Instant::now();
+        self.call(
+            "DELETE",
+            &format!("/v1/job/{job}?no_shutdown_delay=true"),
+            None,
+        );
+        self.wait_allocs(job, count, |status| matches!(status, "complete" | "failed"));
+        started.elapsed()
+    }
+}
+
+/// `count` processes of the same script, each in its own process group, started and running.
+fn direct_processes(count: usize) -> Vec<Child> {
+    let children: Vec<Child> = (0..count)
+        .map(|_| {
+            Command::new("/bin/sh")
+                .args(["-c", &format!("echo; {SCRIPT}")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .expect("/bin/sh starts")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|mut child| {
+            // The first line: the trap is set.
+            let mut byte = [0u8; 1];
+            use std::io::Read;
+            child
+                .stdout
+                .as_mut()
+                .expect("piped")
+                .read_exact(&mut byte)
+                .expect("the script starts");
+            child
+        })
+        .collect()
+}
+
+/// The baseline's timed part: SIGINT each process group, then wait for each.
+fn direct_kill(mut children: Vec<Child>) -> Duration {
+    let started = Instant::now();
+    for child in &children {
+        // SAFETY: killpg has no memory-safety preconditions.
+        unsafe { libc::killpg(child.id() as i32, libc::SIGINT) };
+    }
+    for child in &mut children {
+        child.wait().expect("the child is ours");
+    }
+    started.elapsed()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("supervise") {
+        std::process::exit(quiesce::cli::main(
+            std::iter::once("quiesce".to_string())
+                .chain(args[1..].iter().cloned())
+                .collect(),
+        ));
+    }
+    let mut bench = Bench::start();
+    let mut criterion = Criterion::default().configure_from_args();
+    let mut summary = Vec::new();
+    for count in [1usize, 100] {
+        let mut group = criterion.benchmark_group(format!("flagged_stop_{count}_allocs"));
+        group
+            .sampling_mode(SamplingMode::Flat)
+            .sample_size(10)
+            .warm_up_time(Duration::from_millis(500))
+            .measurement_time(Duration::from_secs(if count == 1 { 2 } else { 4 }));
+        let mut agent_total = (Duration::ZERO, 0u32);
+        group.bench_function("agent_http", |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let job = bench.running_job(count);
+                    total += bench.stop(&job, count);
+                }
+                agent_total.0 += total;
+                agent_total.1 += iters as u32;
+                total
+            })
+        });
+        let mut direct_total = (Duration::ZERO, 0u32);
+        group.bench_function("direct_kill", |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    total += direct_kill(direct_processes(count));
+                }
+                direct_total.0 += total;
+                direct_total.1 += iters as u32;
+                total
+            })
+        });
+        group.finish();
+        summary.push((count, agent_total, direct_total));
+    }
+    criterion.final_summary();
+    for (count, agent, direct) in summary {
+        if agent.1 == 0 || direct.1 == 0 {
+            continue;
+        }
+        let agent_ms = agent.0.as_secs_f64() * 1e3 / f64::from(agent.1);
+        let direct_ms = direct.0.as_secs_f64() * 1e3 / f64::from(direct.1);
+        let goal_ms = 2.0 * direct_ms + 20.0;
+        println!(
+            "{count} allocation(s): agent {agent_ms:.2} ms, direct kill {direct_ms:.2} ms, \
+             ratio {:.2}; goal (2 x direct + 20 ms = {goal_ms:.2} ms) {}",
+            agent_ms / direct_ms,
+            if agent_ms <= goal_ms {
+                "met"
+            } else {
+                "NOT met"
+            }
+        );
+    }
+}
