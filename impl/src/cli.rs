@@ -71,7 +71,8 @@ pub struct Address {
 
 #[derive(Subcommand, Debug)]
 pub enum JobCommand {
-    /// Register a job from a JSON jobspec file and monitor its evaluation.
+    /// Register a job from a jobspec file (HCL, or JSON in the API's shape) and monitor its
+    /// evaluation.
     Run {
         file: PathBuf,
         #[arg(long)]
@@ -436,16 +437,24 @@ fn resolve_job(api: &Api, given: &str) -> Result<String, String> {
 
 // ---------------------------------------------------------------------------- jobs
 
+/// A jobspec file as a register body: JSON (wrapped in `{"Job": …}` if it is not already),
+/// or HCL (parsed here, as Nomad's CLI does).
 fn read_jobspec(file: &Path) -> Result<Vec<u8>, String> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| format!("Error reading job file {}: {e}", file.display()))?;
-    let value: Value = serde_json::from_str(&text).map_err(|e| {
-        format!(
-            "Error parsing job file {}: not JSON ({e}); write the jobspec in Nomad's JSON form \
-             (`nomad job run -output FILE.hcl` prints it)",
-            file.display()
-        )
-    })?;
+    let is_json =
+        file.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
+    let value: Value = if is_json {
+        serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "Error parsing job file {}: invalid JSON: {e}",
+                file.display()
+            )
+        })?
+    } else {
+        crate::hcl_jobspec::parse_job(&text)
+            .map_err(|e| format!("Error parsing job file {}: {e}", file.display()))?
+    };
     let wrapped = match value.as_object() {
         Some(object) if object.keys().any(|k| k.eq_ignore_ascii_case("job")) => value,
         _ => serde_json::json!({ "Job": value }),

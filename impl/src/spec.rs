@@ -231,6 +231,40 @@ fn normalize_keys(value: &mut serde_json::Value) {
     }
 }
 
+/// A Go duration (`1s`, `2000ms`, `1m30s`, `1.5h`) in nanoseconds.
+pub fn parse_go_duration(text: &str) -> Option<i64> {
+    if text == "0" {
+        return Some(0);
+    }
+    let mut rest = text;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1.0,
+            "us" | "µs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        rest = &rest[unit_end..];
+        total += number * scale;
+    }
+    Some(total as i64)
+}
+
 const JOB_TYPES: [&str; 4] = ["service", "batch", "system", "sysbatch"];
 const HOOKS: [&str; 3] = ["prestart", "poststart", "poststop"];
 const SIGNALS: [&str; 12] = [

@@ -250,7 +250,7 @@ fn launch_of(task: &Task, runner: &AllocRunner, dir: &std::path::Path) -> Launch
         .and_then(|c| c.as_str())
         .unwrap_or_default()
         .to_string();
-    let args = config
+    let args: Vec<String> = config
         .get("args")
         .and_then(|a| a.as_array())
         .map(|args| {
@@ -275,9 +275,56 @@ fn launch_of(task: &Task, runner: &AllocRunner, dir: &std::path::Path) -> Launch
     env.extend(task.env.clone().unwrap_or_default());
     Launch {
         dir: dir.to_path_buf(),
-        command,
-        args,
+        command: interpolate(&command, &env),
+        args: args.iter().map(|arg| interpolate(arg, &env)).collect(),
         env,
+    }
+}
+
+/// Nomad's runtime interpolation, for the task's own variables: `${NAME}` becomes the value
+/// of `NAME` in the task's environment (`NOMAD_ALLOC_DIR`, `env` entries); anything else is
+/// left as written.
+fn interpolate(text: &str, env: &[(String, String)]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match after.find('}') {
+            Some(end) => {
+                let name = &after[..end];
+                let name = name.strip_prefix("env.").unwrap_or(name);
+                match env.iter().rev().find(|(key, _)| key == name) {
+                    Some((_, value)) => out.push_str(value),
+                    None => out.push_str(&rest[start..start + 2 + end + 1]),
+                }
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push_str(&rest[start..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn task_variables_are_interpolated_and_others_left_alone() {
+        let env = vec![
+            ("NOMAD_ALLOC_DIR".to_string(), "/data/alloc/a".to_string()),
+            ("MODE".to_string(), "serve".to_string()),
+        ];
+        assert_eq!(
+            super::interpolate(
+                "${NOMAD_ALLOC_DIR}/x ${env.MODE} ${node.class} $HOME ${",
+                &env
+            ),
+            "/data/alloc/a/x serve ${node.class} $HOME ${"
+        );
     }
 }
 

@@ -182,40 +182,6 @@ pub fn parse_bool(value: &str) -> Option<bool> {
     }
 }
 
-/// A Go duration (`1s`, `2000ms`, `1m30s`, `1.5h`) in nanoseconds.
-pub fn parse_go_duration(text: &str) -> Option<i64> {
-    if text == "0" {
-        return Some(0);
-    }
-    let mut rest = text;
-    let mut total = 0f64;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest[..number_end].parse().ok()?;
-        rest = &rest[number_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1.0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        rest = &rest[unit_end..];
-        total += number * scale;
-    }
-    Some(total as i64)
-}
-
 /// Blocks a read until the store's index passes `index`, or `wait` passes (default 5 min,
 /// at most 10), as Nomad's blocking queries do; returns the core, locked.
 fn blocking<'a>(
@@ -233,7 +199,7 @@ fn blocking<'a>(
     let wait = match query.get("wait") {
         None => Duration::from_secs(300),
         Some(value) => Duration::from_nanos(
-            parse_go_duration(value)
+            spec::parse_go_duration(value)
                 .filter(|ns| *ns >= 0)
                 .ok_or_else(|| error(400, "Invalid wait time"))? as u64,
         ),
@@ -266,6 +232,8 @@ fn route(
         "jobs" if is_get => list_jobs(shared, query),
         "jobs" if is_write => register(shared, None, body),
         "jobs" => invalid(),
+        "jobs/parse" if is_write => parse_hcl(body),
+        "jobs/parse" => invalid(),
         "allocations" if is_get => list_allocs(shared, query),
         "evaluations" if is_get => list_evals(shared, query),
         "services" if is_get => list_services(shared, query),
@@ -619,6 +587,42 @@ fn register(shared: &Shared, path_id: Option<&str>, body: &[u8]) -> Result<Reply
     )
 }
 
+/// `/v1/jobs/parse`: HCL to the API's Job, unwrapped; with `Canonicalize`, Nomad's
+/// defaults applied.
+fn parse_hcl(body: &[u8]) -> Result<Reply, ApiError> {
+    let request: Value =
+        serde_json::from_slice(body).map_err(|e| error(400, format!("invalid JSON: {e}")))?;
+    let field = |name: &str| {
+        request
+            .as_object()
+            .and_then(|o| o.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)))
+            .map(|(_, v)| v.clone())
+    };
+    let text = match field("JobHCL") {
+        Some(Value::String(text)) if !text.trim().is_empty() => text,
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            return Err(error(400, "Job spec is empty"))
+        }
+        Some(_) => return Err(error(400, "JobHCL must be a string")),
+    };
+    let canonicalize = matches!(field("Canonicalize"), Some(Value::Bool(true)));
+    let job = crate::hcl_jobspec::parse_job(&text).map_err(|e| error(400, e))?;
+    if !canonicalize {
+        return Ok(Reply {
+            status: 200,
+            body: job,
+            index: None,
+        });
+    }
+    let wrapped = serde_json::to_vec(&json!({ "Job": job })).expect("JSON values serialize");
+    let job = spec::parse_register_body(&wrapped).map_err(|e| error(400, e.to_string()))?;
+    Ok(Reply {
+        status: 200,
+        body: serde_json::to_value(job).expect("jobs serialize"),
+        index: None,
+    })
+}
+
 fn commit(shared: &Shared, core: &mut Core) -> Result<(), ApiError> {
     core.commit_durably()
         .map_err(|e| error(500, format!("storing the write: {e}")))?;
@@ -930,8 +934,10 @@ mod tests {
 
     #[test]
     fn go_durations_parse() {
+        use spec::parse_go_duration;
         assert_eq!(parse_go_duration("2000ms"), Some(2_000_000_000));
         assert_eq!(parse_go_duration("1m30s"), Some(90_000_000_000));
+        assert_eq!(parse_go_duration("1.5s"), Some(1_500_000_000));
         assert_eq!(parse_go_duration("0"), Some(0));
         assert_eq!(parse_go_duration("5"), None);
         assert_eq!(parse_go_duration("soon"), None);

@@ -1,0 +1,115 @@
+"""HCL jobspecs (python-nomad's jobs.parse, the CLI's job run) and a task that ignores its
+kill signal: SIGKILL to its process group after kill_timeout, and the signal in the event."""
+
+import time
+
+import nomad
+
+from conftest import SECOND, TASKS
+
+HCL = """
+job "hcl-web" {
+  datacenters = ["dc1"]
+  group "web" {
+    count          = 1
+    shutdown_delay = "30s"
+    service {
+      name     = "hcl-web"
+      provider = "nomad"
+    }
+    network {
+      port "http" {}
+    }
+    task "server" {
+      driver         = "raw_exec"
+      shutdown_delay = "30s"
+      config {
+        command = "/bin/sh"
+        args    = ["%(task)s"]
+      }
+      env {
+        QUIESCE_AGENT    = "%(agent)s"
+        QUIESCE_SERVICES = "hcl-web"
+      }
+      resources {
+        cpu    = 100
+        memory = 64
+      }
+    }
+    task "cleanup" {
+      driver = "raw_exec"
+      lifecycle {
+        hook = "poststop"
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["%(poststop)s"]
+      }
+    }
+  }
+}
+"""
+
+
+def hcl(agent):
+    return HCL % {"task": TASKS / "task.sh", "poststop": TASKS / "poststop.sh", "agent": agent.address}
+
+
+def test_an_hcl_job_parsed_by_the_api_runs_and_stops(agent):
+    host, port = agent.address.removeprefix("http://").rsplit(":", 1)
+    n = nomad.Nomad(host=host, port=int(port))
+    job = n.jobs.parse(hcl(agent))
+    group = job["TaskGroups"][0]
+    assert group["ShutdownDelay"] == 30 * SECOND and group["Tasks"][0]["ShutdownDelay"] == 30 * SECOND
+    n.jobs.register_job({"Job": job})
+    [alloc] = agent.running("hcl-web", 1)
+    requested = time.time()
+    agent.cli("job", "stop", "-no-shutdown-delay", "hcl-web")
+    assert agent.signalled_at(alloc["ID"], "server") - requested < 10
+    assert [line[0] for line in agent.task_log(alloc["ID"], "cleanup")] == ["ran"]
+    status, text, _ = agent.http("POST", "/v1/jobs/parse", {"JobHCL": 'job "x" {\n sprocket {}\n}'})
+    assert status == 400 and 'unsupported block "sprocket"' in text
+    status, text, _ = agent.http("POST", "/v1/jobs/parse", {"JobHCL": ""})
+    assert (status, text) == (400, "Job spec is empty")
+
+
+def test_the_cli_runs_an_hcl_file_and_names_what_it_cannot_read(agent, tmp_path):
+    spec = tmp_path / "web.nomad.hcl"
+    spec.write_text(hcl(agent))
+    out = agent.cli("job", "run", str(spec)).stdout
+    assert "Monitoring evaluation" in out and "created" in out, out
+    agent.running("hcl-web", 1)
+    status = agent.cli("job", "status", "hcl").stdout  # a prefix, resolved as Nomad does
+    assert "hcl-web" in status and "running" in status, status
+    broken = tmp_path / "broken.hcl"
+    broken.write_text('job "b" {\n group "g" {\n shutdown_delay = "soon"\n }\n}\n')
+    failed = agent.cli("job", "run", str(broken), check=False)
+    assert failed.returncode == 1 and '"soon" is not a duration' in failed.stderr, failed.stderr
+    missing = agent.cli("job", "stop", "nope", check=False)
+    assert missing.returncode == 1 and 'No job(s) with prefix or ID "nope" found' in missing.stderr
+
+
+def test_a_task_that_ignores_its_signal_is_killed_after_kill_timeout(agent):
+    body = {"Job": {"ID": "stubborn", "TaskGroups": [{"Name": "g", "Tasks": [{
+        "Name": "t", "Driver": "raw_exec", "KillTimeout": 1 * SECOND,
+        "Config": {"command": "/bin/sh", "args": ["-c", "trap '' INT; echo ready; while :; do sleep 0.05; done"]},
+    }]}]}}
+    agent.http("PUT", "/v1/jobs", body)
+    [alloc] = agent.wait_until(
+        "the task to run", lambda: [a for a in agent.allocs("stubborn") if a["ClientStatus"] == "running"]
+    )
+    agent.wait_until(
+        "the task's first output",
+        lambda: (agent.alloc_dir(alloc["ID"]) / "t" / "stdout.log").exists()
+        and (agent.alloc_dir(alloc["ID"]) / "t" / "stdout.log").read_text(),
+    )
+    requested = time.time()
+    agent.http("DELETE", "/v1/job/stubborn")
+    agent.wait_terminal([alloc["ID"]])
+    took = time.time() - requested
+    assert 1.0 <= took < 10, f"killed {took:.2f}s after the stop; kill_timeout is 1 s"
+    events = agent.get(f"/v1/allocation/{alloc['ID']}")["TaskStates"]["t"]["Events"]
+    terminated = [e for e in events if e["Type"] == "Terminated"]
+    assert terminated[0]["DisplayMessage"] == "Exit Code: 137, Signal: 9", terminated
+    killing = [e for e in events if e["Type"] == "Killing"]
+    assert killing[0]["Details"]["kill_timeout"] == "1s"
