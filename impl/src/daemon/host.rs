@@ -310,24 +310,6 @@ fn interpolate(text: &str, env: &[(String, String)]) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn task_variables_are_interpolated_and_others_left_alone() {
-        let env = vec![
-            ("NOMAD_ALLOC_DIR".to_string(), "/data/alloc/a".to_string()),
-            ("MODE".to_string(), "serve".to_string()),
-        ];
-        assert_eq!(
-            super::interpolate(
-                "${NOMAD_ALLOC_DIR}/x ${env.MODE} ${node.class} $HOME ${",
-                &env
-            ),
-            "/data/alloc/a/x serve ${node.class} $HOME ${"
-        );
-    }
-}
-
 impl Host for DaemonHost {
     fn execute(&mut self, command: &Command, runner: &AllocRunner) {
         match command {
@@ -391,5 +373,23 @@ impl Host for DaemonHost {
         }
         core.commit(Some(runner));
         shared.notify(&core);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn task_variables_are_interpolated_and_others_left_alone() {
+        let env = vec![
+            ("NOMAD_ALLOC_DIR".to_string(), "/data/alloc/a".to_string()),
+            ("MODE".to_string(), "serve".to_string()),
+        ];
+        assert_eq!(
+            super::interpolate(
+                "${NOMAD_ALLOC_DIR}/x ${env.MODE} ${node.class} $HOME ${",
+                &env
+            ),
+            "/data/alloc/a/x serve ${node.class} $HOME ${"
+        );
     }
 }
