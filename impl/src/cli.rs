@@ -207,6 +207,9 @@ fn agent(args: AgentArgs) -> Result<(), String> {
         })
         .map_err(|e| format!("data dir {}: {e}", data_dir.display()))?;
     let supervisor = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+    // SIGINT and SIGTERM are taken by this thread (sigwait), so every thread the agent
+    // starts inherits them blocked; tasks do not (std resets the mask of a child).
+    let signals = shutdown_signals();
     let config = AgentConfig::new(
         data_dir.clone(),
         SocketAddr::new(args.bind, args.port),
@@ -221,9 +224,31 @@ fn agent(args: AgentArgs) -> Result<(), String> {
         data_dir.join(daemon::persist::EVENT_LOG_FILE).display()
     );
     let _ = std::io::stdout().flush();
-    loop {
-        std::thread::park();
+    let caught = wait_for(&signals);
+    // A clean stop: everything queued is made durable first. Tasks keep running under their
+    // supervisors; an agent started on the same data dir reattaches to them.
+    agent.shared.core().commit_durably()?;
+    println!("==> Caught signal {caught}: state saved; tasks keep running under their supervisors");
+    Ok(())
+}
+
+fn shutdown_signals() -> libc::sigset_t {
+    // SAFETY: sigset operations on a local set; pthread_sigmask on the calling thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
     }
+}
+
+fn wait_for(signals: &libc::sigset_t) -> i32 {
+    let mut caught = 0;
+    // SAFETY: the set is initialised and blocked in this thread.
+    unsafe { libc::sigwait(signals, &mut caught) };
+    caught
 }
 
 // ---------------------------------------------------------------------------- HTTP client

@@ -113,3 +113,26 @@ def test_a_task_that_ignores_its_signal_is_killed_after_kill_timeout(agent):
     assert terminated[0]["DisplayMessage"] == "Exit Code: 137, Signal: 9", terminated
     killing = [e for e in events if e["Type"] == "Killing"]
     assert killing[0]["Details"]["kill_timeout"] == "1s"
+
+
+def test_mock_driver_tasks_stay_selectable(agent):
+    """A scripted task (no process): it exits with code 3, 2 s after its signal; the flag
+    skips the 30 s delays but not that exit."""
+    body = {"Job": {"ID": "mock", "TaskGroups": [{"Name": "g", "ShutdownDelay": 30 * SECOND, "Tasks": [{
+        "Name": "t", "Driver": "mock_driver", "ShutdownDelay": 30 * SECOND,
+        "Config": {"exit_after_signal": 2 * SECOND, "exit_code": 3},
+    }]}]}}
+    agent.http("PUT", "/v1/jobs", body)
+    [alloc] = agent.wait_until(
+        "the mock task to run", lambda: [a for a in agent.allocs("mock") if a["ClientStatus"] == "running"]
+    )
+    requested = time.time()
+    agent.http("DELETE", "/v1/job/mock?no_shutdown_delay=true")
+    agent.wait_terminal([alloc["ID"]])
+    took = time.time() - requested
+    assert 2.0 <= took < 10, f"the mock task ended {took:.2f}s after the stop"
+    record = agent.get(f"/v1/allocation/{alloc['ID']}")
+    # As in Nomad, a task that exits non-zero while being killed has not failed.
+    assert record["ClientStatus"] == "complete"
+    terminated = [e for e in record["TaskStates"]["t"]["Events"] if e["Type"] == "Terminated"]
+    assert terminated[0]["DisplayMessage"] == "Exit Code: 3"

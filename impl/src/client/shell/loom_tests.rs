@@ -358,3 +358,48 @@ fn racy_check_then_wait() {
         canceller.join().unwrap();
     });
 }
+
+/// The daemon's pull workers: two pulls of one allocation race each other and the runner's
+/// thread, each reading the server's record under the runner's lock (`RunnerShell::pull`).
+/// The newer copy (the flag) is applied exactly once, whoever reads it, and the group delay
+/// is never waited in full.
+#[test]
+fn loom_two_pulls_race_for_one_update() {
+    model("loom_two_pulls_race_for_one_update", || {
+        let shell = shell(true, false, 30, 0);
+        let mut flagged = alloc(true, true, 30, 0);
+        flagged.alloc_modify_index = shell.inspect(|r, _| r.alloc.alloc_modify_index) + 1;
+        let record = Arc::new(Mutex::new(flagged));
+        let pull = |shell: RunnerShell<Recorder>, record: Arc<Mutex<Allocation>>| {
+            shell.pull(|runner| {
+                let record = record.lock().unwrap();
+                (record.alloc_modify_index > runner.alloc.alloc_modify_index)
+                    .then(|| record.clone())
+            })
+        };
+        let killer = on(&shell, move |shell| shell.run());
+        let first = {
+            let record = Arc::clone(&record);
+            on(&shell, move |shell| pull(shell, record))
+        };
+        let second = {
+            let record = Arc::clone(&record);
+            on(&shell, move |shell| pull(shell, record))
+        };
+        exit_when_signalled(&shell);
+        assert_eq!(killer.join().unwrap(), RunEnd::Terminal);
+        let applied = [first.join().unwrap(), second.join().unwrap()];
+        assert_eq!(applied.iter().filter(|&&a| a).count(), 1, "{applied:?}");
+        assert_stopped_cleanly(&shell, true);
+        shell.inspect(|runner, _| {
+            assert!(runner
+                .alloc
+                .desired_transition
+                .should_ignore_shutdown_delay());
+            assert!(matches!(
+                runner.group_delay,
+                DelayOutcome::Skipped | DelayOutcome::CutShort
+            ));
+        });
+    });
+}
