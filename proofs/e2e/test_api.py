@@ -107,3 +107,27 @@ def test_bad_input_is_refused_by_name_and_changes_nothing(agent):
     assert index_of(agent) == before, "a refused request wrote something"
     assert agent.get(f"/v1/allocation/{alloc['ID']}")["DesiredStatus"] == "run"
     assert agent.get("/v1/job/web")["Version"] == 0
+
+
+def test_a_blocking_read_of_one_object_waits_for_that_object(agent):
+    agent.http("PUT", "/v1/jobs", web_job(agent.address))
+    _, job, headers = agent.http("GET", "/v1/job/web")
+    assert int(headers["X-Nomad-Index"]) == job["ModifyIndex"]
+    answered = {}
+
+    def query():
+        started = time.monotonic()
+        status, body, _ = agent.http("GET", f"/v1/job/web?index={job['ModifyIndex']}&wait=20s")
+        answered.update(status=status, version=body["Version"], after=time.monotonic() - started)
+
+    waiter = threading.Thread(target=query)
+    waiter.start()
+    # Writes to other records do not answer it ...
+    agent.http("PUT", "/v1/jobs", web_job(agent.address, job_id="other"))
+    time.sleep(0.3)
+    assert not answered, "answered by a write to another job"
+    # ... a write to this job does.
+    agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")
+    waiter.join(timeout=20)
+    assert answered["status"] == 200 and answered["version"] == 1
+    assert answered["after"] < 10, "woken by the stop, not by the 20 s wait"

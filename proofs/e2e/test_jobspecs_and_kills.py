@@ -136,3 +136,45 @@ def test_mock_driver_tasks_stay_selectable(agent):
     assert record["ClientStatus"] == "complete"
     terminated = [e for e in record["TaskStates"]["t"]["Events"] if e["Type"] == "Terminated"]
     assert terminated[0]["DisplayMessage"] == "Exit Code: 3"
+
+
+def test_a_batch_job_whose_task_ends_completes(agent):
+    """A task ending on its own ends its allocation through the stop path, as in Nomad (its
+    group services deregistered, the poststop task run); quiesce restarts no task."""
+    body = {"Job": {"ID": "once", "Type": "batch", "TaskGroups": [{
+        "Name": "g", "Services": [{"Name": "once-svc", "Provider": "nomad"}],
+        "Tasks": [
+            {"Name": "work", "Driver": "raw_exec",
+             "Config": {"command": "/bin/sh", "args": ["-c", "sleep 0.3; exit 0"]}},
+            {"Name": "cleanup", "Driver": "raw_exec", "Lifecycle": {"Hook": "poststop"},
+             "Config": {"command": "/bin/sh", "args": [str(TASKS / "poststop.sh")]}},
+        ],
+    }]}}
+    agent.http("PUT", "/v1/jobs", body)
+    [alloc] = agent.wait_until("the allocation", lambda: agent.allocs("once"))
+    agent.wait_terminal([alloc["ID"]])
+    record = agent.get(f"/v1/allocation/{alloc['ID']}")
+    assert record["ClientStatus"] == "complete" and record["DesiredStatus"] == "run"
+    assert [line[0] for line in agent.task_log(alloc["ID"], "cleanup")] == ["ran"]
+    assert agent.get("/v1/service/once-svc") == []
+    assert agent.get("/v1/job/once")["Status"] == "dead"
+    # A completed batch allocation is not placed again.
+    assert len(agent.allocs("once")) == 1
+
+
+def test_a_failing_leader_fails_the_allocation(agent):
+    body = {"Job": {"ID": "crash", "TaskGroups": [{"Name": "g", "Tasks": [
+        {"Name": "leader", "Driver": "raw_exec", "Leader": True,
+         "Config": {"command": "/bin/sh", "args": ["-c", "sleep 0.3; exit 4"]}},
+        {"Name": "helper", "Driver": "raw_exec",
+         "Config": {"command": "/bin/sh", "args": [str(TASKS / "task.sh")]},
+         "Env": {"QUIESCE_AGENT": agent.address}},
+    ]}]}}
+    agent.http("PUT", "/v1/jobs", body)
+    [alloc] = agent.wait_until("the allocation", lambda: agent.allocs("crash"))
+    agent.wait_terminal([alloc["ID"]])
+    record = agent.get(f"/v1/allocation/{alloc['ID']}")
+    assert record["ClientStatus"] == "failed"
+    helper = [e["Type"] for e in record["TaskStates"]["helper"]["Events"]]
+    assert "Leader Task Dead" in helper and "Killing" in helper, helper
+    assert [line[0] for line in agent.task_log(alloc["ID"], "helper")][-1] == "signal"

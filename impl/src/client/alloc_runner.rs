@@ -344,9 +344,53 @@ impl AllocRunner {
             return false;
         }
         task.exited(ix, exit, now, out);
+        if self.phase == RunnerPhase::Running {
+            self.task_died_while_running(ix, now);
+        }
         self.settle(now, out);
         out.push(Command::Report);
         true
+    }
+
+    /// A task ended on its own before any stop (quiesce restarts no task). As in Nomad
+    /// (`reference/nomad-stop-path.md` §2.3, "other kill triggers"), the leader's death, a
+    /// task's failure, or the last main task's end kills the rest through the same path as
+    /// a stop: pre-kill hooks, the group delay (and the flag, if one comes), the kill order,
+    /// then the poststop tasks. Outside the model, which lets tasks exit only once their kill
+    /// has begun; the simulator never takes this path.
+    fn task_died_while_running(&mut self, ix: usize, now: i64) {
+        let dead = &self.tasks[ix];
+        if dead.role == TaskRole::Poststop {
+            return;
+        }
+        let mains_left = self
+            .tasks
+            .iter()
+            .any(|task| matches!(task.role, TaskRole::Leader | TaskRole::Main) && !task.is_done());
+        let (event_type, display) = if dead.role == TaskRole::Leader {
+            (
+                event_types::LEADER_TASK_DEAD,
+                "Leader Task in Group dead".to_string(),
+            )
+        } else if dead.state.failed {
+            (
+                event_types::SIBLING_TASK_FAILED,
+                format!("Task's sibling {:?} failed", dead.name),
+            )
+        } else if !mains_left {
+            (
+                event_types::MAIN_TASKS_DEAD,
+                "Main tasks in the group died".to_string(),
+            )
+        } else {
+            return;
+        };
+        for task in &mut self.tasks {
+            if task.phase == TaskPhase::Running {
+                task.record(event(event_type, now, display.clone(), &[]));
+            }
+        }
+        self.phase = RunnerPhase::PreKill;
     }
 
     /// The runner ends once every task that will run is dead.
@@ -431,6 +475,126 @@ mod tests {
         assert!(flag.task_exited(0, EXIT, 0, &mut out));
         flag.update(alloc(true, true, 30, 0), 0, &mut out);
         assert_eq!(flag.phase, RunnerPhase::Terminal);
+    }
+
+    /// A job whose group has a leader `app`, a main `worker`, a sidecar `proxy`, a poststop
+    /// `flush`, none with a delay.
+    fn four_roles() -> Allocation {
+        use crate::spec::{Lifecycle, Task};
+        let mut alloc = alloc(false, false, 0, 0);
+        let mut job = (*alloc.job).clone();
+        let tasks = &mut job.task_groups[0].tasks;
+        tasks[0].shutdown_delay_ns = 0;
+        let task = |name: &str, hook: Option<(&str, bool)>| Task {
+            name: name.into(),
+            driver: "mock_driver".into(),
+            lifecycle: hook.map(|(hook, sidecar)| Lifecycle {
+                hook: hook.into(),
+                sidecar,
+            }),
+            ..Task::default()
+        };
+        tasks.push(task("worker", None));
+        tasks.push(task("proxy", Some(("prestart", true))));
+        tasks.push(task("flush", Some(("poststop", false))));
+        alloc.job = std::sync::Arc::new(job);
+        alloc
+    }
+
+    /// Runs the runner's ready steps and delivers the exit of every task it signals, until
+    /// nothing is ready.
+    fn run_out(runner: &mut AllocRunner, out: &mut Vec<Command>) {
+        loop {
+            if let Some(step) = runner.ready_steps().first().copied() {
+                runner.step(step, 0, out);
+                continue;
+            }
+            let signalled = runner
+                .tasks
+                .iter()
+                .position(|t| t.phase == TaskPhase::Signalled);
+            let poststop = runner
+                .tasks
+                .iter()
+                .position(|t| t.role == TaskRole::Poststop && t.phase == TaskPhase::Running);
+            match signalled.or(poststop) {
+                Some(ix) => {
+                    runner.task_exited(ix, EXIT, 0, out);
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Nomad's other kill triggers: the leader's death, a failed task, the last main task's
+    /// end each stop the allocation through the stop path; another task's clean end does
+    /// not.
+    #[test]
+    fn a_task_ending_on_its_own_stops_the_rest_as_nomad_does() {
+        let failed = ExitResult {
+            exit_code: 2,
+            signal: None,
+        };
+        let cases = [
+            (
+                0,
+                EXIT,
+                Some(event_types::LEADER_TASK_DEAD),
+                ClientStatus::Complete,
+            ),
+            (
+                1,
+                failed,
+                Some(event_types::SIBLING_TASK_FAILED),
+                ClientStatus::Failed,
+            ),
+            (2, EXIT, None, ClientStatus::Running),
+        ];
+        for (ix, exit, event, status) in cases {
+            let mut out = Vec::new();
+            let mut runner = AllocRunner::new(four_roles(), 30_000_000_000, 0, &mut out);
+            assert!(runner.task_exited(ix, exit, 0, &mut out));
+            let last = |runner: &AllocRunner, task: usize| {
+                runner.tasks[task]
+                    .state
+                    .events
+                    .last()
+                    .unwrap()
+                    .event_type
+                    .clone()
+            };
+            match event {
+                Some(event) => {
+                    assert_eq!(runner.phase, RunnerPhase::PreKill, "task {ix}");
+                    let live = (0..3).find(|&t| t != ix).unwrap();
+                    assert_eq!(last(&runner, live), event);
+                }
+                None => assert_eq!(runner.phase, RunnerPhase::Running, "task {ix}"),
+            }
+            run_out(&mut runner, &mut out);
+            assert_eq!(runner.alloc.client_status, status, "task {ix}");
+            if status != ClientStatus::Running {
+                assert_eq!(runner.phase, RunnerPhase::Terminal);
+                assert_eq!(runner.tasks[3].phase, TaskPhase::Dead, "poststop ran");
+                assert!(out
+                    .iter()
+                    .any(|c| matches!(c, Command::DeregisterServices { task: None, .. })));
+            }
+        }
+        // Both main tasks end cleanly, the sidecar is left: "Main Tasks Dead".
+        let mut out = Vec::new();
+        let mut runner = AllocRunner::new(four_roles(), 30_000_000_000, 0, &mut out);
+        runner.tasks[0].role = TaskRole::Main;
+        assert!(runner.task_exited(1, EXIT, 0, &mut out));
+        assert_eq!(runner.phase, RunnerPhase::Running);
+        assert!(runner.task_exited(0, EXIT, 0, &mut out));
+        assert_eq!(runner.phase, RunnerPhase::PreKill);
+        assert_eq!(
+            runner.tasks[2].state.events.last().unwrap().event_type,
+            event_types::MAIN_TASKS_DEAD
+        );
+        run_out(&mut runner, &mut out);
+        assert_eq!(runner.alloc.client_status, ClientStatus::Complete);
     }
 
     /// A task SIGKILLed before a restart, whose exit the driver has not reported yet, gets

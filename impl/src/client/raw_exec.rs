@@ -146,11 +146,68 @@ pub fn launch(
         .stderr(log(STDERR_FILE)?)
         // Its own process group: a signal to the daemon's group does not reach it.
         .process_group(0);
-    let child = command.spawn()?;
+    let mut child = command.spawn()?;
     // The daemon's copy of the listener must go: the supervisor's exit has to close it.
     drop(command);
-    let stream = UnixStream::connect_addr(&socket_addr(&launch.dir)?)?;
-    attach(stream, Some(child), &launch.dir)
+    let attached = socket_addr(&launch.dir)
+        .and_then(|addr| UnixStream::connect_addr(&addr))
+        .and_then(|stream| attach(stream, None, &launch.dir));
+    match attached {
+        Ok(Ok(mut attached)) => {
+            attached.child = Some(child);
+            Ok(Ok(attached))
+        }
+        Ok(Err(record)) => {
+            child.wait()?;
+            Ok(Err(record))
+        }
+        Err(error) => {
+            // No answer from it: it goes, and is reaped (no zombie).
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(error)
+        }
+    }
+}
+
+/// How long a supervisor may take to answer with the task's pid.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The supervisor at the other end runs as this user: the abstract socket's name is
+/// predictable and has no file permissions, so another user could bind it first.
+fn check_peer(stream: &UnixStream) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket and a buffer of the given length.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut credentials as *mut libc::ucred).cast(),
+            &mut length,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: getuid has no preconditions.
+    let ours = unsafe { libc::getuid() };
+    if credentials.uid != ours {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the task's supervisor socket belongs to uid {}, not {ours}",
+                credentials.uid
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Reattaches to the supervisor of a task started earlier (by this daemon or an earlier one).
@@ -170,15 +227,23 @@ pub fn reattach(dir: &Path) -> io::Result<Reattach> {
     }
 }
 
-/// Reads the pid the supervisor answers with; end-of-stream first means it has exited.
+/// Reads the pid the supervisor answers with; end-of-stream (or a reset: a connection still
+/// in the backlog when the supervisor exits is reset) first means it has exited.
 fn attach(
     stream: UnixStream,
     mut child: Option<Child>,
     dir: &Path,
 ) -> io::Result<Result<Attached, ExitRecord>> {
+    check_peer(&stream)?;
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
-    reader.read_line(&mut line)?;
+    match reader.read_line(&mut line) {
+        Ok(_) => {}
+        Err(error) if error.kind() == io::ErrorKind::ConnectionReset => line.clear(),
+        Err(error) => return Err(error),
+    }
+    reader.get_ref().set_read_timeout(None)?;
     match line.trim().parse::<i32>() {
         Ok(pid) if pid > 0 => Ok(Ok(Attached {
             pid,

@@ -34,10 +34,23 @@ pub struct DaemonHost {
     /// A `Report` command came: the report is sent with the step's commit, in
     /// [`Host::applied`], with the runner's state after all the step's commands.
     report_pending: bool,
+    /// A hook's effect on the server (services registered or deregistered), applied at once
+    /// and stored with the step's commit: the effect and the runner's progress commit in
+    /// one transaction, and the progress is stored only once every command of the step has
+    /// been carried out.
+    effects: Vec<super::persist::Write>,
 }
 
 fn exited(exit_code: i32, signal: Option<i32>) -> ExitResult {
     ExitResult { exit_code, signal }
+}
+
+fn lost(why: String) -> raw_exec::ExitRecord {
+    raw_exec::ExitRecord {
+        exit_code: -1,
+        signal: None,
+        error: Some(why),
+    }
 }
 
 impl DaemonHost {
@@ -48,6 +61,7 @@ impl DaemonHost {
             tasks: Vec::new(),
             mock: MockDriver::default(),
             report_pending: false,
+            effects: Vec::new(),
         }
     }
 
@@ -117,13 +131,9 @@ impl DaemonHost {
             Ok(Reattach::Exited(record)) => Ok(Err(record)),
             // Launched before (its log exists), yet neither supervisor nor exit status is left.
             Ok(Reattach::Lost) if dir.join(raw_exec::STDOUT_FILE).exists() => {
-                Ok(Err(raw_exec::ExitRecord {
-                    exit_code: -1,
-                    signal: None,
-                    error: Some("the task's supervisor is gone".into()),
-                }))
+                Ok(Err(lost("the task's supervisor is gone".into())))
             }
-            Ok(Reattach::Lost) | Err(_) => {
+            Ok(Reattach::Lost) => {
                 let args: Vec<&str> = shared
                     .config
                     .supervisor_args
@@ -136,6 +146,8 @@ impl DaemonHost {
                     &launch_of(task, runner, &dir),
                 )
             }
+            // Never launched again on a doubt: a task must not run twice.
+            Err(error) => Ok(Err(lost(format!("reattaching to the task: {error}")))),
         };
         match attached {
             Ok(Ok(attached)) => {
@@ -204,7 +216,7 @@ impl DaemonHost {
         }
     }
 
-    fn services(&self, runner: &AllocRunner, task: Option<usize>, names: &[String], on: bool) {
+    fn services(&mut self, runner: &AllocRunner, task: Option<usize>, names: &[String], on: bool) {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
@@ -215,8 +227,9 @@ impl DaemonHost {
         } else {
             core.server.deregister_services(&self.alloc, &owner, names);
         }
-        // The hook's effect and the runner's progress, in one transaction.
-        core.commit(Some(runner));
+        // Visible now (the kill signal comes after it); stored with the step's progress.
+        let effect = core.take_writes();
+        self.effects.extend(effect);
         shared.notify(&core);
     }
 
@@ -371,7 +384,7 @@ impl Host for DaemonHost {
             entry.task = task;
             core.log(entry);
         }
-        core.commit(Some(runner));
+        core.commit(Some(runner), std::mem::take(&mut self.effects));
         shared.notify(&core);
     }
 }

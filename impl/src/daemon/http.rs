@@ -182,11 +182,13 @@ pub fn parse_bool(value: &str) -> Option<bool> {
     }
 }
 
-/// Blocks a read until the store's index passes `index`, or `wait` passes (default 5 min,
-/// at most 10), as Nomad's blocking queries do; returns the core, locked.
-fn blocking<'a>(
+/// Blocks a read until the result's index (`index_of`: the object's `ModifyIndex`, or the
+/// store's index for lists) passes the query's `index`, or `wait` passes (default 5 min, at
+/// most 10), as Nomad's blocking queries do; returns the core, locked.
+fn blocking_on<'a>(
     shared: &'a Shared,
     query: &Query,
+    index_of: impl Fn(&Core) -> u64,
 ) -> Result<std::sync::MutexGuard<'a, Core>, ApiError> {
     let index = match query.get("index") {
         None => None,
@@ -208,11 +210,19 @@ fn blocking<'a>(
     let mut core = shared.core();
     if let Some(index) = index {
         let deadline = Instant::now() + wait;
-        while core.server.store.index() <= index && Instant::now() < deadline {
+        while index_of(&core) <= index && Instant::now() < deadline {
             core = shared.wait_changed(core, deadline);
         }
     }
     Ok(core)
+}
+
+/// A blocking read of a list: its index is the store's.
+fn blocking<'a>(
+    shared: &'a Shared,
+    query: &Query,
+) -> Result<std::sync::MutexGuard<'a, Core>, ApiError> {
+    blocking_on(shared, query, |core| core.server.store.index())
 }
 
 fn route(
@@ -409,7 +419,10 @@ fn list_jobs(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
 }
 
 fn get_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking(shared, query)?;
+    let core = blocking_on(shared, query, |core| {
+        let store = &core.server.store;
+        store.job(id).map_or(store.index(), |job| job.modify_index)
+    })?;
     let job = core
         .server
         .store
@@ -430,7 +443,12 @@ fn job_summary(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiErr
 
 fn job_versions(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     query.bool("diffs")?;
-    let core = blocking(shared, query)?;
+    let core = blocking_on(shared, query, |core| {
+        let store = &core.server.store;
+        store.job_versions(id).map_or(store.index(), |versions| {
+            versions.iter().map(|j| j.modify_index).max().unwrap_or(0)
+        })
+    })?;
     let versions = core
         .server
         .store
@@ -772,7 +790,12 @@ fn list_allocs(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
 }
 
 fn get_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking(shared, query)?;
+    let core = blocking_on(shared, query, |core| {
+        let store = &core.server.store;
+        store
+            .alloc(id)
+            .map_or(store.index(), |alloc| alloc.modify_index)
+    })?;
     let alloc = core
         .server
         .store
@@ -829,7 +852,12 @@ fn list_evals(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
 }
 
 fn get_eval(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking(shared, query)?;
+    let core = blocking_on(shared, query, |core| {
+        let store = &core.server.store;
+        store
+            .eval(id)
+            .map_or(store.index(), |eval| eval.modify_index)
+    })?;
     let eval = core
         .server
         .store

@@ -27,7 +27,7 @@ use crate::server::structs::{AllocId, NodeId};
 use crate::server::Server;
 use crate::sim::log::LogEntry;
 use host::DaemonHost;
-use persist::{Batch, Committer, Payload, Persist, Table};
+use persist::{Batch, Committer, Payload, Persist, Table, Write};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -88,11 +88,9 @@ impl Core {
         self.pending_log.push(entry);
     }
 
-    /// Submits everything written since the last commit — the server's changed records, the
-    /// pending log entries, and a runner's state if given — as one batch (one transaction),
-    /// and notes which allocations the client now has to pull. Returns the batch's ticket:
-    /// [`Core::durable`] waits for it.
-    pub fn commit(&mut self, runner: Option<&AllocRunner>) -> u64 {
+    /// Takes the server's records written since the last take, as stored values (or
+    /// deletions), and notes which allocations the client now has to pull.
+    pub fn take_writes(&mut self) -> Vec<Write> {
         for id in self.server.store.drain_client_changes() {
             let ours = self
                 .server
@@ -105,55 +103,62 @@ impl Core {
         }
         let written = self.server.store.drain_written();
         let store = &self.server.store;
-        let mut batch = Batch {
-            log: std::mem::take(&mut self.pending_log),
-            ..Batch::default()
-        };
-        for record in written {
-            batch.writes.push(match &record {
-                Record::Index => {
-                    batch.index = Some(store.index());
-                    continue;
-                }
-                Record::Job(id) => (
-                    Table::Jobs,
-                    id.clone(),
-                    store.job_versions_owned(id).cloned().map(Payload::Jobs),
-                ),
-                Record::Alloc(id) => (
-                    Table::Allocs,
-                    id.clone(),
-                    store
-                        .alloc_record(id)
-                        .map(|alloc| Payload::Alloc(Box::new(alloc.clone()))),
-                ),
-                Record::Eval(id) => (
-                    Table::Evals,
-                    id.clone(),
-                    store.eval(id).cloned().map(Payload::Eval),
-                ),
-                Record::Service(id) => (
-                    Table::Services,
-                    id.clone(),
-                    store.service(id).cloned().map(Payload::Service),
-                ),
-            });
-        }
-        batch.index = Some(store.index());
+        written
+            .into_iter()
+            .filter_map(|record| {
+                Some(match &record {
+                    Record::Index => return None,
+                    Record::Job(id) => (
+                        Table::Jobs,
+                        id.clone(),
+                        store.job_versions_owned(id).cloned().map(Payload::Jobs),
+                    ),
+                    Record::Alloc(id) => (
+                        Table::Allocs,
+                        id.clone(),
+                        store
+                            .alloc_record(id)
+                            .map(|alloc| Payload::Alloc(Box::new(alloc.clone()))),
+                    ),
+                    Record::Eval(id) => (
+                        Table::Evals,
+                        id.clone(),
+                        store.eval(id).cloned().map(Payload::Eval),
+                    ),
+                    Record::Service(id) => (
+                        Table::Services,
+                        id.clone(),
+                        store.service(id).cloned().map(Payload::Service),
+                    ),
+                })
+            })
+            .collect()
+    }
+
+    /// Submits, as one batch (one transaction): `earlier` (writes taken before, by the same
+    /// step: a hook's effect), everything written since, the pending log entries, and a
+    /// runner's state if given. Returns the batch's ticket for the committer.
+    pub fn commit(&mut self, runner: Option<&AllocRunner>, earlier: Vec<Write>) -> u64 {
+        let mut writes = earlier;
+        writes.extend(self.take_writes());
         if let Some(runner) = runner {
-            batch.writes.push((
+            writes.push((
                 Table::Runners,
                 runner.alloc.id.clone(),
                 Some(Payload::Runner(Box::new(runner.clone()))),
             ));
         }
-        self.committer.submit(batch)
+        self.committer.submit(Batch {
+            index: Some(self.server.store.index()),
+            writes,
+            log: std::mem::take(&mut self.pending_log),
+        })
     }
 
     /// Commits as [`Core::commit`] does and waits until the batch is durable: for writes that
     /// are acknowledged (the API's), and before anyone acts on them (the lock is held).
     pub fn commit_durably(&mut self) -> Result<(), String> {
-        let ticket = self.commit(None);
+        let ticket = self.commit(None, Vec::new());
         self.committer.wait(ticket)
     }
 }
@@ -418,7 +423,7 @@ fn scheduler_loop(shared: Arc<Shared>) {
             Err(error) => eprintln!("quiesce agent: scheduler: {error}"),
         }
         // Not waited for: a plan lost in a crash is made again from the durable evaluation.
-        core.commit(None);
+        core.commit(None, Vec::new());
         shared.notify(&core);
     }
 }

@@ -23,7 +23,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -99,12 +99,14 @@ struct StoredAllocRef<'a> {
     tombstone: bool,
 }
 
+/// One record's new value, or `None` to delete it.
+pub type Write = (Table, String, Option<Payload>);
+
 /// One transaction's writes.
 #[derive(Debug, Default)]
 pub struct Batch {
     pub index: Option<u64>,
-    /// A record's new value, or `None` to delete it.
-    pub writes: Vec<(Table, String, Option<Payload>)>,
+    pub writes: Vec<Write>,
     pub log: Vec<LogEntry>,
 }
 

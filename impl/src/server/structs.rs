@@ -89,6 +89,9 @@ pub mod event_types {
     pub const GROUP_SHUTDOWN_DELAY_CUT_SHORT: &str = "Group shutdown delay cut short";
     pub const TERMINATED: &str = "Terminated";
     pub const KILLED: &str = "Killed";
+    pub const LEADER_TASK_DEAD: &str = "Leader Task Dead";
+    pub const SIBLING_TASK_FAILED: &str = "Sibling Task Failed";
+    pub const MAIN_TASKS_DEAD: &str = "Main Tasks Dead";
 }
 
 /// Nomad keeps the last 10 events per task.
