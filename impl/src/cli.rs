@@ -499,7 +499,7 @@ fn job(command: JobCommand) -> Result<(), String> {
             let answer = api.call("PUT", "/v1/jobs", Some(&body))?;
             let eval = text(&answer, "EvalID");
             if eval.is_empty() {
-                println!("Job registered: no change, nothing to evaluate");
+                println!("Job registered; no evaluation was created");
                 return Ok(());
             }
             if detach {

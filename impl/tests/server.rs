@@ -45,11 +45,14 @@ fn alloc_ids(server: &Server) -> Vec<String> {
 }
 
 #[test]
-fn registering_the_same_spec_again_writes_no_version() {
+fn registering_the_same_spec_again_writes_no_version_but_an_evaluation() {
     let mut server = server_with(job("service", 2));
     let index = server.store.index();
     let response = server.register_job(job("service", 2)).unwrap();
-    assert_eq!((response.eval_id.as_str(), response.index), ("", index));
+    assert_eq!(response.index, index + 1);
+    let eval = server.store.eval(&response.eval_id).unwrap();
+    assert_eq!(eval.triggered_by, "job-register");
+    assert_eq!(server.store.job("web").unwrap().version, 0);
     server.register_job(job("service", 3)).unwrap();
     let versions = server.store.job_versions("web").unwrap();
     assert_eq!(

@@ -150,17 +150,26 @@ impl Server {
         id
     }
 
-    /// `POST /v1/jobs`: a new version only when the spec (or `Stop`) changed.
+    /// `POST /v1/jobs`: a new version only when the spec (or `Stop`) changed; an evaluation
+    /// every time.
     pub fn register_job(&mut self, mut job: Job) -> Result<WriteResponse, ServerError> {
         job.canonicalize();
         job.validate().map_err(ServerError::InvalidJob)?;
         let previous = self.store.job(&job.id).cloned();
         if let Some(previous) = &previous {
             if previous.spec_only() == job.spec_only() && previous.stop == job.stop {
-                return Ok(WriteResponse {
-                    eval_id: String::new(),
-                    index: self.store.index(),
-                });
+                // As Nomad: no new version, but an evaluation all the same (it places what
+                // is missing, e.g. an allocation that ended on its own).
+                let index = self.store.next_index();
+                let eval = self.new_eval(
+                    previous,
+                    "job-register",
+                    &previous.job_type.clone(),
+                    previous.priority,
+                    index,
+                );
+                let eval_id = self.enqueue(eval, index);
+                return Ok(WriteResponse { eval_id, index });
             }
         }
         let index = self.store.next_index();
