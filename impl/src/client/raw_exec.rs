@@ -2,9 +2,11 @@
 //! executor runs them.
 //!
 //! The supervisor (`quiesce supervise`, [`supervise`]) starts the task in its own process
-//! group, answers every connection on its control socket with the task's pid, waits for the
-//! task, kills whatever is left of the task's process group, writes the exit status to
-//! `exit.json` in the task directory and exits. It is started in a process group of its own,
+//! group, answers every connection on its control socket with the task's pid, and sends the
+//! signals the daemon asks for over that connection (`signal N`) to the task's process group
+//! — only while it has not reaped the task, so a signal can never reach a process that
+//! reused the pid. When the task exits it kills whatever is left of the group, reaps the
+//! task, writes the exit status to `exit.json` in the task directory and exits. It is started in a process group of its own,
 //! so it outlives the daemon — a restart or a `kill -9` — and a restored runner reattaches by
 //! connecting to the socket again. The socket is an abstract Unix socket named after the task
 //! directory (no file to go stale, no path-length limit); the daemon binds it before starting
@@ -275,20 +277,13 @@ fn read_exit(dir: &Path) -> io::Result<Option<ExitRecord>> {
 }
 
 impl Attached {
-    /// Sends `signal` to the task's process group. A group that is already gone is not an
-    /// error: the exit is on its way.
-    pub fn signal(&self, signal: i32) -> io::Result<()> {
-        // SAFETY: killpg has no memory-safety preconditions.
-        let rc = unsafe { libc::killpg(self.pid, signal) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let error = io::Error::last_os_error();
-        if error.raw_os_error() == Some(libc::ESRCH) {
-            Ok(())
-        } else {
-            Err(error)
-        }
+    /// A handle that asks the supervisor to signal the task's process group.
+    pub fn signaller(&self) -> io::Result<Signaller> {
+        let stream = self
+            .stream
+            .as_ref()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no control connection"))?;
+        Ok(Signaller(stream.try_clone()?))
     }
 
     /// Blocks until the supervisor exits, and returns the task's exit status.
@@ -313,6 +308,29 @@ impl Attached {
                 signal: None,
                 error: Some(format!("reading the task's exit status: {error}")),
             },
+        }
+    }
+}
+
+/// Asks a task's supervisor to signal the task's process group (`signal N` on the control
+/// connection). A supervisor that has gone (the task exited) is not an error: the exit is on
+/// its way to the daemon.
+#[derive(Debug)]
+pub struct Signaller(UnixStream);
+
+impl Signaller {
+    pub fn signal(&self, signal: i32) -> io::Result<()> {
+        match (&self.0).write_all(format!("signal {signal}\n").as_bytes()) {
+            Ok(()) => Ok(()),
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                Ok(())
+            }
+            Err(error) => Err(error),
         }
     }
 }
@@ -382,15 +400,43 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
         }
     };
     let pid = child.id() as i32;
-    std::thread::spawn(move || {
-        // Every connection gets the pid and stays open until the supervisor exits.
-        let mut open = Vec::new();
-        for mut stream in listener.incoming().flatten() {
-            if writeln!(stream, "{pid}").is_ok() {
-                open.push(stream);
+    // Whether the task has exited: from then on no signal goes to its pid (reaping it would
+    // free the pid for reuse).
+    let exited = std::sync::Arc::new(std::sync::Mutex::new(false));
+    {
+        let exited = std::sync::Arc::clone(&exited);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let exited = std::sync::Arc::clone(&exited);
+                std::thread::spawn(move || serve_connection(stream, pid, &exited));
             }
+        });
+    }
+    // Wait for the exit without reaping, so the pid stays the task's while the group is
+    // cleaned up and the signal handlers are shut out.
+    // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: waiting on our own child with a valid out-parameter.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break;
         }
-    });
+    }
+    {
+        let mut exited = exited.lock().unwrap_or_else(|e| e.into_inner());
+        *exited = true;
+        // What the task left running in its group goes with it, as Nomad's executor does.
+        // SAFETY: killpg has no memory-safety preconditions.
+        unsafe { libc::killpg(pid, libc::SIGKILL) };
+    }
     let status = match child.wait() {
         Ok(status) => status,
         Err(error) => {
@@ -401,9 +447,6 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
             })
         }
     };
-    // What the task left running in its group goes with it, as Nomad's executor does.
-    // SAFETY: killpg has no memory-safety preconditions.
-    unsafe { libc::killpg(pid, libc::SIGKILL) };
     let (exit_code, signal) = match status.signal() {
         Some(signal) => (128 + signal, Some(signal)),
         None => (status.code().unwrap_or(-1), None),
@@ -413,6 +456,33 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
         signal,
         error: None,
     })
+}
+
+/// One control connection: the pid first, then `signal N` requests until the daemon closes
+/// it. The connection stays open until the supervisor exits (its end is the exit's news).
+fn serve_connection(mut stream: UnixStream, pid: i32, exited: &std::sync::Mutex<bool>) {
+    if writeln!(stream, "{pid}").is_err() {
+        return;
+    }
+    let Ok(reader) = stream.try_clone() else {
+        return;
+    };
+    for line in BufReader::new(reader).lines() {
+        let Ok(line) = line else { break };
+        let Some(signal) = line
+            .strip_prefix("signal ")
+            .and_then(|n| n.trim().parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let exited = exited.lock().unwrap_or_else(|e| e.into_inner());
+        if !*exited {
+            // SAFETY: killpg has no memory-safety preconditions; the pid is not reaped.
+            unsafe { libc::killpg(pid, signal) };
+        }
+    }
+    // The daemon went away; keep the connection until the supervisor exits.
+    std::mem::forget(stream);
 }
 
 #[cfg(test)]

@@ -19,10 +19,10 @@ use std::time::Duration;
 /// The drivers a task may name.
 pub const DRIVERS: [&str; 2] = ["raw_exec", "mock_driver"];
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum Handle {
-    /// A raw_exec task: its pid is its process group.
-    Process(i32),
+    /// A raw_exec task: signalled through its supervisor.
+    Process(std::sync::Arc<raw_exec::Signaller>),
     Mock(u64),
 }
 
@@ -72,7 +72,7 @@ impl DaemonHost {
 
     /// A mock task's scripted exit, if it is due by `now`.
     pub fn mock_exit_due(&self, task: usize, now: i64) -> Option<ExitResult> {
-        match self.tasks.get(task).copied().flatten() {
+        match self.tasks.get(task).cloned().flatten() {
             Some(Handle::Mock(handle)) => self
                 .mock
                 .next_exit(&handle)
@@ -98,7 +98,7 @@ impl DaemonHost {
 
     /// The next check of a mock task's scripted exit.
     fn schedule_mock_check(&self, task: usize, now: i64) {
-        if let Some(Handle::Mock(handle)) = self.tasks.get(task).copied().flatten() {
+        if let Some(Handle::Mock(handle)) = self.tasks.get(task).cloned().flatten() {
             if let Some((at, _)) = self.mock.next_exit(&handle) {
                 self.schedule(at - now, Due::MockCheck(task));
             }
@@ -151,7 +151,15 @@ impl DaemonHost {
         };
         match attached {
             Ok(Ok(attached)) => {
-                self.set_handle(ix, Handle::Process(attached.pid));
+                match attached.signaller() {
+                    Ok(signaller) => {
+                        self.set_handle(ix, Handle::Process(std::sync::Arc::new(signaller)))
+                    }
+                    Err(error) => eprintln!(
+                        "quiesce agent: allocation {} task {}: no control connection: {error}",
+                        self.alloc, task.name
+                    ),
+                }
                 let weak = self.shared.clone();
                 let alloc = self.alloc.clone();
                 std::thread::spawn(move || {
@@ -187,11 +195,15 @@ impl DaemonHost {
 
     fn signal(&mut self, ix: usize, signal: &str) {
         let now = unix_now_ns();
-        match self.tasks.get(ix).copied().flatten() {
-            Some(Handle::Process(pid)) => {
+        match self.tasks.get(ix).cloned().flatten() {
+            Some(Handle::Process(signaller)) => {
                 let number = raw_exec::signal_number(signal).unwrap_or(libc::SIGINT);
-                // SAFETY: killpg has no memory-safety preconditions.
-                unsafe { libc::killpg(pid, number) };
+                if let Err(error) = signaller.signal(number) {
+                    eprintln!(
+                        "quiesce agent: allocation {} task {ix}: signal: {error}",
+                        self.alloc
+                    );
+                }
             }
             Some(Handle::Mock(handle)) => {
                 let _ = self.mock.signal(&handle, signal, now);
@@ -203,10 +215,14 @@ impl DaemonHost {
 
     fn force_kill(&mut self, ix: usize) {
         let now = unix_now_ns();
-        match self.tasks.get(ix).copied().flatten() {
-            Some(Handle::Process(pid)) => {
-                // SAFETY: killpg has no memory-safety preconditions.
-                unsafe { libc::killpg(pid, SIGKILL) };
+        match self.tasks.get(ix).cloned().flatten() {
+            Some(Handle::Process(signaller)) => {
+                if let Err(error) = signaller.signal(SIGKILL) {
+                    eprintln!(
+                        "quiesce agent: allocation {} task {ix}: SIGKILL: {error}",
+                        self.alloc
+                    );
+                }
             }
             Some(Handle::Mock(handle)) => {
                 let _ = self.mock.force_kill(&handle, now);
