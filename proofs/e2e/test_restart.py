@@ -72,3 +72,27 @@ def test_kill_9_before_the_stop_is_pulled_loses_nothing(agent):
     agent.cli("job", "stop", "-no-shutdown-delay", "web")
     assert [line[0] for line in agent.task_log(alloc["ID"], "app")] == ["started", "signal"]
     validate_log(agent, "small/count1-budget2")
+
+
+def test_a_restart_resumes_a_delay_where_it_was(agent):
+    """kill -9 five seconds into an 8 s group delay: the restarted agent waits out the rest
+    (3 s), not the whole delay again (which would make it 13 s or more)."""
+    from conftest import web_job
+
+    agent.http("PUT", "/v1/jobs", web_job(agent.address, group_delay_s=8))
+    [alloc] = agent.running("web", 1)
+    agent.http("DELETE", "/v1/job/web")
+
+    def wait_began():
+        events = agent.get(f"/v1/allocation/{alloc['ID']}")["TaskStates"]["server"]["Events"]
+        began = [e["Time"] for e in events if e["Type"] == "Waiting for group shutdown delay"]
+        return began[0] / 1e9 if began else None
+
+    began = agent.wait_until("the group delay to begin", wait_began)
+    time.sleep(max(0.0, began + 5 - time.time()))
+    agent.kill9()
+    agent.start()
+    agent.wait_until("the task's signal", lambda: agent.signalled_at(alloc["ID"], "server"), 30)
+    waited = agent.signalled_at(alloc["ID"], "server") - began
+    assert 8 <= waited < 11, f"signalled {waited:.2f}s after the 8 s delay began"
+    agent.wait_terminal([alloc["ID"]])

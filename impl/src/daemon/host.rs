@@ -12,6 +12,7 @@ use crate::server::structs::AllocId;
 use crate::server::ClientReport;
 use crate::sim::log::LogEntry;
 use crate::spec::{Task, TaskRole};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -39,6 +40,10 @@ pub struct DaemonHost {
     /// one transaction, and the progress is stored only once every command of the step has
     /// been carried out.
     effects: Vec<super::persist::Write>,
+    /// When each running timer is due (Unix ns), stored with the runner's progress.
+    deadlines: BTreeMap<Timer, i64>,
+    /// Deadlines stored before a restart: a re-armed timer keeps its old deadline.
+    resumed: BTreeMap<Timer, i64>,
 }
 
 fn exited(exit_code: i32, signal: Option<i32>) -> ExitResult {
@@ -62,7 +67,25 @@ impl DaemonHost {
             mock: MockDriver::default(),
             report_pending: false,
             effects: Vec::new(),
+            deadlines: BTreeMap::new(),
+            resumed: BTreeMap::new(),
         }
+    }
+
+    /// A host for a restored runner: the timers it re-arms keep the deadlines they had.
+    pub fn resuming(mut self, deadlines: Vec<(Timer, i64)>) -> Self {
+        self.resumed = deadlines.into_iter().collect();
+        self
+    }
+
+    fn start_timer(&mut self, timer: Timer, after_ns: i64) {
+        let now = unix_now_ns();
+        let due = match self.resumed.remove(&timer) {
+            Some(due) => due,
+            None => now + after_ns,
+        };
+        self.deadlines.insert(timer, due);
+        self.schedule(due - now, Due::Timer(timer));
     }
 
     /// The directory of one task of this allocation.
@@ -347,9 +370,11 @@ impl Host for DaemonHost {
             Command::DeregisterServices { task, names } => {
                 self.services(runner, *task, names, false)
             }
-            Command::StartTimer { timer, after_ns } => self.schedule(*after_ns, Due::Timer(*timer)),
+            Command::StartTimer { timer, after_ns } => self.start_timer(*timer, *after_ns),
             // The shell refuses a timer it no longer has armed.
-            Command::CancelTimer { .. } => {}
+            Command::CancelTimer { timer } => {
+                self.deadlines.remove(timer);
+            }
             Command::Signal { task, signal } => self.signal(*task, signal),
             Command::ForceKill { task } => self.force_kill(*task),
             Command::Report => self.report_pending = true,
@@ -389,6 +414,11 @@ impl Host for DaemonHost {
                 ))
             }
         };
+        if let Applied::Timer(timer) = what {
+            self.deadlines.remove(&timer);
+        }
+        // Deadlines not re-armed by a restore are stale.
+        self.resumed.clear();
         let mut core = shared.core();
         if std::mem::take(&mut self.report_pending) {
             self.report(runner, &mut core);
@@ -400,7 +430,10 @@ impl Host for DaemonHost {
             entry.task = task;
             core.log(entry);
         }
-        core.commit(Some(runner), std::mem::take(&mut self.effects));
+        core.commit(
+            Some((runner, &self.deadlines)),
+            std::mem::take(&mut self.effects),
+        );
         shared.notify(&core);
     }
 }

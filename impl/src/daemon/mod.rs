@@ -138,14 +138,21 @@ impl Core {
     /// Submits, as one batch (one transaction): `earlier` (writes taken before, by the same
     /// step: a hook's effect), everything written since, the pending log entries, and a
     /// runner's state if given. Returns the batch's ticket for the committer.
-    pub fn commit(&mut self, runner: Option<&AllocRunner>, earlier: Vec<Write>) -> u64 {
+    pub fn commit(
+        &mut self,
+        runner: Option<(&AllocRunner, &BTreeMap<crate::client::Timer, i64>)>,
+        earlier: Vec<Write>,
+    ) -> u64 {
         let mut writes = earlier;
         writes.extend(self.take_writes());
-        if let Some(runner) = runner {
+        if let Some((runner, deadlines)) = runner {
             writes.push((
                 Table::Runners,
                 runner.alloc.id.clone(),
-                Some(Payload::Runner(Box::new(runner.clone()))),
+                Some(Payload::Runner(Box::new(persist::StoredRunner {
+                    runner: runner.clone(),
+                    deadlines: deadlines.iter().map(|(t, at)| (*t, *at)).collect(),
+                }))),
             ));
         }
         self.committer.submit(Batch {
@@ -265,7 +272,7 @@ impl Agent {
         let pulled: BTreeMap<&AllocId, u64> = loaded
             .runners
             .iter()
-            .map(|r| (&r.alloc.id, r.alloc.alloc_modify_index))
+            .map(|r| (&r.runner.alloc.id, r.runner.alloc.alloc_modify_index))
             .collect();
         for alloc in core.server.store.allocs_for_node(&config.node_name) {
             if pulled
@@ -278,7 +285,7 @@ impl Agent {
         let restarting = loaded
             .runners
             .iter()
-            .any(|r| r.phase != RunnerPhase::Terminal);
+            .any(|r| r.runner.phase != RunnerPhase::Terminal);
         if restarting {
             core.log(LogEntry {
                 seq: 0,
@@ -374,13 +381,17 @@ pub fn spawn(mut config: AgentConfig) -> Result<Agent, String> {
 
 /// Restores one runner from its stored state: terminal ones are only registered; the others
 /// reattach to their tasks, re-arm their timers and apply a stored flag (DESIGN.md).
-fn restore_runner(shared: &Arc<Shared>, stored: AllocRunner) {
+fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
+    let persist::StoredRunner {
+        runner: stored,
+        deadlines,
+    } = stored;
     let id = stored.alloc.id.clone();
     let mut registry = shared
         .runners
         .lock()
         .expect("the registry lock is never poisoned");
-    let host = DaemonHost::new(&id, shared);
+    let host = DaemonHost::new(&id, shared).resuming(deadlines);
     if stored.phase == RunnerPhase::Terminal {
         registry.insert(id, RunnerShell::new(stored, host, Vec::new()));
         return;

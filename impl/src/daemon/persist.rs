@@ -74,7 +74,15 @@ pub enum Payload {
     Alloc(Box<Allocation>),
     Eval(Evaluation),
     Service(ServiceRegistration),
-    Runner(Box<AllocRunner>),
+    Runner(Box<StoredRunner>),
+}
+
+/// A runner as stored: its state, and when each of its running timers is due (Unix ns), so
+/// a restart resumes a wait where it was instead of starting it over.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StoredRunner {
+    pub runner: AllocRunner,
+    pub deadlines: Vec<(crate::client::Timer, i64)>,
 }
 
 impl Payload {
@@ -124,7 +132,7 @@ pub struct Loaded {
     pub allocs: Vec<Allocation>,
     pub evals: Vec<Evaluation>,
     pub services: Vec<ServiceRegistration>,
-    pub runners: Vec<AllocRunner>,
+    pub runners: Vec<StoredRunner>,
     /// The last event log sequence number.
     pub log_seq: u64,
 }
