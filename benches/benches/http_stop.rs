@@ -12,6 +12,7 @@
 //! prints one summary line per size with both means and the ratio.
 
 use criterion::{Criterion, SamplingMode};
+use quiesce::cli::{Address, Api};
 use quiesce::daemon::{self, AgentConfig};
 use serde_json::{json, Value};
 use std::os::unix::process::CommandExt;
@@ -23,8 +24,7 @@ const SCRIPT: &str = "trap 'exit 0' INT; while :; do sleep 0.05; done";
 const SECOND: i64 = 1_000_000_000;
 
 struct Bench {
-    base: String,
-    http: ureq::Agent,
+    api: Api,
     jobs: u64,
 }
 
@@ -40,36 +40,20 @@ impl Bench {
         );
         config.supervisor_args = vec!["supervise".into()];
         let agent = daemon::spawn(config).expect("the agent starts");
-        let http = ureq::Agent::config_builder()
-            .http_status_as_error(true)
-            .build()
-            .into();
+        let address = Address {
+            address: Some(format!("http://{}", agent.shared.config.bind)),
+        };
         Bench {
-            base: format!("http://{}", agent.shared.config.bind),
-            http,
+            api: Api::new(&address).expect("an HTTP address"),
             jobs: 0,
         }
     }
 
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (Value, u64) {
-        let url = format!("{}{path}", self.base);
-        let mut response = match method {
-            "GET" => self.http.get(&url).call(),
-            "DELETE" => self.http.delete(&url).call(),
-            _ => self
-                .http
-                .put(&url)
-                .send(serde_json::to_vec(body.expect("a body")).expect("JSON")),
-        }
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let index = response
-            .headers()
-            .get("X-Nomad-Index")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let text = response.body_mut().read_to_string().expect("a body");
-        (serde_json::from_str(&text).expect("JSON"), index)
+        let body = body.map(|b| serde_json::to_vec(b).expect("JSON"));
+        self.api
+            .call_indexed(method, path, body.as_deref())
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     }
 
     /// Registers a fresh job of `count` allocations with 30 s group and task delays, and

@@ -288,7 +288,7 @@ impl Api {
     }
 
     /// Sends a request; returns the answer and its `X-Nomad-Index`.
-    fn call_indexed(
+    pub fn call_indexed(
         &self,
         method: &str,
         path: &str,

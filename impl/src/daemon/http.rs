@@ -10,6 +10,7 @@
 
 use super::host::DRIVERS;
 use super::{Core, Shared};
+use crate::server::store::StateStore;
 use crate::server::structs::{Allocation, ClientStatus, Evaluation};
 use crate::server::{ServerError, StopJobOptions};
 use crate::sim::log::LogEntry;
@@ -217,6 +218,74 @@ fn blocking_on<'a>(
     Ok(core)
 }
 
+/// A blocking read of one object: waits on its `ModifyIndex` (the store's index while it
+/// does not exist), then answers it, rendered, or Nomad's 404 text.
+fn read_one<T>(
+    shared: &Shared,
+    query: &Query,
+    find: impl for<'a> Fn(&'a StateStore) -> Option<&'a T>,
+    modify_index: impl Fn(&T) -> u64,
+    missing: &str,
+    render: impl Fn(&Core, &T) -> Value,
+) -> Result<Reply, ApiError> {
+    let core = blocking_on(shared, query, |core| {
+        let store = &core.server.store;
+        find(store).map_or(store.index(), &modify_index)
+    })?;
+    let object = find(&core.server.store).ok_or_else(|| error(404, missing))?;
+    ok(render(&core, object), modify_index(object))
+}
+
+fn get_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    let index = |job: &Job| job.modify_index;
+    read_one(
+        shared,
+        query,
+        |s| s.job(id),
+        index,
+        "job not found",
+        job_json,
+    )
+}
+
+fn job_summary(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    let index = |job: &Job| job.modify_index;
+    read_one(
+        shared,
+        query,
+        |s| s.job(id),
+        index,
+        "job not found",
+        summary,
+    )
+}
+
+fn get_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    let index = |alloc: &Allocation| alloc.modify_index;
+    let render = |_: &Core, alloc: &Allocation| alloc_json(alloc);
+    read_one(
+        shared,
+        query,
+        |s| s.alloc(id),
+        index,
+        "alloc not found",
+        render,
+    )
+}
+
+fn get_eval(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    let index = |eval: &Evaluation| eval.modify_index;
+    let render = |_: &Core, eval: &Evaluation| eval_json(eval);
+    read_one(
+        shared,
+        query,
+        |s| s.eval(id),
+        index,
+        "eval not found",
+        render,
+    )
+}
+
 /// A blocking read of a list: its index is the store's.
 fn blocking<'a>(
     shared: &'a Shared,
@@ -416,29 +485,6 @@ fn list_jobs(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
         })
         .collect();
     ok(json!(jobs), core.server.store.index())
-}
-
-fn get_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking_on(shared, query, |core| {
-        let store = &core.server.store;
-        store.job(id).map_or(store.index(), |job| job.modify_index)
-    })?;
-    let job = core
-        .server
-        .store
-        .job(id)
-        .ok_or_else(|| error(404, "job not found"))?;
-    ok(job_json(&core, job), job.modify_index)
-}
-
-fn job_summary(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking(shared, query)?;
-    let job = core
-        .server
-        .store
-        .job(id)
-        .ok_or_else(|| error(404, "job not found"))?;
-    ok(summary(&core, job), job.modify_index)
 }
 
 fn job_versions(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
@@ -789,21 +835,6 @@ fn list_allocs(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
     stub_reply(chosen)
 }
 
-fn get_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking_on(shared, query, |core| {
-        let store = &core.server.store;
-        store
-            .alloc(id)
-            .map_or(store.index(), |alloc| alloc.modify_index)
-    })?;
-    let alloc = core
-        .server
-        .store
-        .alloc(id)
-        .ok_or_else(|| error(404, "alloc not found"))?;
-    ok(alloc_json(alloc), alloc.modify_index)
-}
-
 fn stop_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     let no_shutdown_delay = query.bool("no_shutdown_delay")?;
     query.bool("reschedule")?;
@@ -849,21 +880,6 @@ fn list_evals(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
         .map(eval_json)
         .collect();
     ok(json!(evals), core.server.store.index())
-}
-
-fn get_eval(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking_on(shared, query, |core| {
-        let store = &core.server.store;
-        store
-            .eval(id)
-            .map_or(store.index(), |eval| eval.modify_index)
-    })?;
-    let eval = core
-        .server
-        .store
-        .eval(id)
-        .ok_or_else(|| error(404, "eval not found"))?;
-    ok(eval_json(eval), eval.modify_index)
 }
 
 fn eval_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
