@@ -76,6 +76,10 @@ pub struct Core {
     pending_log: Vec<LogEntry>,
     /// Allocations of this node whose update the client has not pulled yet.
     pending_pulls: BTreeSet<AllocId>,
+    /// The `AllocModifyIndex` of each allocation's last pull that the event log records.
+    logged_pulls: BTreeMap<AllocId, u64>,
+    /// Those changed since the last commit: stored with the log entries they go with.
+    pending_logged_pulls: Vec<(AllocId, u64)>,
     node: NodeId,
 }
 
@@ -135,6 +139,24 @@ impl Core {
             .collect()
     }
 
+    /// Logs a pull (`ClientSync`) unless the log already has it. A pull's log entry is
+    /// written when the record is read, its effect on the runner stored with the runner's
+    /// next step: a crash between the two commits can keep the entry and lose the effect,
+    /// and the restored runner then pulls the same record again, which is not a new step.
+    pub fn log_pull(&mut self, alloc: &crate::server::structs::Allocation) {
+        let index = alloc.alloc_modify_index;
+        if self
+            .logged_pulls
+            .get(&alloc.id)
+            .is_some_and(|&logged| logged >= index)
+        {
+            return;
+        }
+        self.logged_pulls.insert(alloc.id.clone(), index);
+        self.pending_logged_pulls.push((alloc.id.clone(), index));
+        self.log(client_sync(alloc));
+    }
+
     /// Submits, as one batch (one transaction): `earlier` (writes taken before, by the same
     /// step: a hook's effect), everything written since, the pending log entries, and a
     /// runner's state if given. Returns the batch's ticket for the committer.
@@ -145,6 +167,13 @@ impl Core {
     ) -> u64 {
         let mut writes = earlier;
         writes.extend(self.take_writes());
+        for (alloc, index) in std::mem::take(&mut self.pending_logged_pulls) {
+            writes.push((
+                Table::Pulls,
+                alloc.clone(),
+                Some(Payload::Pulled(alloc, index)),
+            ));
+        }
         if let Some((runner, deadlines)) = runner {
             writes.push((
                 Table::Runners,
@@ -266,6 +295,8 @@ impl Agent {
             log_seq: loaded.log_seq,
             pending_log: Vec::new(),
             pending_pulls: BTreeSet::new(),
+            logged_pulls: loaded.logged_pulls,
+            pending_logged_pulls: Vec::new(),
             node: config.node_name.clone(),
         };
         // Pulls the client had not taken when the agent stopped.
@@ -488,7 +519,7 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
             if alloc.alloc_modify_index <= runner.alloc.alloc_modify_index {
                 return None;
             }
-            core.log(client_sync(&alloc));
+            core.log_pull(&alloc);
             Some(alloc)
         });
         return;
@@ -499,7 +530,7 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
         let Some(alloc) = core.server.store.alloc_for_client(&id).cloned() else {
             return;
         };
-        core.log(client_sync(&alloc));
+        core.log_pull(&alloc);
         alloc
     };
     let mut commands = Vec::new();

@@ -33,6 +33,7 @@ const ALLOCS: TableDefinition<&str, &[u8]> = TableDefinition::new("allocs");
 const EVALS: TableDefinition<&str, &[u8]> = TableDefinition::new("evals");
 const SERVICES: TableDefinition<&str, &[u8]> = TableDefinition::new("services");
 const RUNNERS: TableDefinition<&str, &[u8]> = TableDefinition::new("runners");
+const PULLS: TableDefinition<&str, &[u8]> = TableDefinition::new("logged_pulls");
 const LOG: TableDefinition<u64, &str> = TableDefinition::new("log");
 
 pub const DATABASE_FILE: &str = "state.redb";
@@ -46,6 +47,8 @@ pub enum Table {
     Evals,
     Services,
     Runners,
+    /// The last pull of each allocation that the event log records (see `Core::log_pull`).
+    Pulls,
 }
 
 impl Table {
@@ -56,6 +59,7 @@ impl Table {
             Table::Evals => EVALS,
             Table::Services => SERVICES,
             Table::Runners => RUNNERS,
+            Table::Pulls => PULLS,
         }
     }
 }
@@ -75,6 +79,8 @@ pub enum Payload {
     Eval(Evaluation),
     Service(ServiceRegistration),
     Runner(Box<StoredRunner>),
+    /// An allocation and the `AllocModifyIndex` of its last logged pull.
+    Pulled(String, u64),
 }
 
 /// A runner as stored: its state, and when each of its running timers is due (Unix ns), so
@@ -96,6 +102,7 @@ impl Payload {
             Payload::Eval(eval) => serde_json::to_vec(eval),
             Payload::Service(service) => serde_json::to_vec(service),
             Payload::Runner(runner) => serde_json::to_vec(runner),
+            Payload::Pulled(alloc, index) => serde_json::to_vec(&(alloc, index)),
         };
         encoded.expect("stored records always serialize")
     }
@@ -133,6 +140,7 @@ pub struct Loaded {
     pub evals: Vec<Evaluation>,
     pub services: Vec<ServiceRegistration>,
     pub runners: Vec<StoredRunner>,
+    pub logged_pulls: BTreeMap<String, u64>,
     /// The last event log sequence number.
     pub log_seq: u64,
 }
@@ -165,6 +173,7 @@ impl Persist {
                 Table::Evals,
                 Table::Services,
                 Table::Runners,
+                Table::Pulls,
             ] {
                 setup
                     .open_table(table.definition())
@@ -223,6 +232,9 @@ impl Persist {
             loaded.services.push(service)
         })?;
         each(&read, Table::Runners, |runner| loaded.runners.push(runner))?;
+        each(&read, Table::Pulls, |(alloc, index): (String, u64)| {
+            loaded.logged_pulls.insert(alloc, index);
+        })?;
         let log = read.open_table(LOG).map_err(|e| error("log", e))?;
         let mut text = String::new();
         for row in log.iter().map_err(|e| error("log", e))? {
