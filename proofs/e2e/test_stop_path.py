@@ -105,6 +105,12 @@ def test_a_purge_honours_the_flag(agent):
         python_nomad(agent).job.get_job("web")
     assert agent.http("GET", "/v1/job/web")[1] == "job not found"
     assert [line[0] for line in agent.task_log(alloc["ID"], "cleanup")] == ["ran"]
+    # Once the tombstone is gone, the client forgets the runner, also across a restart.
+    runners = lambda: agent.get("/v1/agent/self")["stats"]["client"]["alloc_runners"]
+    agent.wait_until("the runner to be forgotten", lambda: runners() == "0")
+    agent.close()
+    agent.start()
+    assert runners() == "0"
 
 
 def test_alloc_stop_with_the_flag_is_scoped_to_that_allocation(agent):
@@ -139,3 +145,18 @@ def test_the_agents_event_log_is_a_behaviour_of_the_model(agent):
     assert time.time() - requested < FAST
     report = validate_log(agent, "standard/count2-budget2")
     assert "valid" in report
+
+
+def test_nomadpy_stops_one_allocation_with_the_flag_through_query_params(agent):
+    python_nomad(agent).jobs.register_job(web_job(agent.address, count=2, group_delay_s=30, task_delay_s=30))
+    first, second = agent.running("web", 2)
+    client = nomadpy_client(agent)
+    requested = time.time()
+    answer, _ = client.allocations.stop(
+        first["ID"], nomadpy.QueryOptions(params={"no_shutdown_delay": "true"})
+    )
+    assert answer.eval_id
+    agent.wait_until("the flagged task's signal", lambda: agent.signalled_at(first["ID"], "server"), FAST)
+    assert agent.signalled_at(first["ID"], "server") - requested < FAST
+    assert agent.signalled_at(second["ID"], "server") is None
+    assert agent.get(f"/v1/allocation/{second['ID']}")["DesiredTransition"]["NoShutdownDelay"] is not True

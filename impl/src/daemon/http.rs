@@ -942,6 +942,7 @@ fn get_service(shared: &Shared, name: &str, query: &Query) -> Result<Reply, ApiE
 
 fn agent_self(shared: &Shared) -> Result<Reply, ApiError> {
     let bind = shared.config.bind;
+    let runners = shared.runner_count().to_string();
     Ok(Reply {
         status: 200,
         body: json!({
@@ -951,7 +952,7 @@ fn agent_self(shared: &Shared) -> Result<Reply, ApiError> {
             "member": {"Name": shared.config.node_name, "Addr": bind.ip().to_string(),
                        "Port": bind.port(), "Status": "alive", "Tags": {"region": "global", "dc": "dc1"}},
             "stats": {"nomad": {"server": "true", "leader": "true", "leader_addr": bind.to_string()},
-                      "client": {"known_servers": bind.to_string()}},
+                      "client": {"known_servers": bind.to_string(), "alloc_runners": runners}},
         }),
         index: None,
     })

@@ -96,11 +96,12 @@ impl Core {
     /// deletions), and notes which allocations the client now has to pull.
     pub fn take_writes(&mut self) -> Vec<Write> {
         for id in self.server.store.drain_client_changes() {
-            let ours = self
-                .server
-                .store
-                .alloc_for_client(&id)
-                .is_some_and(|alloc| alloc.node_id == self.node);
+            // Ours: placed on this node, or deleted after this client pulled it (its runner
+            // is then forgotten, see `forget_if_gone`).
+            let ours = match self.server.store.alloc_for_client(&id) {
+                Some(alloc) => alloc.node_id == self.node,
+                None => self.logged_pulls.contains_key(&id),
+            };
             if ours {
                 self.pending_pulls.insert(id);
             }
@@ -237,6 +238,14 @@ impl Shared {
             .wait_timeout(core, left)
             .expect("the core lock is never poisoned")
             .0
+    }
+
+    /// How many alloc runners the client holds (running or ended, not yet forgotten).
+    pub fn runner_count(&self) -> usize {
+        self.runners
+            .lock()
+            .expect("the registry lock is never poisoned")
+            .len()
     }
 
     fn runner(&self, alloc: &str) -> Option<RunnerShell<DaemonHost>> {
@@ -445,6 +454,29 @@ fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
     spawn_runner(shell);
 }
 
+/// A runner whose allocation the server has deleted (a purge, once the client reported it
+/// terminal) and that has ended is forgotten: its registry entry and its stored state go.
+fn forget_if_gone(shared: &Arc<Shared>, id: &AllocId, shell: &RunnerShell<DaemonHost>) {
+    if !shell.inspect(|runner, _| runner.phase == RunnerPhase::Terminal) {
+        return;
+    }
+    let mut registry = shared
+        .runners
+        .lock()
+        .expect("the registry lock is never poisoned");
+    let mut core = shared.core();
+    if core.server.store.alloc_for_client(id).is_some() {
+        return;
+    }
+    registry.remove(id);
+    core.logged_pulls.remove(id);
+    let forget = vec![
+        (Table::Runners, id.clone(), None),
+        (Table::Pulls, id.clone(), None),
+    ];
+    core.commit(None, forget);
+}
+
 fn spawn_runner(shell: RunnerShell<DaemonHost>) {
     std::thread::spawn(move || shell.run());
 }
@@ -522,6 +554,7 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
             core.log_pull(&alloc);
             Some(alloc)
         });
+        forget_if_gone(shared, &id, &shell);
         return;
     }
     // Created under the registry's lock, so one runner per allocation.
