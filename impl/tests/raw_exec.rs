@@ -49,7 +49,8 @@ fn a_task_runs_gets_its_signal_and_reports_its_exit_code() {
         .expect("the task starts");
     wait_for_output(&dir, "hello");
     attached.signaller().unwrap().signal(libc::SIGINT).unwrap();
-    let record = attached.wait();
+    let (record, reaper) = attached.wait();
+    reaper.reap();
     assert_eq!(
         (record.exit_code, record.signal, record.error),
         (3, None, None)
@@ -71,7 +72,8 @@ fn a_task_killed_by_a_signal_reports_128_plus_the_signal() {
     let signaller = attached.signaller().unwrap();
     signaller.signal(libc::SIGINT).unwrap();
     signaller.signal(libc::SIGKILL).unwrap();
-    let record = attached.wait();
+    let (record, reaper) = attached.wait();
+    reaper.reap();
     assert_eq!((record.exit_code, record.signal), (137, Some(9)));
     // The supervisor has gone: asking again is not an error.
     signaller.signal(libc::SIGKILL).unwrap();
@@ -96,11 +98,13 @@ fn a_restarted_daemon_reattaches_and_still_gets_the_exit_code() {
     };
     assert_eq!(again.pid, pid, "the same task, not a new one");
     again.signaller().unwrap().signal(libc::SIGTERM).unwrap();
-    assert_eq!(again.wait().exit_code, 7);
-    // After the supervisor's exit, a reattach finds the exit status on disk.
+    assert_eq!(again.wait().0.exit_code, 7);
+    // A later reattach still finds the exit status: on disk once the supervisor has gone,
+    // or in its `exit` line while it is going.
     match raw_exec::reattach(&dir).unwrap() {
         Reattach::Exited(record) => assert_eq!(record.exit_code, 7),
-        other => panic!("expected the stored exit, got {other:?}"),
+        Reattach::Running(late) => assert_eq!(late.wait().0.exit_code, 7),
+        Reattach::Lost => panic!("the exit status was lost"),
     }
 }
 

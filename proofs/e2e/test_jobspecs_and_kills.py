@@ -143,6 +143,8 @@ def test_a_batch_job_whose_task_ends_completes(agent):
     group services deregistered, the poststop task run); quiesce restarts no task."""
     body = {"Job": {"ID": "once", "Type": "batch", "TaskGroups": [{
         "Name": "g", "Services": [{"Name": "once-svc", "Provider": "nomad"}],
+        # With nothing left to kill, no group delay is waited.
+        "ShutdownDelay": 30 * SECOND,
         "Tasks": [
             {"Name": "work", "Driver": "raw_exec",
              "Config": {"command": "/bin/sh", "args": ["-c", "sleep 0.3; exit 0"]}},
@@ -151,8 +153,10 @@ def test_a_batch_job_whose_task_ends_completes(agent):
         ],
     }]}}
     agent.http("PUT", "/v1/jobs", body)
+    started = time.time()
     [alloc] = agent.wait_until("the allocation", lambda: agent.allocs("once"))
     agent.wait_terminal([alloc["ID"]])
+    assert time.time() - started < 10, "the 30 s group delay was waited with nothing to kill"
     record = agent.get(f"/v1/allocation/{alloc['ID']}")
     assert record["ClientStatus"] == "complete" and record["DesiredStatus"] == "run"
     assert [line[0] for line in agent.task_log(alloc["ID"], "cleanup")] == ["ran"]

@@ -385,6 +385,17 @@ impl AllocRunner {
         } else {
             return;
         };
+        let live = self
+            .tasks
+            .iter()
+            .any(|task| task.role != TaskRole::Poststop && !task.is_done());
+        if !live {
+            // Nothing left to kill (Nomad calls killTasks only for live tasks): no pre-kill
+            // hooks, no group delay; the poststop tasks run, and the postrun hooks
+            // deregister the group services when the runner ends.
+            self.phase = RunnerPhase::Killing;
+            return;
+        }
         for task in &mut self.tasks {
             if task.phase == TaskPhase::Running {
                 task.record(event(event_type, now, display.clone(), &[]));
@@ -594,6 +605,40 @@ mod tests {
             event_types::MAIN_TASKS_DEAD
         );
         run_out(&mut runner, &mut out);
+        assert_eq!(runner.alloc.client_status, ClientStatus::Complete);
+    }
+
+    /// The last live task ending on its own leaves nothing to kill: no pre-kill hooks and no
+    /// group delay (30 s here), the poststop task runs and the runner ends at once.
+    #[test]
+    fn the_last_task_ending_on_its_own_waits_no_group_delay() {
+        let mut out = Vec::new();
+        let mut alloc = alloc(false, false, 30, 0);
+        let mut job = (*alloc.job).clone();
+        job.task_groups[0].tasks.push(crate::spec::Task {
+            name: "flush".into(),
+            driver: "mock_driver".into(),
+            lifecycle: Some(crate::spec::Lifecycle {
+                hook: "poststop".into(),
+                sidecar: false,
+            }),
+            ..crate::spec::Task::default()
+        });
+        alloc.job = std::sync::Arc::new(job);
+        let mut runner = AllocRunner::new(alloc, 30_000_000_000, 0, &mut out);
+        assert!(runner.task_exited(0, EXIT, 0, &mut out));
+        assert_eq!(runner.phase, RunnerPhase::Killing);
+        assert_eq!(runner.ready_steps(), [RunnerStep::PoststopStart(1)]);
+        out.clear();
+        run_out(&mut runner, &mut out);
+        assert_eq!(runner.phase, RunnerPhase::Terminal);
+        assert_eq!(runner.group_delay, DelayOutcome::None, "no group delay");
+        assert!(!out.iter().any(|c| matches!(c, Command::StartTimer { .. })));
+        assert!(
+            out.iter()
+                .any(|c| matches!(c, Command::DeregisterServices { task: None, .. })),
+            "the postrun hook deregisters the group services"
+        );
         assert_eq!(runner.alloc.client_status, ClientStatus::Complete);
     }
 

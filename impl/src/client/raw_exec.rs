@@ -16,7 +16,7 @@
 
 use super::task_runner::ExitResult;
 use std::fs;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -286,17 +286,26 @@ impl Attached {
         Ok(Signaller(stream.try_clone()?))
     }
 
-    /// Blocks until the supervisor exits, and returns the task's exit status.
-    pub fn wait(mut self) -> ExitRecord {
-        if let Some(mut stream) = self.stream.take() {
-            let mut sink = Vec::new();
-            // End-of-stream (or a reset) when the supervisor exits.
-            let _ = stream.read_to_end(&mut sink);
+    /// Blocks until the task has exited, and returns its exit status — from the supervisor's
+    /// `exit` line, or, if the supervisor went without one, from `exit.json` — and what is
+    /// left to reap of the supervisor (reap it after acting on the exit).
+    pub fn wait(mut self) -> (ExitRecord, Reaper) {
+        if let Some(stream) = self.stream.take() {
+            for line in BufReader::new(stream).lines() {
+                // End-of-stream (or a reset) when the supervisor exits.
+                let Ok(line) = line else { break };
+                if let Some(record) = line
+                    .strip_prefix("exit ")
+                    .and_then(|json| serde_json::from_str(json).ok())
+                {
+                    return (record, Reaper(self.child.take()));
+                }
+            }
         }
         if let Some(child) = self.child.as_mut() {
             let _ = child.wait();
         }
-        match read_exit(&self.dir) {
+        let record = match read_exit(&self.dir) {
             Ok(Some(record)) => record,
             Ok(None) => ExitRecord {
                 exit_code: -1,
@@ -308,6 +317,20 @@ impl Attached {
                 signal: None,
                 error: Some(format!("reading the task's exit status: {error}")),
             },
+        };
+        (record, Reaper(None))
+    }
+}
+
+/// A supervisor that reported its task's exit and is exiting: reap it (if this daemon
+/// started it) so it leaves no zombie.
+#[derive(Debug)]
+pub struct Reaper(Option<Child>);
+
+impl Reaper {
+    pub fn reap(self) {
+        if let Some(mut child) = self.0 {
+            let _ = child.wait();
         }
     }
 }
@@ -384,11 +407,19 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
             error: Some("no command to run".into()),
         });
     };
-    let spawned = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .process_group(0)
-        .spawn();
+    let mut command = Command::new(program);
+    command.args(args).stdin(Stdio::null()).process_group(0);
+    // SAFETY: prctl is async-signal-safe. If the supervisor is killed (a daemon giving up
+    // on its handshake), the task goes with it rather than running on unsupervised.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let spawned = command.spawn();
     let mut child = match spawned {
         Ok(child) => child,
         Err(error) => {
@@ -402,13 +433,13 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
     let pid = child.id() as i32;
     // Whether the task has exited: from then on no signal goes to its pid (reaping it would
     // free the pid for reuse).
-    let exited = std::sync::Arc::new(std::sync::Mutex::new(false));
+    let control = std::sync::Arc::new(std::sync::Mutex::new(Control::default()));
     {
-        let exited = std::sync::Arc::clone(&exited);
+        let control = std::sync::Arc::clone(&control);
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let exited = std::sync::Arc::clone(&exited);
-                std::thread::spawn(move || serve_connection(stream, pid, &exited));
+                let control = std::sync::Arc::clone(&control);
+                std::thread::spawn(move || serve_connection(stream, pid, &control));
             }
         });
     }
@@ -431,8 +462,8 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
         }
     }
     {
-        let mut exited = exited.lock().unwrap_or_else(|e| e.into_inner());
-        *exited = true;
+        let mut control = control.lock().unwrap_or_else(|e| e.into_inner());
+        control.exited = true;
         // What the task left running in its group goes with it, as Nomad's executor does.
         // SAFETY: killpg has no memory-safety preconditions.
         unsafe { libc::killpg(pid, libc::SIGKILL) };
@@ -451,22 +482,54 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
         Some(signal) => (128 + signal, Some(signal)),
         None => (status.code().unwrap_or(-1), None),
     };
-    record(ExitRecord {
+    let exit = ExitRecord {
         exit_code,
         signal,
         error: None,
-    })
+    };
+    let code = record(exit.clone());
+    // On disk first (for a daemon that reattaches later), then to every connected daemon,
+    // which can act on it without waiting for this process to go.
+    let line = format!(
+        "exit {}\n",
+        serde_json::to_string(&exit).expect("an exit record serializes")
+    );
+    let mut control = control.lock().unwrap_or_else(|e| e.into_inner());
+    for stream in &mut control.connections {
+        let _ = stream.write_all(line.as_bytes());
+    }
+    control.exit_line = Some(line);
+    code
+}
+
+/// What the supervisor's threads share.
+#[derive(Default)]
+struct Control {
+    /// The task has exited: no more signals to its pid.
+    exited: bool,
+    /// Connections that get the `exit` line.
+    connections: Vec<UnixStream>,
+    /// The `exit` line, once sent: a connection made after it gets it at once.
+    exit_line: Option<String>,
 }
 
 /// One control connection: the pid first, then `signal N` requests until the daemon closes
-/// it. The connection stays open until the supervisor exits (its end is the exit's news).
-fn serve_connection(mut stream: UnixStream, pid: i32, exited: &std::sync::Mutex<bool>) {
+/// it; the `exit` line when the task has exited. The connection stays open until the
+/// supervisor exits (its end is the news of the exit for a daemon that missed the line).
+fn serve_connection(mut stream: UnixStream, pid: i32, control: &std::sync::Mutex<Control>) {
     if writeln!(stream, "{pid}").is_err() {
         return;
     }
-    let Ok(reader) = stream.try_clone() else {
+    let (Ok(reader), Ok(writer)) = (stream.try_clone(), stream.try_clone()) else {
         return;
     };
+    {
+        let mut control = control.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(line) = &control.exit_line {
+            let _ = stream.write_all(line.as_bytes());
+        }
+        control.connections.push(writer);
+    }
     for line in BufReader::new(reader).lines() {
         let Ok(line) = line else { break };
         let Some(signal) = line
@@ -475,14 +538,12 @@ fn serve_connection(mut stream: UnixStream, pid: i32, exited: &std::sync::Mutex<
         else {
             continue;
         };
-        let exited = exited.lock().unwrap_or_else(|e| e.into_inner());
-        if !*exited {
+        let control = control.lock().unwrap_or_else(|e| e.into_inner());
+        if !control.exited {
             // SAFETY: killpg has no memory-safety preconditions; the pid is not reaped.
             unsafe { libc::killpg(pid, signal) };
         }
     }
-    // The daemon went away; keep the connection until the supervisor exits.
-    std::mem::forget(stream);
 }
 
 #[cfg(test)]

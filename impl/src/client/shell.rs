@@ -127,12 +127,16 @@ impl<H: Host> RunnerShell<H> {
         applied
     }
 
-    /// Hands `what` to the host's [`Host::applied`]: for the event a shell was created by
-    /// (a first pull, a restore), whose commands [`RunnerShell::new`] carried out.
-    pub fn record(&self, what: Applied) {
+    /// Carries out the commands of the event a shell was created by (a first pull, a
+    /// restore) and hands `what` to the host's [`Host::applied`]. For a host that must not
+    /// carry them out while the shell is being registered: [`RunnerShell::new`] with no
+    /// commands, then this.
+    pub fn start(&self, initial: Vec<Command>, what: Applied) {
         let mut state = self.lock();
+        state.carry_out(&initial);
         let State { runner, host, .. } = &mut *state;
         host.applied(runner, what);
+        self.shared.1.notify_all();
     }
 
     /// A pulled update (the client's pull loop). A flag in it cancels the delays at once,

@@ -178,21 +178,30 @@ impl DaemonHost {
                     Ok(signaller) => {
                         self.set_handle(ix, Handle::Process(std::sync::Arc::new(signaller)))
                     }
-                    Err(error) => eprintln!(
-                        "quiesce agent: allocation {} task {}: no control connection: {error}",
-                        self.alloc, task.name
-                    ),
+                    Err(error) => {
+                        // A task that cannot be signalled cannot be stopped: it is ended now
+                        // (its supervisor has not reaped it, so the pid is still its own),
+                        // and the waiter reports the exit.
+                        eprintln!(
+                            "quiesce agent: allocation {} task {}: no control connection, \
+                             killing it: {error}",
+                            self.alloc, task.name
+                        );
+                        // SAFETY: killpg has no memory-safety preconditions.
+                        unsafe { libc::killpg(attached.pid, libc::SIGKILL) };
+                    }
                 }
                 let weak = self.shared.clone();
                 let alloc = self.alloc.clone();
                 std::thread::spawn(move || {
-                    let record = attached.wait();
+                    let (record, reaper) = attached.wait();
                     if let Some(error) = &record.error {
                         eprintln!("quiesce agent: allocation {alloc} task {ix}: {error}");
                     }
                     if let Some(shell) = weak.upgrade().and_then(|shared| shared.runner(&alloc)) {
                         shell.task_exited(ix, record.result());
                     }
+                    reaper.reap();
                 });
             }
             Ok(Err(record)) => {
@@ -414,8 +423,17 @@ impl Host for DaemonHost {
                 ))
             }
         };
-        if let Applied::Timer(timer) = what {
-            self.deadlines.remove(&timer);
+        match what {
+            Applied::Timer(timer) => {
+                self.deadlines.remove(&timer);
+            }
+            // The control connection of an exited task goes (one socket per task otherwise).
+            Applied::Exit { task, .. } => {
+                if let Some(handle) = self.tasks.get_mut(task) {
+                    *handle = None;
+                }
+            }
+            _ => {}
         }
         // Deadlines not re-armed by a restore are stale.
         self.resumed.clear();

@@ -218,26 +218,39 @@ fn blocking_on<'a>(
     Ok(core)
 }
 
-/// A blocking read of one object: waits on its `ModifyIndex` (the store's index while it
-/// does not exist), then answers it, rendered, or Nomad's 404 text.
+/// A blocking read of one object: waits on its index (`modify_index`; the store's index while
+/// it does not exist), then answers it, rendered, or Nomad's 404 text.
 fn read_one<T>(
     shared: &Shared,
     query: &Query,
     find: impl for<'a> Fn(&'a StateStore) -> Option<&'a T>,
-    modify_index: impl Fn(&T) -> u64,
+    modify_index: impl Fn(&StateStore, &T) -> u64,
     missing: &str,
     render: impl Fn(&Core, &T) -> Value,
 ) -> Result<Reply, ApiError> {
     let core = blocking_on(shared, query, |core| {
         let store = &core.server.store;
-        find(store).map_or(store.index(), &modify_index)
+        find(store).map_or(store.index(), |object| modify_index(store, object))
     })?;
     let object = find(&core.server.store).ok_or_else(|| error(404, missing))?;
-    ok(render(&core, object), modify_index(object))
+    ok(
+        render(&core, object),
+        modify_index(&core.server.store, object),
+    )
+}
+
+/// A job's index for blocking reads: its own `ModifyIndex` or its allocations', whichever is
+/// later — its `Status` and summary follow its allocations (in Nomad a status change bumps
+/// the job's index).
+fn job_index(store: &StateStore, job: &Job) -> u64 {
+    store
+        .allocs_by_job(&job.id)
+        .map(|alloc| alloc.modify_index)
+        .fold(job.modify_index, u64::max)
 }
 
 fn get_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let index = |job: &Job| job.modify_index;
+    let index = job_index;
     read_one(
         shared,
         query,
@@ -249,7 +262,7 @@ fn get_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> 
 }
 
 fn job_summary(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let index = |job: &Job| job.modify_index;
+    let index = job_index;
     read_one(
         shared,
         query,
@@ -261,7 +274,7 @@ fn job_summary(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiErr
 }
 
 fn get_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let index = |alloc: &Allocation| alloc.modify_index;
+    let index = |_: &StateStore, alloc: &Allocation| alloc.modify_index;
     let render = |_: &Core, alloc: &Allocation| alloc_json(alloc);
     read_one(
         shared,
@@ -274,7 +287,7 @@ fn get_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError
 }
 
 fn get_eval(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let index = |eval: &Evaluation| eval.modify_index;
+    let index = |_: &StateStore, eval: &Evaluation| eval.modify_index;
     let render = |_: &Core, eval: &Evaluation| eval_json(eval);
     read_one(
         shared,

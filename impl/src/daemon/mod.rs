@@ -447,10 +447,12 @@ fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
         .filter(|(_, task)| task.phase != crate::client::TaskPhase::Dead)
         .map(|(ix, _)| Command::StartTask { task: ix })
         .collect();
-    let shell = RunnerShell::new(restored, host, [reattach, commands].concat());
-    shell.record(Applied::Restored);
+    // Registered first, its commands carried out after the registry's lock is released: a
+    // reattach (or launch) must not hold up every other runner's timers and exits.
+    let shell = RunnerShell::new(restored, host, Vec::new());
     registry.insert(id, shell.clone());
     drop(registry);
+    shell.start([reattach, commands].concat(), Applied::Restored);
     spawn_runner(shell);
 }
 
@@ -557,7 +559,6 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
         forget_if_gone(shared, &id, &shell);
         return;
     }
-    // Created under the registry's lock, so one runner per allocation.
     let alloc = {
         let mut core = shared.core();
         let Some(alloc) = core.server.store.alloc_for_client(&id).cloned() else {
@@ -574,10 +575,15 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
         &mut commands,
     );
     let host = DaemonHost::new(&id, shared);
-    let shell = RunnerShell::new(runner, host, commands);
-    shell.record(Applied::Update);
+    // Registered under the registry's lock (one runner per allocation); its first commands
+    // — launching the tasks — are carried out once that lock is released, so launches run
+    // in parallel and never hold up other runners' timers and exits. An event that reaches
+    // the shell in between is applied after the runner's creation, before its launches,
+    // which is harmless: the runner's own thread, which takes the kill steps, starts after.
+    let shell = RunnerShell::new(runner, host, Vec::new());
     registry.insert(id, shell.clone());
     drop(registry);
+    shell.start(commands, Applied::Update);
     spawn_runner(shell);
 }
 

@@ -40,7 +40,7 @@ pub const DATABASE_FILE: &str = "state.redb";
 pub const EVENT_LOG_FILE: &str = "events.jsonl";
 
 /// A table of records keyed by ID.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Table {
     Jobs,
     Allocs,
@@ -258,29 +258,47 @@ impl Persist {
         }
         let write = self.db.begin_write().map_err(|e| error("writing", e))?;
         let mut lines = String::new();
-        for batch in batches {
-            if let Some(index) = batch.index {
-                let mut meta = write.open_table(META).map_err(|e| error("meta", e))?;
-                meta.insert("index", index).map_err(|e| error("meta", e))?;
+        // One transaction holds them all, so only the last value of a record is stored:
+        // earlier ones (a runner's state after each of several steps) are not even encoded.
+        let mut last = std::collections::HashMap::new();
+        for (b, batch) in batches.iter().enumerate() {
+            for (w, (table, key, _)) in batch.writes.iter().enumerate() {
+                last.insert((*table, key.as_str()), (b, w));
             }
-            for (table, key, value) in &batch.writes {
-                let mut opened = write
-                    .open_table(table.definition())
-                    .map_err(|e| error("table", e))?;
+        }
+        if let Some(index) = batches.iter().filter_map(|batch| batch.index).max() {
+            let mut meta = write.open_table(META).map_err(|e| error("meta", e))?;
+            meta.insert("index", index).map_err(|e| error("meta", e))?;
+        }
+        // Each table opened once per transaction.
+        let mut opened = std::collections::HashMap::new();
+        let mut log = write.open_table(LOG).map_err(|e| error("log", e))?;
+        for (b, batch) in batches.iter().enumerate() {
+            for (w, (table, key, value)) in batch.writes.iter().enumerate() {
+                if last.get(&(*table, key.as_str())) != Some(&(b, w)) {
+                    continue;
+                }
+                let records = match opened.entry(*table) {
+                    std::collections::hash_map::Entry::Occupied(open) => open.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(slot) => slot.insert(
+                        write
+                            .open_table(table.definition())
+                            .map_err(|e| error("table", e))?,
+                    ),
+                };
                 match value {
                     Some(payload) => {
-                        opened
+                        records
                             .insert(key.as_str(), payload.to_json().as_slice())
                             .map_err(|e| error("insert", e))?;
                     }
                     None => {
-                        opened
+                        records
                             .remove(key.as_str())
                             .map_err(|e| error("remove", e))?;
                     }
                 }
             }
-            let mut log = write.open_table(LOG).map_err(|e| error("log", e))?;
             for entry in &batch.log {
                 let line = entry.to_json_line();
                 log.insert(entry.seq, line.as_str())
@@ -289,6 +307,8 @@ impl Persist {
                 lines.push('\n');
             }
         }
+        drop(opened);
+        drop(log);
         write.commit().map_err(|e| error("commit", e))?;
         if !lines.is_empty() {
             fs::OpenOptions::new()
