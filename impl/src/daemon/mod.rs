@@ -526,8 +526,12 @@ fn pull_worker(shared: &Arc<Shared>) {
         let id = {
             let mut core = shared.core();
             loop {
-                if let Some(id) = core.pending_pulls.pop_first() {
-                    break id;
+                // The scheduler goes first: a pull after its plan takes a stop's flag and
+                // its desired status together (one pull, not two, per allocation).
+                if !core.server.eval_pending() {
+                    if let Some(id) = core.pending_pulls.pop_first() {
+                        break id;
+                    }
                 }
                 core = shared
                     .work
