@@ -28,6 +28,14 @@ const SECOND: i64 = 1_000_000_000;
 struct Bench {
     api: Api,
     jobs: u64,
+    data_dir: std::path::PathBuf,
+}
+
+impl Drop for Bench {
+    /// Every job is stopped by then; the agent's data dir goes with the benchmark.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
 }
 
 impl Bench {
@@ -36,7 +44,7 @@ impl Bench {
         let _ = std::fs::remove_dir_all(&data_dir);
         let supervisor = std::env::current_exe().expect("this benchmark's path");
         let mut config = AgentConfig::new(
-            data_dir,
+            data_dir.clone(),
             "127.0.0.1:0".parse().expect("an address"),
             supervisor,
         );
@@ -48,6 +56,7 @@ impl Bench {
         Bench {
             api: Api::new(&address).expect("an HTTP address"),
             jobs: 0,
+            data_dir,
         }
     }
 
@@ -109,6 +118,8 @@ impl Bench {
             count,
             "one task process per allocation of {job}"
         );
+        let profiling = Profiling::from_env();
+        profiling.start();
         let started = Instant::now();
         self.call(
             "DELETE",
@@ -117,10 +128,64 @@ impl Bench {
         );
         wait_dead(&tasks);
         let took = started.elapsed();
+        profiling.stop();
         self.wait_allocs(job, count as u64, |group| {
             group["Complete"].as_u64().unwrap_or(0) + group["Failed"].as_u64().unwrap_or(0)
         });
         took
+    }
+}
+
+/// Profiling one stop at a time (`QUIESCE_BENCH_STOPS`, see `main`): prints where each
+/// stop starts on CLOCK_MONOTONIC (`perf record -k CLOCK_MONOTONIC` stamps its samples with
+/// that clock), and switches a `perf record --control fifo:CTL,ACK` session on for the timed
+/// part only if `QUIESCE_PERF_CTL` and `QUIESCE_PERF_ACK` name its fifos.
+struct Profiling {
+    on: bool,
+    perf: Option<(std::fs::File, std::fs::File)>,
+}
+
+impl Profiling {
+    fn from_env() -> Profiling {
+        let open = |var: &str, write: bool| {
+            let path = std::env::var_os(var)?;
+            std::fs::OpenOptions::new()
+                .read(!write)
+                .write(write)
+                .open(path)
+                .ok()
+        };
+        Profiling {
+            on: std::env::var_os("QUIESCE_BENCH_STOPS").is_some(),
+            perf: open("QUIESCE_PERF_CTL", true).zip(open("QUIESCE_PERF_ACK", false)),
+        }
+    }
+
+    fn perf(&self, command: &str) {
+        use std::io::{Read, Write};
+        if let Some((mut ctl, mut ack)) = self.perf.as_ref().map(|(c, a)| (c, a)) {
+            ctl.write_all(format!("{command}\n").as_bytes())
+                .expect("perf's control fifo");
+            let mut answer = [0u8; 5];
+            ack.read_exact(&mut answer).expect("perf's ack fifo");
+        }
+    }
+
+    fn start(&self) {
+        self.perf("enable");
+        if self.on {
+            let mut now = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a valid timespec to fill.
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+            println!("stop starts at {}.{:09}", now.tv_sec, now.tv_nsec);
+        }
+    }
+
+    fn stop(&self) {
+        self.perf("disable");
     }
 }
 
@@ -231,6 +296,25 @@ fn main() {
         ));
     }
     let mut bench = Bench::start();
+    // Profiling: `QUIESCE_BENCH_STOPS=N` runs N flagged stops of 100 allocations and prints
+    // each one's time (and where it starts) instead of criterion's runs. With perf, for
+    // example:
+    //   QUIESCE_BENCH_STOPS=10 perf record -k CLOCK_MONOTONIC -e cpu-clock -- \
+    //     target/release/deps/http_stop-… --bench
+    // or, to record the timed parts only, with `mkfifo /tmp/ctl /tmp/ack`:
+    //   QUIESCE_PERF_CTL=/tmp/ctl QUIESCE_PERF_ACK=/tmp/ack … perf record -D -1 \
+    //     --control fifo:/tmp/ctl,/tmp/ack …
+    if let Some(stops) = std::env::var("QUIESCE_BENCH_STOPS")
+        .ok()
+        .and_then(|n| n.parse::<u32>().ok())
+    {
+        for _ in 0..stops {
+            let job = bench.running_job(100);
+            let took = bench.stop(&job, 100);
+            println!("100 allocations: {:.2} ms", took.as_secs_f64() * 1e3);
+        }
+        return;
+    }
     let mut criterion = Criterion::default().configure_from_args();
     let mut summary = Vec::new();
     for count in [1usize, 100] {

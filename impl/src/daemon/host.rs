@@ -193,7 +193,7 @@ impl DaemonHost {
                 }
                 let weak = self.shared.clone();
                 let alloc = self.alloc.clone();
-                std::thread::spawn(move || {
+                super::spawn_named("waiter", move || {
                     let (record, reaper) = attached.wait();
                     if let Some(error) = &record.error {
                         eprintln!("quiesce agent: allocation {alloc} task {ix}: {error}");

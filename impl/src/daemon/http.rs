@@ -55,7 +55,7 @@ fn ok(body: Value, index: u64) -> Result<Reply, ApiError> {
 pub fn serve(shared: Arc<Shared>, server: tiny_http::Server) {
     for request in server.incoming_requests() {
         let shared = Arc::clone(&shared);
-        std::thread::spawn(move || handle(&shared, request));
+        super::spawn_named("request", move || handle(&shared, request));
     }
 }
 

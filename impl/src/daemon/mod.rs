@@ -480,7 +480,18 @@ fn forget_if_gone(shared: &Arc<Shared>, id: &AllocId, shell: &RunnerShell<Daemon
 }
 
 fn spawn_runner(shell: RunnerShell<DaemonHost>) {
-    std::thread::spawn(move || shell.run());
+    spawn_named("runner", move || {
+        shell.run();
+    });
+}
+
+/// Starts a named thread (the name shows in `top -H` and in profiles). A thread that cannot
+/// be started is a resource exhaustion the agent cannot recover from.
+pub(crate) fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(body)
+        .unwrap_or_else(|error| panic!("starting a {name} thread: {error}"));
 }
 
 /// Processes evaluations as they arrive.
@@ -516,7 +527,7 @@ const PULL_WORKERS: usize = 4;
 fn client_loop(shared: Arc<Shared>) {
     for _ in 1..PULL_WORKERS {
         let shared = Arc::clone(&shared);
-        std::thread::spawn(move || pull_worker(&shared));
+        spawn_named("pull", move || pull_worker(&shared));
     }
     pull_worker(&shared);
 }
