@@ -1,10 +1,15 @@
 //! The concurrent shell of an alloc runner: the std-thread code the daemon runs around the
 //! sans-IO [`AllocRunner`]. Events arrive from other threads — a pulled update (the client's
-//! pull loop), a timer firing (the timer thread), a process exiting (the driver's waiter) —
-//! while the runner's own thread takes its internal steps (`run`). Every event and step is
-//! applied under one lock, and the runner's commands are carried out by the [`Host`] under
-//! that same lock, so the order of effects is the runner's order; the condition variable
-//! wakes the runner's thread after every event, so no wake-up is lost.
+//! pull workers), a timer firing (the timer thread), a process exiting (the driver's waiter).
+//! Every event is applied under one lock, and the thread that applied it goes on, under the
+//! same lock, to take every internal step the event made ready (the kill path's hooks, its
+//! signal, a poststop task's start). The runner's commands are carried out by the [`Host`]
+//! under that lock too, so the order of effects is the runner's order. A runner therefore
+//! needs no thread of its own: a flagged stop's update is turned into the signal by the
+//! thread that pulled it, without waking another. [`RunnerShell::run`] remains for a thread
+//! that waits for the runner's end (it also takes any step left ready, which under this
+//! rule is none); the condition variable wakes it, and [`RunnerShell::wait_until`], after
+//! every event, so no wake-up is lost.
 //!
 //! Timers are explicit events (`fire`), so that loom, which has no time, can drive them. The
 //! primitives come from `crate::sync`: std normally, loom under `--cfg quiesce_loom`.
@@ -50,6 +55,9 @@ struct State<H> {
     armed: BTreeSet<Timer>,
     /// Shut down (the client agent stops): `run` returns, events are refused.
     closed: bool,
+    /// The commands of the runner's creation have been carried out: until then no step is
+    /// taken (a kill step must not signal a task that is yet to be launched).
+    started: bool,
 }
 
 /// A handle to one runner's shell; clones share it.
@@ -82,8 +90,26 @@ impl<H: Host> RunnerShell<H> {
             host,
             armed: BTreeSet::new(),
             closed: false,
+            started: true,
         };
         state.carry_out(&initial);
+        RunnerShell {
+            shared: Arc::new((Mutex::new(state), Condvar::new())),
+        }
+    }
+
+    /// A shell around a runner whose creation's commands are yet to be carried out, by
+    /// [`RunnerShell::start`]: for a host that must not carry them out while the shell is
+    /// being registered. Events applied before `start` change the runner, but no step is
+    /// taken until then.
+    pub fn unstarted(runner: AllocRunner, host: H) -> Self {
+        let state = State {
+            runner,
+            host,
+            armed: BTreeSet::new(),
+            closed: false,
+            started: false,
+        };
         RunnerShell {
             shared: Arc::new((Mutex::new(state), Condvar::new())),
         }
@@ -122,20 +148,22 @@ impl<H: Host> RunnerShell<H> {
         if applied {
             let State { runner, host, .. } = &mut *state;
             host.applied(runner, what);
+            state.take_ready_steps();
         }
         self.shared.1.notify_all();
         applied
     }
 
     /// Carries out the commands of the event a shell was created by (a first pull, a
-    /// restore) and hands `what` to the host's [`Host::applied`]. For a host that must not
-    /// carry them out while the shell is being registered: [`RunnerShell::new`] with no
-    /// commands, then this.
+    /// restore), hands `what` to the host's [`Host::applied`], and takes the steps that are
+    /// ready. For a shell made by [`RunnerShell::unstarted`].
     pub fn start(&self, initial: Vec<Command>, what: Applied) {
         let mut state = self.lock();
         state.carry_out(&initial);
+        state.started = true;
         let State { runner, host, .. } = &mut *state;
         host.applied(runner, what);
+        state.take_ready_steps();
         self.shared.1.notify_all();
     }
 
@@ -193,8 +221,8 @@ impl<H: Host> RunnerShell<H> {
         })
     }
 
-    /// The runner's thread: takes every internal step as it becomes ready, and sleeps on the
-    /// condition variable between events, until every task is dead or the shell is shut
+    /// Waits, taking any internal step left ready (none, since the thread that applies an
+    /// event takes the steps it makes ready), until every task is dead or the shell is shut
     /// down.
     pub fn run(&self) -> RunEnd {
         let mut state = self.lock();
@@ -205,17 +233,10 @@ impl<H: Host> RunnerShell<H> {
             if state.closed {
                 return RunEnd::Closed;
             }
-            match state.runner.ready_steps().first().copied() {
-                Some(step) => {
-                    let mut commands = Vec::new();
-                    let now = state.host.now();
-                    state.runner.step(step, now, &mut commands);
-                    state.carry_out(&commands);
-                    let State { runner, host, .. } = &mut *state;
-                    host.applied(runner, Applied::Step(step));
-                    self.shared.1.notify_all();
-                }
-                None => state = self.wait(state),
+            if state.take_ready_steps() {
+                self.shared.1.notify_all();
+            } else {
+                state = self.wait(state);
             }
         }
     }
@@ -253,6 +274,25 @@ impl<H: Host> RunnerShell<H> {
 }
 
 impl<H: Host> State<H> {
+    /// Takes every internal step that is ready, in the runner's order, until none is (the
+    /// runner then waits for an event: a timer, an exit, an update). Returns whether it took
+    /// any.
+    fn take_ready_steps(&mut self) -> bool {
+        let mut took = false;
+        while self.started && !self.closed {
+            let Some(step) = self.runner.ready_steps().first().copied() else {
+                break;
+            };
+            let mut commands = Vec::new();
+            let now = self.host.now();
+            self.runner.step(step, now, &mut commands);
+            self.carry_out(&commands);
+            self.host.applied(&self.runner, Applied::Step(step));
+            took = true;
+        }
+        took
+    }
+
     /// Keeps the set of armed timers and hands every command to the host, in order.
     fn carry_out(&mut self, commands: &[Command]) {
         for command in commands {

@@ -5,11 +5,13 @@
 //! * HTTP handlers (`http`) write to the server under the core lock; every write commits to
 //!   the store before it is answered.
 //! * The scheduler thread processes pending evaluations as they arrive.
-//! * The client thread pulls changed allocations and hands each to its runner's shell
+//! * The client's pull workers pull changed allocations and hand each to its runner's shell
 //!   (creating the runner on the first pull).
-//! * One thread per runner takes its internal steps (`RunnerShell::run`).
 //! * The timer thread fires runner timers; one waiter thread per raw_exec task reports its
 //!   exit. Both find the runner through the registry.
+//! * A runner has no thread of its own: whichever of these threads applies an event to its
+//!   shell takes the internal steps the event made ready (`client::shell`). A flagged stop's
+//!   pull worker deregisters the services and sends the signal itself.
 //!
 //! The runners' hosts ([`host::DaemonHost`]) carry out commands: start tasks under their
 //! supervisors, signal process groups, (de)register services and report to the server, and
@@ -166,6 +168,15 @@ impl Core {
         runner: Option<(&AllocRunner, &BTreeMap<crate::client::Timer, i64>)>,
         earlier: Vec<Write>,
     ) -> u64 {
+        self.submit(runner, earlier, false)
+    }
+
+    fn submit(
+        &mut self,
+        runner: Option<(&AllocRunner, &BTreeMap<crate::client::Timer, i64>)>,
+        earlier: Vec<Write>,
+        durable: bool,
+    ) -> u64 {
         let mut writes = earlier;
         writes.extend(self.take_writes());
         for (alloc, index) in std::mem::take(&mut self.pending_logged_pulls) {
@@ -189,13 +200,14 @@ impl Core {
             index: Some(self.server.store.index()),
             writes,
             log: std::mem::take(&mut self.pending_log),
+            durable,
         })
     }
 
     /// Commits as [`Core::commit`] does and waits until the batch is durable: for writes that
     /// are acknowledged (the API's), and before anyone acts on them (the lock is held).
     pub fn commit_durably(&mut self) -> Result<(), String> {
-        let ticket = self.commit(None, Vec::new());
+        let ticket = self.submit(None, Vec::new(), true);
         self.committer.wait(ticket)
     }
 }
@@ -449,11 +461,10 @@ fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
         .collect();
     // Registered first, its commands carried out after the registry's lock is released: a
     // reattach (or launch) must not hold up every other runner's timers and exits.
-    let shell = RunnerShell::new(restored, host, Vec::new());
+    let shell = RunnerShell::unstarted(restored, host);
     registry.insert(id, shell.clone());
     drop(registry);
     shell.start([reattach, commands].concat(), Applied::Restored);
-    spawn_runner(shell);
 }
 
 /// A runner whose allocation the server has deleted (a purge, once the client reported it
@@ -477,12 +488,6 @@ fn forget_if_gone(shared: &Arc<Shared>, id: &AllocId, shell: &RunnerShell<Daemon
         (Table::Pulls, id.clone(), None),
     ];
     core.commit(None, forget);
-}
-
-fn spawn_runner(shell: RunnerShell<DaemonHost>) {
-    spawn_named("runner", move || {
-        shell.run();
-    });
 }
 
 /// Starts a named thread (the name shows in `top -H` and in profiles). A thread that cannot
@@ -594,12 +599,11 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
     // — launching the tasks — are carried out once that lock is released, so launches run
     // in parallel and never hold up other runners' timers and exits. An event that reaches
     // the shell in between is applied after the runner's creation, before its launches,
-    // which is harmless: the runner's own thread, which takes the kill steps, starts after.
-    let shell = RunnerShell::new(runner, host, Vec::new());
+    // and no step is taken before `start`: a kill step waits for the tasks' launches.
+    let shell = RunnerShell::unstarted(runner, host);
     registry.insert(id, shell.clone());
     drop(registry);
     shell.start(commands, Applied::Update);
-    spawn_runner(shell);
 }
 
 fn client_sync(alloc: &crate::server::structs::Allocation) -> LogEntry {

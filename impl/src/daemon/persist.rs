@@ -3,17 +3,23 @@
 //! service registrations, the index), each runner's progress, and the event log.
 //!
 //! Writes are batches, committed in the order they were submitted by one committer thread
-//! ([`Committer`]), which merges whatever is queued into one redb transaction with
-//! `Durability::Immediate` (group commit: one disk sync for many runners' steps). A batch is
-//! never split: a server write commits with its event-log entry, and a runner's hook effect
-//! (a service deregistration) with the runner's progress ("pre-kill hooks done"), so after a
-//! crash either both happened or neither did. API writes wait until their batch is durable
-//! before they are answered; runner progress does not wait, so a crash can lose the last few
-//! milliseconds of it — a suffix, which the restored agent redoes (see ARCHITECTURE.md).
+//! ([`Committer`]), which merges whatever is queued into one redb transaction (group
+//! commit). A batch is never split: a server write commits with its event-log entry, and a
+//! runner's hook effect (a service deregistration) with the runner's progress ("pre-kill
+//! hooks done"), so after a crash either both happened or neither did.
+//!
+//! API writes wait until their batch is durable before they are answered: their
+//! transaction syncs the disk (`Durability::Immediate`), which makes every earlier one
+//! durable too. Runner progress does not wait, and its transactions do not sync
+//! (`Durability::None`): the next sync comes with the next API write or at most
+//! [`DURABILITY_LAG`] later. A crash can lose that much of it — a suffix, which the
+//! restored agent redoes (see ARCHITECTURE.md). A stop of many allocations so syncs a few
+//! times instead of once per group of steps.
 //!
 //! The event log's JSON-lines file (`events.jsonl`) is an export of the log table: appended
-//! after each commit and rewritten from the table at start-up, so it never holds an entry
-//! whose effect was lost.
+//! after each commit, so it is current for anyone who reads it once a stop has finished, and
+//! rewritten from the table at start-up. Between a crash and the restart it may hold the last
+//! few entries the store lost (at most [`DURABILITY_LAG`] of them); the restart drops them.
 
 use crate::client::AllocRunner;
 use crate::server::structs::{Allocation, Evaluation, ServiceRegistration};
@@ -26,6 +32,11 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a commit nobody waits for (runner progress) may stay undurable: the committer
+/// syncs the disk this long after the first such commit at the latest.
+pub const DURABILITY_LAG: Duration = Duration::from_millis(20);
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
@@ -123,6 +134,8 @@ pub struct Batch {
     pub index: Option<u64>,
     pub writes: Vec<Write>,
     pub log: Vec<LogEntry>,
+    /// Someone waits until this batch is durable: its transaction syncs the disk.
+    pub durable: bool,
 }
 
 impl Batch {
@@ -250,13 +263,21 @@ impl Persist {
         Ok(loaded)
     }
 
-    /// Commits batches, in order, as one durable transaction, then appends their log
-    /// entries to the event log file.
-    pub fn commit(&self, batches: &[Batch]) -> Result<(), String> {
-        if batches.iter().all(Batch::is_empty) {
+    /// Commits batches, in order, as one transaction, durable (syncing the disk, which
+    /// makes every earlier commit durable too) or not, then appends their log entries to the
+    /// event log file.
+    pub fn commit(&self, batches: &[Batch], durable: bool) -> Result<(), String> {
+        if !durable && batches.iter().all(Batch::is_empty) {
             return Ok(());
         }
-        let write = self.db.begin_write().map_err(|e| error("writing", e))?;
+        let mut write = self.db.begin_write().map_err(|e| error("writing", e))?;
+        write
+            .set_durability(if durable {
+                redb::Durability::Immediate
+            } else {
+                redb::Durability::None
+            })
+            .map_err(|e| error("setting the durability", e))?;
         let mut lines = String::new();
         // One transaction holds them all, so only the last value of a record is stored:
         // earlier ones (a runner's state after each of several steps) are not even encoded.
@@ -389,22 +410,47 @@ impl Committer {
     }
 
     fn run(&self, persist: Persist) {
+        // When the oldest commit that is not durable yet was made.
+        let mut undurable: Option<Instant> = None;
         loop {
             let (batches, upto) = {
                 let mut queue = self.queue();
                 while queue.batches.is_empty() {
+                    let Some(since) = undurable else {
+                        queue = self
+                            .shared
+                            .1
+                            .wait(queue)
+                            .expect("the commit queue is never poisoned");
+                        continue;
+                    };
+                    let left = (since + DURABILITY_LAG).saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
                     queue = self
                         .shared
                         .1
-                        .wait(queue)
-                        .expect("the commit queue is never poisoned");
+                        .wait_timeout(queue, left)
+                        .expect("the commit queue is never poisoned")
+                        .0;
                 }
                 (std::mem::take(&mut queue.batches), queue.submitted)
             };
-            let result = persist.commit(&batches);
+            // Durable if someone waits for it, or if the oldest undurable commit is due (an
+            // empty group: the wait above timed out).
+            let durable = batches.iter().any(|batch| batch.durable)
+                || undurable.is_some_and(|since| since.elapsed() >= DURABILITY_LAG);
+            let result = persist.commit(&batches, durable);
             let mut queue = self.queue();
             match result {
-                Ok(()) => queue.durable = upto,
+                Ok(()) if durable => {
+                    undurable = None;
+                    queue.durable = upto;
+                }
+                Ok(()) => {
+                    undurable.get_or_insert_with(Instant::now);
+                }
                 Err(failure) => {
                     // Nothing later may commit over a lost batch: the agent stops.
                     eprintln!("quiesce agent: storing state failed: {failure}");

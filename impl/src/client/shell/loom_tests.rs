@@ -2,6 +2,11 @@
 //! bound `LOOM_MAX_PREEMPTIONS` (2 in CI). Run with
 //! `RUSTFLAGS="--cfg quiesce_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p quiesce --release loom`.
 //!
+//! As in the daemon, the runner has no thread of its own: the threads that deliver events
+//! (updates, timers, exits) take the kill path's steps. The main thread ends each test with
+//! `run`, which waits for the runner's end: if an interleaving left a step untaken with no
+//! event to come, the wait never ends and loom reports the deadlock.
+//!
 //! Every test checks, on every interleaving: the pre-kill hooks (group and task service
 //! deregistration) ran exactly once, before the only kill signal; a delay was skipped or cut
 //! short only when a flagged update arrived; the runner became terminal exactly once (one
@@ -122,22 +127,28 @@ fn exit_when_signalled(shell: &RunnerShell<Recorder>) {
     }
 }
 
-/// A flagged update races the group delay: it may arrive before the wait (skipped), during
-/// it (cut short), or after the timer fired (waited in full).
+/// Waits until the runner has left `Running` and its pre-kill hooks (a stop was applied).
+fn stopping(runner: &AllocRunner) -> bool {
+    !matches!(runner.phase, RunnerPhase::Running | RunnerPhase::PreKill)
+}
+
+/// A flagged update races an unflagged stop and its group delay: it may arrive before the
+/// wait (skipped), during it (cut short), or after the timer fired (waited in full).
 #[test]
 fn loom_flag_update_vs_group_delay_wait() {
     model("loom_flag_update_vs_group_delay_wait", || {
-        let shell = shell(true, false, 30, 0);
-        let killer = on(&shell, move |shell| shell.run());
+        let shell = shell(false, false, 30, 0);
+        let stopper = on(&shell, move |shell| shell.update(alloc(true, false, 30, 0)));
         let updater = on(&shell, move |shell| shell.update(alloc(true, true, 30, 0)));
         let timer_and_driver = on(&shell, move |shell| {
-            shell.wait_until(|r| r.phase != RunnerPhase::PreKill);
+            shell.wait_until(stopping);
             shell.fire(Timer::GroupDelay);
             exit_when_signalled(&shell);
         });
-        assert_eq!(killer.join().unwrap(), RunEnd::Terminal);
+        stopper.join().unwrap();
         updater.join().unwrap();
         timer_and_driver.join().unwrap();
+        assert_eq!(shell.run(), RunEnd::Terminal);
         assert_stopped_cleanly(&shell, true);
         shell.inspect(|runner, _| {
             assert!(matches!(
@@ -148,22 +159,23 @@ fn loom_flag_update_vs_group_delay_wait() {
     });
 }
 
-/// A flagged update races the moment the task delay wait begins: skipped if it comes
-/// first, cut short if it comes during the wait, or the timer wins.
+/// A flagged update races an unflagged stop and the moment its task delay wait begins:
+/// skipped if it comes first, cut short if it comes during the wait, or the timer wins.
 #[test]
 fn loom_flag_update_vs_task_delay_beginning() {
     model("loom_flag_update_vs_task_delay_beginning", || {
-        let shell = shell(true, false, 0, 20);
-        let killer = on(&shell, move |shell| shell.run());
+        let shell = shell(false, false, 0, 20);
+        let stopper = on(&shell, move |shell| shell.update(alloc(true, false, 0, 20)));
         let updater = on(&shell, move |shell| shell.update(alloc(true, true, 0, 20)));
         let timer_and_driver = on(&shell, move |shell| {
             shell.wait_until(|r| r.tasks[0].phase == TaskPhase::Delaying || r.tasks[0].signalled);
             shell.fire(Timer::TaskDelay(0));
             exit_when_signalled(&shell);
         });
-        assert_eq!(killer.join().unwrap(), RunEnd::Terminal);
+        stopper.join().unwrap();
         updater.join().unwrap();
         timer_and_driver.join().unwrap();
+        assert_eq!(shell.run(), RunEnd::Terminal);
         assert_stopped_cleanly(&shell, true);
         shell.inspect(|runner, host| {
             let started = host.count(|c| {
@@ -193,13 +205,14 @@ fn loom_flag_update_vs_task_delay_beginning() {
     });
 }
 
-/// The task exits on its own while its delay runs, racing the delay timer: either it
-/// exits during the delay (no signal at all) or after the signal.
+/// The task exits on its own while its delay runs, racing the stop that starts the delay
+/// and the delay timer: either it exits during the delay (no signal at all) or after the
+/// signal.
 #[test]
 fn loom_task_exits_on_its_own_during_the_delay() {
     model("loom_task_exits_on_its_own_during_the_delay", || {
-        let shell = shell(true, false, 0, 20);
-        let killer = on(&shell, move |shell| shell.run());
+        let shell = shell(false, false, 0, 20);
+        let stopper = on(&shell, move |shell| shell.update(alloc(true, false, 0, 20)));
         let timer = on(&shell, move |shell| {
             // Fires the delay once it is waited; stale (refused) if the task exited first.
             if shell.wait_until(|r| r.tasks[0].phase != TaskPhase::Running) {
@@ -213,9 +226,10 @@ fn loom_task_exits_on_its_own_during_the_delay() {
                 assert!(shell.task_exited(0, EXIT));
             }
         });
-        assert_eq!(killer.join().unwrap(), RunEnd::Terminal);
+        stopper.join().unwrap();
         timer.join().unwrap();
         process.join().unwrap();
+        assert_eq!(shell.run(), RunEnd::Terminal);
         assert_stopped_cleanly(&shell, false);
         shell.inspect(|runner, host| match runner.tasks[0].delay {
             DelayOutcome::ExitedDuring => assert_eq!(host.count(is_signal), 0),
@@ -267,13 +281,16 @@ fn loom_kill_before_the_task_has_started() {
     });
 }
 
-/// A client restart (shutdown, then restore) races the kill path in the middle of a group
-/// delay: the old runner's thread ends `Closed` or `Terminal`, never both, and the restored
-/// runner finishes the stop with the flag its stored allocation carries.
+/// A client restart (shutdown, then restore) races a flagged stop's kill path: a thread
+/// waiting for the old runner's end sees `Closed` or `Terminal`, never both, and the
+/// restored runner finishes the stop with the flag its stored allocation carries (the
+/// stored copy has it once the stop was applied; a stop applied after the shutdown is
+/// refused, and the restored runner is then still running).
 #[test]
 fn loom_shutdown_and_restore_vs_kill() {
     model("loom_shutdown_and_restore_vs_kill", || {
-        let old = shell(true, true, 30, 0);
+        let old = shell(false, false, 30, 0);
+        let stopper = on(&old, move |old| old.update(alloc(true, true, 30, 0)));
         let killer = on(&old, move |old| old.run());
         let driver = on(&old, move |old| {
             if old.wait_until(|r| r.tasks[0].signalled) {
@@ -283,10 +300,15 @@ fn loom_shutdown_and_restore_vs_kill() {
         let stored = old.shutdown();
         let finished_before_shutdown = stored.phase == RunnerPhase::Terminal;
         let end = killer.join().unwrap();
+        let stop_applied = stopper.join().unwrap();
         driver.join().unwrap();
         let mut commands = Vec::new();
         let restored = AllocRunner::restore(stored, 0, &mut commands);
         let new = RunnerShell::new(restored, Recorder::default(), commands);
+        if !stop_applied {
+            // Refused by the closed shell: the stop reaches the restored runner instead.
+            new.update(alloc(true, true, 30, 0));
+        }
         let finisher = on(&new, move |new| exit_when_signalled(&new));
         assert_eq!(new.run(), RunEnd::Terminal);
         finisher.join().unwrap();
@@ -359,8 +381,8 @@ fn racy_check_then_wait() {
     });
 }
 
-/// The daemon's pull workers: two pulls of one allocation race each other and the runner's
-/// thread, each reading the server's record under the runner's lock (`RunnerShell::pull`).
+/// The daemon's pull workers: two pulls of one allocation race each other and the task's
+/// exit, each reading the server's record under the runner's lock (`RunnerShell::pull`).
 /// The newer copy (the flag) is applied exactly once, whoever reads it, and the group delay
 /// is never waited in full.
 #[test]
@@ -377,7 +399,6 @@ fn loom_two_pulls_race_for_one_update() {
                     .then(|| record.clone())
             })
         };
-        let killer = on(&shell, move |shell| shell.run());
         let first = {
             let record = Arc::clone(&record);
             on(&shell, move |shell| pull(shell, record))
@@ -387,8 +408,8 @@ fn loom_two_pulls_race_for_one_update() {
             on(&shell, move |shell| pull(shell, record))
         };
         exit_when_signalled(&shell);
-        assert_eq!(killer.join().unwrap(), RunEnd::Terminal);
         let applied = [first.join().unwrap(), second.join().unwrap()];
+        assert_eq!(shell.run(), RunEnd::Terminal);
         assert_eq!(applied.iter().filter(|&&a| a).count(), 1, "{applied:?}");
         assert_stopped_cleanly(&shell, true);
         shell.inspect(|runner, _| {
