@@ -29,8 +29,11 @@ pub trait Host: Send {
     /// The time events are stamped with, in nanoseconds (Unix time in the daemon).
     fn now(&self) -> i64;
     /// An event or step was applied and its commands carried out: the place to record it
-    /// (the daemon logs it and stores the runner's state).
+    /// (the daemon notes its log entry and that the runner's state is to be stored).
     fn applied(&mut self, _runner: &AllocRunner, _what: Applied) {}
+    /// The shell's critical section ends (an event and the steps it made ready have been
+    /// applied): the place to carry out what `applied` gathered, once for all of them.
+    fn settled(&mut self, _runner: &AllocRunner) {}
 }
 
 /// What a shell applied, for [`Host::applied`].
@@ -93,6 +96,7 @@ impl<H: Host> RunnerShell<H> {
             started: true,
         };
         state.carry_out(&initial);
+        state.settle();
         RunnerShell {
             shared: Arc::new((Mutex::new(state), Condvar::new())),
         }
@@ -150,6 +154,7 @@ impl<H: Host> RunnerShell<H> {
             host.applied(runner, what);
             state.take_ready_steps();
         }
+        state.settle();
         self.shared.1.notify_all();
         applied
     }
@@ -164,6 +169,7 @@ impl<H: Host> RunnerShell<H> {
         let State { runner, host, .. } = &mut *state;
         host.applied(runner, what);
         state.take_ready_steps();
+        state.settle();
         self.shared.1.notify_all();
     }
 
@@ -234,6 +240,7 @@ impl<H: Host> RunnerShell<H> {
                 return RunEnd::Closed;
             }
             if state.take_ready_steps() {
+                state.settle();
                 self.shared.1.notify_all();
             } else {
                 state = self.wait(state);
@@ -274,6 +281,10 @@ impl<H: Host> RunnerShell<H> {
 }
 
 impl<H: Host> State<H> {
+    fn settle(&mut self) {
+        self.host.settled(&self.runner);
+    }
+
     /// Takes every internal step that is ready, in the runner's order, until none is (the
     /// runner then waits for an event: a timer, an exit, an update). Returns whether it took
     /// any.

@@ -32,18 +32,36 @@ pub struct DaemonHost {
     shared: Weak<Shared>,
     tasks: Vec<Option<Handle>>,
     mock: MockDriver,
-    /// A `Report` command came: the report is sent with the step's commit, in
-    /// [`Host::applied`], with the runner's state after all the step's commands.
-    report_pending: bool,
-    /// A hook's effect on the server (services registered or deregistered), applied at once
-    /// and stored with the step's commit: the effect and the runner's progress commit in
-    /// one transaction, and the progress is stored only once every command of the step has
-    /// been carried out.
-    effects: Vec<super::persist::Write>,
+    /// What the runner did since the last [`DaemonHost::flush`], to be carried out on the
+    /// server and stored in one critical section of the core (see [`Host::settled`]).
+    pending: Pending,
     /// When each running timer is due (Unix ns), stored with the runner's progress.
     deadlines: BTreeMap<Timer, i64>,
     /// Deadlines stored before a restart: a re-armed timer keeps its old deadline.
     resumed: BTreeMap<Timer, i64>,
+}
+
+/// The server's side of a runner's steps, gathered while the runner's lock is held and
+/// carried out together: hooks' effects (service registrations), the report, the event-log
+/// entries, and whether the runner's state changed. One critical section of the core then
+/// serves several steps (a flagged stop's update, its pre-kill steps and its signal take two,
+/// not five), and the hooks' effects commit in the same transaction as the progress they
+/// belong to.
+#[derive(Default)]
+struct Pending {
+    /// Services to register (`true`) or deregister, by owner (`""` for the group).
+    services: Vec<(bool, String, Vec<String>)>,
+    /// A `Report` command came: the report is sent with the runner's state at the flush.
+    report: bool,
+    log: Vec<LogEntry>,
+    /// The runner changed: its state is stored.
+    progress: bool,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.services.is_empty() && !self.report && self.log.is_empty() && !self.progress
+    }
 }
 
 fn exited(exit_code: i32, signal: Option<i32>) -> ExitResult {
@@ -65,8 +83,7 @@ impl DaemonHost {
             shared: Arc::downgrade(shared),
             tasks: Vec::new(),
             mock: MockDriver::default(),
-            report_pending: false,
-            effects: Vec::new(),
+            pending: Pending::default(),
             deadlines: BTreeMap::new(),
             resumed: BTreeMap::new(),
         }
@@ -265,29 +282,49 @@ impl DaemonHost {
     }
 
     fn services(&mut self, runner: &AllocRunner, task: Option<usize>, names: &[String], on: bool) {
+        if names.is_empty() {
+            return;
+        }
+        let owner = task.map_or(String::new(), |ix| runner.tasks[ix].name.clone());
+        self.pending.services.push((on, owner, names.to_vec()));
+    }
+
+    /// Carries out what is pending on the server, in one critical section of the core:
+    /// the services' changes (visible from then on), the report, the log entries, and one
+    /// commit holding them with the runner's state. Called before any command that acts
+    /// outside the agent (a signal must come after the deregistration is visible) and when
+    /// the shell's critical section ends.
+    fn flush(&mut self, runner: &AllocRunner) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        let owner = task.map_or(String::new(), |ix| runner.tasks[ix].name.clone());
-        let mut core = shared.core();
-        if on {
-            core.server.register_services(&self.alloc, &owner, names);
-        } else {
-            core.server.deregister_services(&self.alloc, &owner, names);
-        }
-        // Visible now (the kill signal comes after it); stored with the step's progress.
-        let effect = core.take_writes();
-        self.effects.extend(effect);
-        shared.notify(&core);
-    }
-
-    fn report(&self, runner: &AllocRunner, core: &mut super::Core) {
-        let report = ClientReport {
+        // Built before the core is locked: the runner is ours (its shell's lock is held).
+        let deadlines = self.deadlines.clone();
+        let report = pending.report.then(|| ClientReport {
             client_status: runner.alloc.client_status,
             client_description: runner.alloc.client_description.clone(),
             task_states: runner.task_states(),
-        };
-        core.server.client_report(&self.alloc, report);
+        });
+        let mut core = shared.core();
+        for (on, owner, names) in &pending.services {
+            if *on {
+                core.server.register_services(&self.alloc, owner, names);
+            } else {
+                core.server.deregister_services(&self.alloc, owner, names);
+            }
+        }
+        if let Some(report) = report {
+            core.server.client_report(&self.alloc, report);
+        }
+        for entry in pending.log {
+            core.log(entry);
+        }
+        core.commit(Some((runner, &deadlines)), Vec::new());
+        shared.notify(&core);
     }
 }
 
@@ -374,7 +411,10 @@ fn interpolate(text: &str, env: &[(String, String)]) -> String {
 impl Host for DaemonHost {
     fn execute(&mut self, command: &Command, runner: &AllocRunner) {
         match command {
-            Command::StartTask { task } => self.start_task(*task, runner),
+            Command::StartTask { task } => {
+                self.flush(runner);
+                self.start_task(*task, runner)
+            }
             Command::RegisterServices { task, names } => self.services(runner, *task, names, true),
             Command::DeregisterServices { task, names } => {
                 self.services(runner, *task, names, false)
@@ -384,22 +424,29 @@ impl Host for DaemonHost {
             Command::CancelTimer { timer } => {
                 self.deadlines.remove(timer);
             }
-            Command::Signal { task, signal } => self.signal(*task, signal),
-            Command::ForceKill { task } => self.force_kill(*task),
-            Command::Report => self.report_pending = true,
+            Command::Signal { task, signal } => {
+                self.flush(runner);
+                self.signal(*task, signal)
+            }
+            Command::ForceKill { task } => {
+                self.flush(runner);
+                self.force_kill(*task)
+            }
+            Command::Report => self.pending.report = true,
         }
+    }
+
+    fn settled(&mut self, runner: &AllocRunner) {
+        self.flush(runner);
     }
 
     fn now(&self) -> i64 {
         unix_now_ns()
     }
 
-    /// Logs the step (in the step alphabet's terms) and stores the runner's state with
-    /// whatever the step changed on the server.
+    /// Notes the step's log entry (in the step alphabet's terms) and that the runner's state
+    /// is to be stored with whatever the step changed on the server (at the next flush).
     fn applied(&mut self, runner: &AllocRunner, what: Applied) {
-        let Some(shared) = self.shared.upgrade() else {
-            return;
-        };
         let task_name = |ix: usize| runner.tasks.get(ix).map(|t| t.name.clone());
         let step = match what {
             // Logged by the client when it read the record (`client_loop`).
@@ -437,22 +484,14 @@ impl Host for DaemonHost {
         }
         // Deadlines not re-armed by a restore are stale.
         self.resumed.clear();
-        let mut core = shared.core();
-        if std::mem::take(&mut self.report_pending) {
-            self.report(runner, &mut core);
-        }
         if let Some((name, task)) = step {
             let mut entry = LogEntry::step(name);
             entry.job = Some(runner.alloc.job_id.clone());
             entry.alloc = Some(self.alloc.clone());
             entry.task = task;
-            core.log(entry);
+            self.pending.log.push(entry);
         }
-        core.commit(
-            Some((runner, &self.deadlines)),
-            std::mem::take(&mut self.effects),
-        );
-        shared.notify(&core);
+        self.pending.progress = true;
     }
 }
 
