@@ -163,6 +163,14 @@ pub fn double_dash(args: impl IntoIterator<Item = String>) -> Vec<String> {
 
 /// Runs the command line; returns the process exit code.
 pub fn main(args: Vec<String>) -> i32 {
+    // `supervise DIR -- COMMAND…` runs once per task: it skips clap, whose parsing would
+    // touch memory that the supervisor's exit then has to tear down again, in the middle
+    // of a stop of many tasks. Any other shape goes to clap, for its errors.
+    if let [_, supervise, dir, dash, argv @ ..] = args.as_slice() {
+        if supervise == "supervise" && dash == "--" && !argv.is_empty() {
+            return crate::client::raw_exec::supervise(std::path::Path::new(dir), argv);
+        }
+    }
     let cli = match Cli::try_parse_from(double_dash(args)) {
         Ok(cli) => cli,
         Err(e) => {

@@ -142,3 +142,89 @@ fn a_directory_never_launched_is_lost_not_running() {
     std::fs::create_dir_all(&dir).unwrap();
     assert!(matches!(raw_exec::reattach(&dir).unwrap(), Reattach::Lost));
 }
+
+/// Whether `pid` is a child of this process that has exited and not been reaped.
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+/// Many tasks, one watcher thread: each exit is reported once with its own status (tasks
+/// killed by their signal, one that exits with a code, one whose supervisor is killed and
+/// so says nothing), and every supervisor this process started is reaped, none left a
+/// zombie.
+#[test]
+fn one_watcher_reports_every_exit_once_and_reaps_the_supervisors() {
+    let (sender, exits) = std::sync::mpsc::channel();
+    let watcher = raw_exec::ExitWatcher::new().unwrap();
+    watcher
+        .start(move |exited| {
+            for report in exited {
+                sender.send(report).unwrap();
+            }
+        })
+        .unwrap();
+    let mut supervisors = Vec::new();
+    let mut signallers = Vec::new();
+    for (ix, script) in [
+        "echo up; exec sleep 30",
+        "echo up; exec sleep 30",
+        "echo up; exit 7",
+        "echo up; exec sleep 30",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dir = task_dir(&format!("watched-{ix}"));
+        let attached = raw_exec::launch(supervisor(), &["supervise"], &shell(&dir, script))
+            .unwrap()
+            .expect("the task starts");
+        wait_for_output(&dir, "up");
+        supervisors.push(attached.supervisor_pid().expect("started here"));
+        signallers.push(attached.signaller().unwrap());
+        assert!(watcher.watch(attached, ix).is_ok());
+    }
+    // Tasks 0 and 1 get SIGINT through their supervisors; task 2 has ended on its own
+    // (perhaps before it was watched: its exit line waits on the connection); task 3's
+    // supervisor is killed outright, before it can say anything.
+    signallers[0].signal(libc::SIGINT).unwrap();
+    signallers[1].signal(libc::SIGINT).unwrap();
+    // SAFETY: kill has no memory-safety preconditions; the pid is a supervisor of ours.
+    unsafe { libc::kill(supervisors[3] as i32, libc::SIGKILL) };
+    let mut reported = std::collections::BTreeMap::new();
+    while reported.len() < 4 {
+        let (ix, record) = exits
+            .recv_timeout(Duration::from_secs(20))
+            .expect("every exit is reported");
+        assert!(
+            reported.insert(ix, record).is_none(),
+            "task {ix} reported twice"
+        );
+    }
+    assert_eq!(reported[&0].signal, Some(libc::SIGINT));
+    assert_eq!(reported[&1].exit_code, 128 + libc::SIGINT);
+    assert_eq!((reported[&2].exit_code, reported[&2].signal), (7, None));
+    assert_eq!(reported[&3].exit_code, -1);
+    assert!(reported[&3]
+        .error
+        .as_deref()
+        .unwrap_or("")
+        .contains("killed"));
+    // The supervisors are reaped once their pidfds report them gone.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Some(left) = supervisors.iter().find(|&&pid| is_zombie(pid)) {
+        assert!(Instant::now() < deadline, "supervisor {left} left a zombie");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        exits.recv_timeout(Duration::from_millis(200)).is_err(),
+        "no second report"
+    );
+}

@@ -277,6 +277,11 @@ fn read_exit(dir: &Path) -> io::Result<Option<ExitRecord>> {
 }
 
 impl Attached {
+    /// The supervisor's pid, when this daemon started it.
+    pub fn supervisor_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// A handle that asks the supervisor to signal the task's process group.
     pub fn signaller(&self) -> io::Result<Signaller> {
         let stream = self
@@ -305,20 +310,274 @@ impl Attached {
         if let Some(child) = self.child.as_mut() {
             let _ = child.wait();
         }
-        let record = match read_exit(&self.dir) {
-            Ok(Some(record)) => record,
-            Ok(None) => ExitRecord {
-                exit_code: -1,
-                signal: None,
-                error: Some("the task's supervisor was killed: exit status unknown".into()),
-            },
-            Err(error) => ExitRecord {
-                exit_code: -1,
-                signal: None,
-                error: Some(format!("reading the task's exit status: {error}")),
-            },
+        (exit_left_on_disk(&self.dir), Reaper(None))
+    }
+}
+
+/// The exit status of a task whose supervisor went without sending it: from `exit.json`,
+/// which the supervisor writes before it sends the `exit` line and exits.
+fn exit_left_on_disk(dir: &Path) -> ExitRecord {
+    match read_exit(dir) {
+        Ok(Some(record)) => record,
+        Ok(None) => ExitRecord {
+            exit_code: -1,
+            signal: None,
+            error: Some("the task's supervisor was killed: exit status unknown".into()),
+        },
+        Err(error) => ExitRecord {
+            exit_code: -1,
+            signal: None,
+            error: Some(format!("reading the task's exit status: {error}")),
+        },
+    }
+}
+
+/// Watches many supervised tasks for their exits on one thread (epoll over the control
+/// connections), instead of a blocked thread per task: when a stop kills many tasks at
+/// once, one thread reads their `exit` lines as they come and hands each to `report`,
+/// rather than a hundred threads waking at once to compete for the CPU and the daemon's
+/// locks. It also reaps the supervisors this daemon started, once they have exited (a
+/// pidfd of each, in the same epoll set), so none is left a zombie.
+pub struct ExitWatcher<T> {
+    inner: std::sync::Arc<WatcherInner<T>>,
+}
+
+impl<T> Clone for ExitWatcher<T> {
+    fn clone(&self) -> Self {
+        ExitWatcher {
+            inner: std::sync::Arc::clone(&self.inner),
+        }
+    }
+}
+
+struct WatcherInner<T> {
+    epoll: OwnedFd,
+    watched: std::sync::Mutex<Watched<T>>,
+}
+
+struct Watched<T> {
+    next: u64,
+    entries: std::collections::HashMap<u64, Watch<T>>,
+}
+
+/// One task being watched. Its epoll keys: `2 × id` for the control connection, `2 × id + 1`
+/// for the supervisor's pidfd.
+struct Watch<T> {
+    /// Taken when the exit is reported (once).
+    token: Option<T>,
+    stream: Option<UnixStream>,
+    /// What has been read of the connection and not yet ended by a newline.
+    partial: Vec<u8>,
+    supervisor: Option<(Child, OwnedFd)>,
+    dir: PathBuf,
+}
+
+impl<T> Watch<T> {
+    /// Reads what the connection has without blocking. Returns the task's exit status once
+    /// it is known: the `exit` line, or `exit.json` when the connection ends without one.
+    fn read(&mut self) -> Option<ExitRecord> {
+        use std::os::fd::AsRawFd;
+        let stream = self.stream.as_ref()?;
+        let mut buffer = [0u8; 512];
+        loop {
+            // SAFETY: a valid socket and a buffer of the given length. MSG_DONTWAIT, not
+            // O_NONBLOCK: the daemon's signaller shares this socket and keeps blocking writes.
+            let read = unsafe {
+                libc::recv(
+                    stream.as_raw_fd(),
+                    buffer.as_mut_ptr().cast(),
+                    buffer.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if read > 0 {
+                self.partial.extend_from_slice(&buffer[..read as usize]);
+                while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = self.partial.drain(..=end).collect();
+                    let record = std::str::from_utf8(&line)
+                        .ok()
+                        .and_then(|line| line.trim_end().strip_prefix("exit "))
+                        .and_then(|json| serde_json::from_str(json).ok());
+                    if record.is_some() {
+                        return record;
+                    }
+                }
+                continue;
+            }
+            if read < 0 {
+                match io::Error::last_os_error().kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    io::ErrorKind::WouldBlock => return None,
+                    _ => {}
+                }
+            }
+            // End-of-stream (or a reset): the supervisor has exited.
+            return Some(exit_left_on_disk(&self.dir));
+        }
+    }
+}
+
+fn epoll_ctl(epoll: &OwnedFd, op: i32, fd: i32, key: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut event = libc::epoll_event {
+        events: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32,
+        u64: key,
+    };
+    // SAFETY: a valid epoll descriptor and event.
+    if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), op, fd, &mut event) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl<T: Send + 'static> ExitWatcher<T> {
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: epoll_create1 has no preconditions; the descriptor it returns is ours.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ExitWatcher {
+            inner: std::sync::Arc::new(WatcherInner {
+                // SAFETY: a new descriptor, owned by nothing else.
+                epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+                watched: std::sync::Mutex::new(Watched {
+                    next: 0,
+                    entries: std::collections::HashMap::new(),
+                }),
+            }),
+        })
+    }
+
+    fn watched(&self) -> std::sync::MutexGuard<'_, Watched<T>> {
+        self.inner
+            .watched
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Watches a task: its token and exit status are reported once, on the watcher's
+    /// thread, when the task has exited (see [`ExitWatcher::start`]). On failure (out of descriptors) the task is handed back, to be
+    /// waited for otherwise ([`Attached::wait`]).
+    pub fn watch(&self, attached: Attached, token: T) -> Result<(), (io::Error, Attached)> {
+        use std::os::fd::AsRawFd;
+        let Some(stream) = attached.stream.as_ref() else {
+            let error = io::Error::new(io::ErrorKind::NotConnected, "no control connection");
+            return Err((error, attached));
         };
-        (record, Reaper(None))
+        let pidfd = match &attached.child {
+            Some(child) => {
+                // SAFETY: pidfd_open on our own unreaped child (a zombie's pid stays ours).
+                let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as i32, 0) };
+                if fd < 0 {
+                    return Err((io::Error::last_os_error(), attached));
+                }
+                // SAFETY: a new descriptor, owned by nothing else.
+                Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+            }
+            None => None,
+        };
+        let mut watched = self.watched();
+        let id = watched.next;
+        let epoll = &self.inner.epoll;
+        if let Err(error) = epoll_ctl(epoll, libc::EPOLL_CTL_ADD, stream.as_raw_fd(), 2 * id) {
+            return Err((error, attached));
+        }
+        if let Some(pidfd) = &pidfd {
+            if let Err(error) = epoll_ctl(epoll, libc::EPOLL_CTL_ADD, pidfd.as_raw_fd(), 2 * id + 1)
+            {
+                let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, stream.as_raw_fd(), 2 * id);
+                return Err((error, attached));
+            }
+        }
+        watched.next += 1;
+        let mut attached = attached;
+        let supervisor = attached.child.take().zip(pidfd);
+        watched.entries.insert(
+            id,
+            Watch {
+                token: Some(token),
+                stream: attached.stream.take(),
+                partial: Vec::new(),
+                supervisor,
+                dir: attached.dir.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Starts the watcher's thread, which hands `report` the exits it finds, those that
+    /// came together at once.
+    pub fn start(
+        &self,
+        mut report: impl FnMut(Vec<(T, ExitRecord)>) + Send + 'static,
+    ) -> io::Result<()> {
+        let watcher = self.clone();
+        std::thread::Builder::new()
+            .name("exits".into())
+            .spawn(move || loop {
+                let mut exited = Vec::new();
+                watcher.wait_once(&mut exited);
+                // Reported outside the watcher's lock: `report` may start a task, which
+                // registers it here.
+                if !exited.is_empty() {
+                    report(exited);
+                }
+            })
+            .map(|_| ())
+    }
+
+    fn wait_once(&self, exited: &mut Vec<(T, ExitRecord)>) {
+        use std::os::fd::AsRawFd;
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        // SAFETY: a valid epoll descriptor and event buffer of the given length.
+        let count = unsafe {
+            libc::epoll_wait(
+                self.inner.epoll.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                -1,
+            )
+        };
+        if count < 0 {
+            // EINTR: wait again.
+            return;
+        }
+        let mut watched = self.watched();
+        for event in &events[..count as usize] {
+            let key = event.u64;
+            let id = key / 2;
+            let Some(watch) = watched.entries.get_mut(&id) else {
+                continue;
+            };
+            if key % 2 == 0 {
+                if let Some(record) = watch.read() {
+                    if let Some(stream) = watch.stream.take() {
+                        let _ = epoll_ctl(
+                            &self.inner.epoll,
+                            libc::EPOLL_CTL_DEL,
+                            stream.as_raw_fd(),
+                            key,
+                        );
+                    }
+                    if let Some(token) = watch.token.take() {
+                        exited.push((token, record));
+                    }
+                }
+            } else if let Some((mut child, pidfd)) = watch.supervisor.take() {
+                // The supervisor has exited: reaped at once (no zombie).
+                let _ = epoll_ctl(
+                    &self.inner.epoll,
+                    libc::EPOLL_CTL_DEL,
+                    pidfd.as_raw_fd(),
+                    key,
+                );
+                let _ = child.wait();
+            }
+            if watch.stream.is_none() && watch.supervisor.is_none() {
+                watched.entries.remove(&id);
+            }
+        }
     }
 }
 
@@ -361,11 +620,32 @@ impl Signaller {
 /// Writes a file so that readers see all of it or none of it. Not synced to disk: it must
 /// survive the daemon's crash, not the machine's (which ends the task too), and 100 tasks
 /// exiting at once would otherwise queue 100 disk syncs on the stop's critical path.
-fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
-    let temporary = path.with_extension("tmp");
-    let mut file = fs::File::create(&temporary)?;
-    file.write_all(contents)?;
-    fs::rename(temporary, path)
+/// Where the supervisor will write the task's exit status: a temporary file created when
+/// the supervisor starts, written and renamed to `exit.json` when the task exits, so that a
+/// reader never sees half a record. Creating it early matters: a new file is a new inode,
+/// and on a file system that has seen many files come and go (every task leaves some),
+/// ext4's search for a free inode that was not recently deleted costs about half a
+/// millisecond of CPU — per supervisor, in the middle of a stop of many tasks.
+struct ExitFile {
+    temporary: PathBuf,
+    file: io::Result<fs::File>,
+}
+
+impl ExitFile {
+    fn create(dir: &Path) -> ExitFile {
+        let temporary = dir.join(EXIT_FILE).with_extension("tmp");
+        let file = fs::File::create(&temporary);
+        ExitFile { temporary, file }
+    }
+
+    fn write(&mut self, contents: &[u8]) -> io::Result<()> {
+        let file = self
+            .file
+            .as_mut()
+            .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+        file.write_all(contents)?;
+        fs::rename(&self.temporary, self.temporary.with_extension("json"))
+    }
 }
 
 /// The supervisor process: runs `argv` in `dir` in its own process group and records how it
@@ -390,9 +670,10 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
         // SAFETY: setting a signal's disposition to its default has no preconditions.
         unsafe { libc::signal(signal, libc::SIG_DFL) };
     }
-    let record = |record: ExitRecord| {
+    let mut exit_file = ExitFile::create(dir);
+    let mut record = |record: ExitRecord| {
         let json = serde_json::to_vec(&record).expect("an exit record serializes");
-        match write_atomically(&dir.join(EXIT_FILE), &json) {
+        match exit_file.write(&json) {
             Ok(()) => 0,
             Err(error) => {
                 eprintln!("quiesce supervise: writing {EXIT_FILE}: {error}");
@@ -431,43 +712,26 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
         }
     };
     let pid = child.id() as i32;
-    // Whether the task has exited: from then on no signal goes to its pid (reaping it would
-    // free the pid for reuse).
-    let control = std::sync::Arc::new(std::sync::Mutex::new(Control::default()));
-    {
-        let control = std::sync::Arc::clone(&control);
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let control = std::sync::Arc::clone(&control);
-                std::thread::spawn(move || serve_connection(stream, pid, &control));
-            }
+    // The task's exit, as a descriptor to poll: readable once it has exited, while its pid
+    // stays its own (unreaped) until this process reaps it after the loop.
+    // SAFETY: pidfd_open on our own unreaped child; the descriptor it returns is ours.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        let error = io::Error::last_os_error();
+        let _ = child.kill();
+        let _ = child.wait();
+        return record(ExitRecord {
+            exit_code: -1,
+            signal: None,
+            error: Some(format!("watching the task: {error}")),
         });
     }
-    // Wait for the exit without reaping, so the pid stays the task's while the group is
-    // cleaned up and the signal handlers are shut out.
-    // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: waiting on our own child with a valid out-parameter.
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
-        if rc == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            break;
-        }
-    }
-    {
-        let mut control = control.lock().unwrap_or_else(|e| e.into_inner());
-        control.exited = true;
-        // What the task left running in its group goes with it, as Nomad's executor does.
-        // SAFETY: killpg has no memory-safety preconditions.
-        unsafe { libc::killpg(pid, libc::SIGKILL) };
-    }
+    // SAFETY: a new descriptor, owned by nothing else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    let mut connections = serve_until_exit(&listener, &pidfd, pid);
+    // What the task left running in its group goes with it, as Nomad's executor does.
+    // SAFETY: killpg has no memory-safety preconditions; the pid is not reaped yet.
+    unsafe { libc::killpg(pid, libc::SIGKILL) };
     let status = match child.wait() {
         Ok(status) => status,
         Err(error) => {
@@ -489,59 +753,105 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
     };
     let code = record(exit.clone());
     // On disk first (for a daemon that reattaches later), then to every connected daemon,
-    // which can act on it without waiting for this process to go.
+    // which can act on it without waiting for this process to go. A connection that comes
+    // later is refused, and its daemon reads `exit.json`.
     let line = format!(
         "exit {}\n",
         serde_json::to_string(&exit).expect("an exit record serializes")
     );
-    let mut control = control.lock().unwrap_or_else(|e| e.into_inner());
-    for stream in &mut control.connections {
+    for (stream, _) in &mut connections {
+        let _ = stream.set_nonblocking(false);
         let _ = stream.write_all(line.as_bytes());
     }
-    control.exit_line = Some(line);
-    code
+    // Nothing is left to flush: the status is on disk and sent. Skipping the C library's
+    // exit handlers and the loader's finalizers spares each supervisor's exit the page
+    // faults they cost, while a stop of many tasks still has signals to deliver.
+    // SAFETY: _exit ends the process; this is its only thread.
+    unsafe { libc::_exit(code) }
 }
 
-/// What the supervisor's threads share.
-#[derive(Default)]
-struct Control {
-    /// The task has exited: no more signals to its pid.
-    exited: bool,
-    /// Connections that get the `exit` line.
-    connections: Vec<UnixStream>,
-    /// The `exit` line, once sent: a connection made after it gets it at once.
-    exit_line: Option<String>,
-}
-
-/// One control connection: the pid first, then `signal N` requests until the daemon closes
-/// it; the `exit` line when the task has exited. The connection stays open until the
-/// supervisor exits (its end is the news of the exit for a daemon that missed the line).
-fn serve_connection(mut stream: UnixStream, pid: i32, control: &std::sync::Mutex<Control>) {
-    if writeln!(stream, "{pid}").is_err() {
-        return;
-    }
-    let (Ok(reader), Ok(writer)) = (stream.try_clone(), stream.try_clone()) else {
-        return;
+/// The supervisor's one thread, until the task exits: accepts control connections (each
+/// gets the task's pid), and sends the `signal N` they ask for to the task's process group.
+/// The task is not reaped before this returns, so a signal never reaches a process that
+/// reused its pid. Returns the connections still open, for the `exit` line.
+fn serve_until_exit(
+    listener: &UnixListener,
+    pidfd: &OwnedFd,
+    pid: i32,
+) -> Vec<(UnixStream, Vec<u8>)> {
+    use std::os::fd::AsRawFd;
+    let _ = listener.set_nonblocking(true);
+    let mut connections: Vec<(UnixStream, Vec<u8>)> = Vec::new();
+    let pollfd = |fd: i32| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
     };
-    {
-        let mut control = control.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(line) = &control.exit_line {
-            let _ = stream.write_all(line.as_bytes());
-        }
-        control.connections.push(writer);
-    }
-    for line in BufReader::new(reader).lines() {
-        let Ok(line) = line else { break };
-        let Some(signal) = line
-            .strip_prefix("signal ")
-            .and_then(|n| n.trim().parse::<i32>().ok())
-        else {
+    loop {
+        let mut polled: Vec<libc::pollfd> = [pidfd.as_raw_fd(), listener.as_raw_fd()]
+            .into_iter()
+            .chain(connections.iter().map(|(stream, _)| stream.as_raw_fd()))
+            .map(pollfd)
+            .collect();
+        // SAFETY: a valid array of pollfds of the given length.
+        let ready = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, -1) };
+        if ready < 0 {
+            // EINTR: poll again.
             continue;
-        };
-        let control = control.lock().unwrap_or_else(|e| e.into_inner());
-        if !control.exited {
-            // SAFETY: killpg has no memory-safety preconditions; the pid is not reaped.
-            unsafe { libc::killpg(pid, signal) };
+        }
+        // Signals first: a request read together with the task's exit still goes to its
+        // unreaped pid (harmlessly).
+        let mut closed = Vec::new();
+        for (ix, (stream, partial)) in connections.iter_mut().enumerate() {
+            if polled[ix + 2].revents == 0 {
+                continue;
+            }
+            if !read_requests(stream, partial, pid) {
+                closed.push(ix);
+            }
+        }
+        for ix in closed.into_iter().rev() {
+            connections.swap_remove(ix);
+        }
+        if polled[1].revents != 0 {
+            while let Ok((mut stream, _)) = listener.accept() {
+                if writeln!(stream, "{pid}").is_ok() && stream.set_nonblocking(true).is_ok() {
+                    connections.push((stream, Vec::new()));
+                }
+            }
+        }
+        if polled[0].revents != 0 {
+            return connections;
+        }
+    }
+}
+
+/// Reads what a control connection has sent and carries out its complete `signal N`
+/// lines. Returns `false` once the connection has ended.
+fn read_requests(stream: &mut UnixStream, partial: &mut Vec<u8>, pid: i32) -> bool {
+    use std::io::Read;
+    let mut buffer = [0u8; 256];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return false,
+            Ok(read) => {
+                partial.extend_from_slice(&buffer[..read]);
+                while let Some(end) = partial.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = partial.drain(..=end).collect();
+                    let signal = std::str::from_utf8(&line)
+                        .ok()
+                        .and_then(|line| line.trim().strip_prefix("signal "))
+                        .and_then(|n| n.trim().parse::<i32>().ok());
+                    if let Some(signal) = signal {
+                        // SAFETY: killpg has no memory-safety preconditions; the task is not
+                        // reaped (see `serve_until_exit`).
+                        unsafe { libc::killpg(pid, signal) };
+                    }
+                }
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(_) => return false,
         }
     }
 }

@@ -208,18 +208,28 @@ impl DaemonHost {
                         unsafe { libc::killpg(attached.pid, libc::SIGKILL) };
                     }
                 }
-                let weak = self.shared.clone();
-                let alloc = self.alloc.clone();
-                super::spawn_named("waiter", move || {
-                    let (record, reaper) = attached.wait();
-                    if let Some(error) = &record.error {
-                        eprintln!("quiesce agent: allocation {alloc} task {ix}: {error}");
-                    }
-                    if let Some(shell) = weak.upgrade().and_then(|shared| shared.runner(&alloc)) {
-                        shell.task_exited(ix, record.result());
-                    }
-                    reaper.reap();
-                });
+                if let Err((error, attached)) =
+                    shared.exits.watch(attached, (self.alloc.clone(), ix))
+                {
+                    // Not watchable (out of descriptors): a thread of its own waits instead.
+                    eprintln!(
+                        "quiesce agent: allocation {} task {ix}: watching for its exit: {error}",
+                        self.alloc
+                    );
+                    let weak = self.shared.clone();
+                    let alloc = self.alloc.clone();
+                    super::spawn_named("waiter", move || {
+                        let (record, reaper) = attached.wait();
+                        if let Some(error) = &record.error {
+                            eprintln!("quiesce agent: allocation {alloc} task {ix}: {error}");
+                        }
+                        if let Some(shell) = weak.upgrade().and_then(|shared| shared.runner(&alloc))
+                        {
+                            shell.task_exited(ix, record.result());
+                        }
+                        reaper.reap();
+                    });
+                }
             }
             Ok(Err(record)) => {
                 if let Some(error) = &record.error {
@@ -303,7 +313,10 @@ impl DaemonHost {
             return;
         };
         // Built before the core is locked: the runner is ours (its shell's lock is held).
-        let deadlines = self.deadlines.clone();
+        let stored = pending.progress.then(|| super::persist::StoredRunner {
+            runner: runner.clone(),
+            deadlines: self.deadlines.iter().map(|(t, at)| (*t, *at)).collect(),
+        });
         let report = pending.report.then(|| ClientReport {
             client_status: runner.alloc.client_status,
             client_description: runner.alloc.client_description.clone(),
@@ -323,7 +336,7 @@ impl DaemonHost {
         for entry in pending.log {
             core.log(entry);
         }
-        core.commit(Some((runner, &deadlines)), Vec::new());
+        core.commit(stored, Vec::new());
         shared.notify(&core);
     }
 }

@@ -5,13 +5,14 @@
 //! * HTTP handlers (`http`) write to the server under the core lock; every write commits to
 //!   the store before it is answered.
 //! * The scheduler thread processes pending evaluations as they arrive.
-//! * The client's pull workers pull changed allocations and hand each to its runner's shell
-//!   (creating the runner on the first pull).
-//! * The timer thread fires runner timers; one waiter thread per raw_exec task reports its
-//!   exit. Both find the runner through the registry.
+//! * The client workers pull changed allocations and hand each to its runner's shell
+//!   (creating the runner on the first pull), and apply the task exits that the exit
+//!   watcher thread (one, for every raw_exec task) queues for them.
+//! * The timer thread fires runner timers. Timers and exits find the runner through the
+//!   registry.
 //! * A runner has no thread of its own: whichever of these threads applies an event to its
 //!   shell takes the internal steps the event made ready (`client::shell`). A flagged stop's
-//!   pull worker deregisters the services and sends the signal itself.
+//!   client worker deregisters the services and sends the signal itself.
 //!
 //! The runners' hosts ([`host::DaemonHost`]) carry out commands: start tasks under their
 //! supervisors, signal process groups, (de)register services and report to the server, and
@@ -22,8 +23,9 @@ pub mod http;
 pub mod persist;
 pub mod timers;
 
+use crate::client::raw_exec::ExitWatcher;
 use crate::client::shell::{Applied, RunnerShell};
-use crate::client::{AllocRunner, Command, RunnerPhase, DEFAULT_MAX_KILL_TIMEOUT_NS};
+use crate::client::{AllocRunner, Command, ExitResult, RunnerPhase, DEFAULT_MAX_KILL_TIMEOUT_NS};
 use crate::server::store::{Record, StateStore};
 use crate::server::structs::{AllocId, NodeId};
 use crate::server::Server;
@@ -78,6 +80,11 @@ pub struct Core {
     pending_log: Vec<LogEntry>,
     /// Allocations of this node whose update the client has not pulled yet.
     pending_pulls: BTreeSet<AllocId>,
+    /// Task exits the exit watcher reported and the client workers have not applied yet.
+    pending_exits: std::collections::VecDeque<(AllocId, usize, ExitResult)>,
+    /// Threads asleep on the agent's condition variables: a write wakes only those that
+    /// are (a wake-up is a system call, and most writes have nobody to wake).
+    asleep: Asleep,
     /// The `AllocModifyIndex` of each allocation's last pull that the event log records.
     logged_pulls: BTreeMap<AllocId, u64>,
     /// Those changed since the last commit: stored with the log entries they go with.
@@ -161,19 +168,16 @@ impl Core {
     }
 
     /// Submits, as one batch (one transaction): `earlier` (writes taken before, by the same
-    /// step: a hook's effect), everything written since, the pending log entries, and a
-    /// runner's state if given. Returns the batch's ticket for the committer.
-    pub fn commit(
-        &mut self,
-        runner: Option<(&AllocRunner, &BTreeMap<crate::client::Timer, i64>)>,
-        earlier: Vec<Write>,
-    ) -> u64 {
+    /// step), everything written since, the pending log entries, and a runner's state if
+    /// given (built by the caller before it locked the core: a runner's copy is the largest
+    /// part of a commit). Returns the batch's ticket for the committer.
+    pub fn commit(&mut self, runner: Option<persist::StoredRunner>, earlier: Vec<Write>) -> u64 {
         self.submit(runner, earlier, false)
     }
 
     fn submit(
         &mut self,
-        runner: Option<(&AllocRunner, &BTreeMap<crate::client::Timer, i64>)>,
+        runner: Option<persist::StoredRunner>,
         earlier: Vec<Write>,
         durable: bool,
     ) -> u64 {
@@ -186,14 +190,11 @@ impl Core {
                 Some(Payload::Pulled(alloc, index)),
             ));
         }
-        if let Some((runner, deadlines)) = runner {
+        if let Some(runner) = runner {
             writes.push((
                 Table::Runners,
-                runner.alloc.id.clone(),
-                Some(Payload::Runner(Box::new(persist::StoredRunner {
-                    runner: runner.clone(),
-                    deadlines: deadlines.iter().map(|(t, at)| (*t, *at)).collect(),
-                }))),
+                runner.runner.alloc.id.clone(),
+                Some(Payload::Runner(Box::new(runner))),
             ));
         }
         self.committer.submit(Batch {
@@ -212,16 +213,29 @@ impl Core {
     }
 }
 
+/// How many threads wait on each of the agent's condition variables.
+#[derive(Default)]
+struct Asleep {
+    queries: usize,
+    scheduler: bool,
+    workers: usize,
+}
+
 /// What every thread of the agent shares.
 pub struct Shared {
     core: Mutex<Core>,
     /// Notified after every write: blocking queries wait on it.
     changed: Condvar,
-    /// Notified when there is an evaluation to process or an update to pull.
+    /// Notified when there is an evaluation to process: the scheduler waits on it.
+    evals: Condvar,
+    /// Notified when there is an update to pull or an exit to apply: the client workers
+    /// wait on it.
     work: Condvar,
     /// The runners by allocation: how timers and exits find them.
     runners: Mutex<BTreeMap<AllocId, RunnerShell<DaemonHost>>>,
     timers: Timers,
+    /// Watches the raw_exec tasks for their exits (one thread for all of them).
+    exits: ExitWatcher<(AllocId, usize)>,
     pub config: AgentConfig,
 }
 
@@ -231,10 +245,18 @@ impl Shared {
     }
 
     /// Wakes the blocking queries (every write changes the index), and the scheduler and
-    /// the pull workers if there is work for them. Called with the core locked.
+    /// the client workers if there is work for them — only those asleep. Called with the
+    /// core locked.
     pub fn notify(&self, core: &Core) {
-        self.changed.notify_all();
-        if core.server.eval_pending() || !core.pending_pulls.is_empty() {
+        if core.asleep.queries > 0 {
+            self.changed.notify_all();
+        }
+        if core.asleep.scheduler && core.server.eval_pending() {
+            self.evals.notify_one();
+        }
+        if core.asleep.workers > 0
+            && (!core.pending_pulls.is_empty() || !core.pending_exits.is_empty())
+        {
             self.work.notify_all();
         }
     }
@@ -242,14 +264,18 @@ impl Shared {
     /// Waits for a write, or until `deadline`.
     pub fn wait_changed<'a>(
         &self,
-        core: MutexGuard<'a, Core>,
+        mut core: MutexGuard<'a, Core>,
         deadline: std::time::Instant,
     ) -> MutexGuard<'a, Core> {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        self.changed
+        core.asleep.queries += 1;
+        let mut core = self
+            .changed
             .wait_timeout(core, left)
             .expect("the core lock is never poisoned")
-            .0
+            .0;
+        core.asleep.queries -= 1;
+        core
     }
 
     /// How many alloc runners the client holds (running or ended, not yet forgotten).
@@ -316,6 +342,8 @@ impl Agent {
             log_seq: loaded.log_seq,
             pending_log: Vec::new(),
             pending_pulls: BTreeSet::new(),
+            pending_exits: std::collections::VecDeque::new(),
+            asleep: Asleep::default(),
             logged_pulls: loaded.logged_pulls,
             pending_logged_pulls: Vec::new(),
             node: config.node_name.clone(),
@@ -354,11 +382,35 @@ impl Agent {
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             changed: Condvar::new(),
+            evals: Condvar::new(),
             work: Condvar::new(),
             runners: Mutex::new(BTreeMap::new()),
             timers: Timers::default(),
+            exits: ExitWatcher::new().map_err(|e| format!("watching for task exits: {e}"))?,
             config,
         });
+        {
+            // An exit is queued for the client workers (who apply it after any pending
+            // pull: the kill path first), not applied on the watcher's thread, which a
+            // poststop task's launch would hold up.
+            let weak = Arc::downgrade(&shared);
+            shared
+                .exits
+                .start(move |exited| {
+                    let Some(shared) = weak.upgrade() else {
+                        return;
+                    };
+                    let mut core = shared.core();
+                    for ((alloc, task), record) in exited {
+                        if let Some(error) = &record.error {
+                            eprintln!("quiesce agent: allocation {alloc} task {task}: {error}");
+                        }
+                        core.pending_exits.push_back((alloc, task, record.result()));
+                    }
+                    shared.notify(&core);
+                })
+                .map_err(|e| format!("starting the exit watcher: {e}"))?;
+        }
         {
             let timers = shared.timers.clone();
             let weak = Arc::downgrade(&shared);
@@ -504,10 +556,12 @@ fn scheduler_loop(shared: Arc<Shared>) {
     let mut core = shared.core();
     loop {
         while !core.server.eval_pending() {
+            core.asleep.scheduler = true;
             core = shared
-                .work
+                .evals
                 .wait(core)
                 .expect("the core lock is never poisoned");
+            core.asleep.scheduler = false;
         }
         match core.server.process_next_eval() {
             Ok(Some(_)) => core.log(LogEntry::step("ProcessEval")),
@@ -520,42 +574,73 @@ fn scheduler_loop(shared: Arc<Shared>) {
     }
 }
 
-/// How many threads pull allocation updates at once (a stop of many allocations is pulled
-/// in parallel; see benches/benches/http_stop.rs).
-const PULL_WORKERS: usize = 4;
+/// How many client workers apply allocation updates and task exits at once (a stop of many
+/// allocations is pulled in parallel; see benches/benches/http_stop.rs).
+const CLIENT_WORKERS: usize = 4;
 
-/// The client: pulls every allocation update of this node and hands it to its runner, on
-/// [`PULL_WORKERS`] threads. Two pulls of one allocation may run at once: each reads the
-/// record under the runner's lock and applies it only if it is newer than the runner's copy,
-/// so they apply in order. A pull reads the record and logs `ClientSync` in one critical
-/// section of the core, so the event log orders pulls by what they read.
+/// The client: pulls every allocation update of this node and hands it to its runner, and
+/// applies the task exits the exit watcher reports, on [`CLIENT_WORKERS`] threads. Two
+/// pulls of one allocation may run at once: each reads the record under the runner's lock
+/// and applies it only if it is newer than the runner's copy, so they apply in order. A pull
+/// reads the record and logs `ClientSync` in one critical section of the core, so the event
+/// log orders pulls by what they read.
 fn client_loop(shared: Arc<Shared>) {
-    for _ in 1..PULL_WORKERS {
+    for _ in 1..CLIENT_WORKERS {
         let shared = Arc::clone(&shared);
-        spawn_named("pull", move || pull_worker(&shared));
+        spawn_named("client", move || client_worker(&shared));
     }
-    pull_worker(&shared);
+    client_worker(&shared);
 }
 
-fn pull_worker(shared: &Arc<Shared>) {
+enum Work {
+    Pull(AllocId),
+    Exit(AllocId, usize, ExitResult),
+}
+
+fn client_worker(shared: &Arc<Shared>) {
+    let mut batch = Vec::new();
     loop {
-        let id = {
+        {
             let mut core = shared.core();
             loop {
                 // The scheduler goes first: a pull after its plan takes a stop's flag and
-                // its desired status together (one pull, not two, per allocation).
+                // its desired status together (one pull, not two, per allocation). Pulls
+                // go before exits: the kill path before the bookkeeping of its results.
+                // One pull at a time (a worker that is descheduled holds up only its own),
+                // the exits a share at a time.
                 if !core.server.eval_pending() {
                     if let Some(id) = core.pending_pulls.pop_first() {
-                        break id;
+                        batch.push(Work::Pull(id));
+                        break;
                     }
                 }
+                if !core.pending_exits.is_empty() {
+                    let share = core.pending_exits.len().div_ceil(CLIENT_WORKERS).min(8);
+                    batch.extend(
+                        core.pending_exits
+                            .drain(..share)
+                            .map(|(alloc, task, exit)| Work::Exit(alloc, task, exit)),
+                    );
+                    break;
+                }
+                core.asleep.workers += 1;
                 core = shared
                     .work
                     .wait(core)
                     .expect("the core lock is never poisoned");
+                core.asleep.workers -= 1;
             }
-        };
-        pull(shared, id);
+        }
+        for work in batch.drain(..) {
+            match work {
+                Work::Pull(id) => pull(shared, id),
+                Work::Exit(alloc, task, exit) => {
+                    if let Some(shell) = shared.runner(&alloc) {
+                        shell.task_exited(task, exit);
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -350,6 +350,8 @@ struct Queue {
     submitted: u64,
     /// Batches durable so far.
     durable: u64,
+    /// The committer thread waits for batches (a submit wakes it only then).
+    committer_asleep: bool,
     /// A commit failed: the store can no longer be trusted.
     failed: Option<String>,
 }
@@ -387,7 +389,9 @@ impl Committer {
         let mut queue = self.queue();
         queue.batches.push(batch);
         queue.submitted += 1;
-        self.shared.1.notify_all();
+        if queue.committer_asleep {
+            self.shared.1.notify_all();
+        }
         queue.submitted
     }
 
@@ -417,23 +421,27 @@ impl Committer {
                 let mut queue = self.queue();
                 while queue.batches.is_empty() {
                     let Some(since) = undurable else {
+                        queue.committer_asleep = true;
                         queue = self
                             .shared
                             .1
                             .wait(queue)
                             .expect("the commit queue is never poisoned");
+                        queue.committer_asleep = false;
                         continue;
                     };
                     let left = (since + DURABILITY_LAG).saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         break;
                     }
+                    queue.committer_asleep = true;
                     queue = self
                         .shared
                         .1
                         .wait_timeout(queue, left)
                         .expect("the commit queue is never poisoned")
                         .0;
+                    queue.committer_asleep = false;
                 }
                 (std::mem::take(&mut queue.batches), queue.submitted)
             };
