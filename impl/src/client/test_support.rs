@@ -67,15 +67,33 @@ pub(crate) fn alloc(stop: bool, flag: bool, group_delay_s: i64, task_delay_s: i6
     }
 }
 
-/// A host that records every command, in order.
+/// A host that records every command, in order, and checks that the shell settles every
+/// critical section (`Host::settled`) before the next event is applied: the daemon's host
+/// carries out a step's server-side work only then.
 #[derive(Default)]
 pub(crate) struct Recorder {
     pub(crate) commands: Vec<Command>,
+    /// Events and steps applied since the last `settled`.
+    pub(crate) unsettled: usize,
 }
 
 impl super::shell::Host for Recorder {
     fn execute(&mut self, command: &Command, _runner: &crate::client::AllocRunner) {
         self.commands.push(command.clone());
+    }
+
+    fn applied(&mut self, _runner: &crate::client::AllocRunner, what: super::shell::Applied) {
+        if !matches!(what, super::shell::Applied::Step(_)) {
+            assert_eq!(
+                self.unsettled, 0,
+                "{what:?} applied before the previous event was settled"
+            );
+        }
+        self.unsettled += 1;
+    }
+
+    fn settled(&mut self, _runner: &crate::client::AllocRunner) {
+        self.unsettled = 0;
     }
 
     /// A clock that advances a second per command, so that events are ordered in time.

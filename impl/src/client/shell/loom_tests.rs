@@ -8,10 +8,11 @@
 //! event to come, the wait never ends and loom reports the deadlock.
 //!
 //! Every test checks, on every interleaving: the pre-kill hooks (group and task service
-//! deregistration) ran exactly once, before the only kill signal; a delay was skipped or cut
-//! short only when a flagged update arrived; the runner became terminal exactly once (one
-//! postrun deregistration); and, by finishing, that no thread was left waiting (loom reports
-//! a deadlock or a lost wake-up as a failure).
+//! deregistration) ran exactly once, before the only kill signal; every critical section
+//! was settled (`Host::settled`) before the next event was applied, the last one too; a
+//! delay was skipped or cut short only when a flagged update arrived; the runner became
+//! terminal exactly once (one postrun deregistration); and, by finishing, that no thread
+//! was left waiting (loom reports a deadlock or a lost wake-up as a failure).
 
 use super::*;
 use crate::client::test_support::{alloc, Recorder};
@@ -73,6 +74,7 @@ fn is_signal(command: &Command) -> bool {
 fn assert_stopped_cleanly(shell: &RunnerShell<Recorder>, flagged: bool) {
     shell.inspect(|runner, host| {
         assert_eq!(runner.phase, RunnerPhase::Terminal);
+        assert_eq!(host.unsettled, 0, "the last critical section was settled");
         // Terminal exactly once: the pre-kill deregistration and one postrun.
         assert_eq!(
             host.count(is_group_deregistration),
