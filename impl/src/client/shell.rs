@@ -1,6 +1,7 @@
 //! The concurrent shell of an alloc runner: the std-thread code the daemon runs around the
-//! sans-IO [`AllocRunner`]. Events arrive from other threads — a pulled update (the client's
-//! pull workers), a timer firing (the timer thread), a process exiting (the driver's waiter).
+//! sans-IO [`AllocRunner`]. Events arrive from other threads — a pulled update or a process's
+//! exit (the client workers, the exit queued by the driver's watcher), a timer firing (the
+//! timer thread).
 //! Every event is applied under one lock, and the thread that applied it goes on, under the
 //! same lock, to take every internal step the event made ready (the kill path's hooks, its
 //! signal, a poststop task's start). The runner's commands are carried out by the [`Host`]
@@ -41,7 +42,7 @@ pub trait Host: Send {
 pub enum Applied {
     /// A pulled update.
     Update,
-    /// An internal step of the runner's own thread.
+    /// An internal step, taken by the thread that applied the event that made it ready.
     Step(super::RunnerStep),
     /// A timer fired.
     Timer(Timer),
@@ -134,7 +135,8 @@ impl<H: Host> RunnerShell<H> {
             .expect("a runner's lock is never poisoned")
     }
 
-    /// Applies one event under the lock, carries out its commands, and wakes the waiters.
+    /// Applies one event under the lock, carries out its commands, takes the steps it made
+    /// ready, settles, and wakes the waiters.
     fn apply(
         &self,
         what: impl FnOnce(&AllocRunner) -> Applied,
@@ -173,8 +175,8 @@ impl<H: Host> RunnerShell<H> {
         self.shared.1.notify_all();
     }
 
-    /// A pulled update (the client's pull loop). A flag in it cancels the delays at once,
-    /// even while the runner's thread waits out one.
+    /// A pulled update (the client's workers). A flag in it cancels the delays at once,
+    /// even while the runner waits one out.
     pub fn update(&self, alloc: Allocation) -> bool {
         self.apply(
             |_| Applied::Update,
@@ -216,7 +218,7 @@ impl<H: Host> RunnerShell<H> {
         )
     }
 
-    /// A task's process exited (the driver's waiter).
+    /// A task's process exited (reported by the driver).
     pub fn task_exited(&self, task: usize, exit: ExitResult) -> bool {
         let what = |runner: &AllocRunner| Applied::Exit {
             task,
@@ -250,7 +252,7 @@ impl<H: Host> RunnerShell<H> {
 
     /// Waits until `until` holds of the runner, or the runner ends or the shell closes
     /// first; returns whether it held. For threads that act on the runner's progress (the
-    /// timer thread, a driver's waiter, tests).
+    /// tests' drivers and timers).
     pub fn wait_until(&self, until: impl Fn(&AllocRunner) -> bool) -> bool {
         let mut state = self.lock();
         loop {

@@ -198,7 +198,7 @@ impl DaemonHost {
                     Err(error) => {
                         // A task that cannot be signalled cannot be stopped: it is ended now
                         // (its supervisor has not reaped it, so the pid is still its own),
-                        // and the waiter reports the exit.
+                        // and the exit watcher reports the exit.
                         eprintln!(
                             "quiesce agent: allocation {} task {}: no control connection, \
                              killing it: {error}",

@@ -383,7 +383,7 @@ fn racy_check_then_wait() {
     });
 }
 
-/// The daemon's pull workers: two pulls of one allocation race each other and the task's
+/// The daemon's client workers: two pulls of one allocation race each other and the task's
 /// exit, each reading the server's record under the runner's lock (`RunnerShell::pull`).
 /// The newer copy (the flag) is applied exactly once, whoever reads it, and the group delay
 /// is never waited in full.
