@@ -96,3 +96,46 @@ def test_a_restart_resumes_a_delay_where_it_was(agent):
     waited = agent.signalled_at(alloc["ID"], "server") - began
     assert 8 <= waited < 11, f"signalled {waited:.2f}s after the 8 s delay began"
     agent.wait_terminal([alloc["ID"]])
+
+
+def test_kill_9_as_a_task_starts_keeps_the_placement_it_started_from(agent, tmp_path):
+    """The agent dies (kill -9) the moment its first task starts: the task's first act is
+    to kill it. The scheduler's placement, committed without a disk sync, was made durable
+    before the launch, so the restarted agent has the same allocation and reattaches to the
+    same task process; it places no second allocation beside an orphaned task."""
+    flag = tmp_path / "killed-once"
+    script = (
+        'echo "started $(date +%s.%N)" >> "$NOMAD_ALLOC_DIR/t.log"; '
+        'if [ ! -e "$FLAG" ]; then : > "$FLAG"; kill -9 "$AGENT_PID"; fi; '
+        "exec sleep 300"
+    )
+    job = {
+        "Job": {
+            "ID": "crash",
+            "TaskGroups": [
+                {
+                    "Name": "g",
+                    "Count": 1,
+                    "Tasks": [
+                        {
+                            "Name": "t",
+                            "Driver": "raw_exec",
+                            "Config": {"command": "/bin/sh", "args": ["-c", script]},
+                            "Env": {"FLAG": str(flag), "AGENT_PID": str(agent.proc.pid)},
+                        }
+                    ],
+                }
+            ],
+        }
+    }
+    status, _, _ = agent.http("PUT", "/v1/jobs", job)
+    assert status == 200
+    agent.proc.wait(timeout=20)
+    assert flag.exists(), "the task killed the agent"
+    agent.start()
+
+    [alloc] = agent.running("crash", 1)
+    assert [a["ID"] for a in agent.allocs("crash")] == [alloc["ID"]], "no second placement"
+    started = sorted(p.parent.name for p in (agent.data_dir / "alloc").glob("*/t.log"))
+    assert started == [alloc["ID"]], "the only task ever started is the allocation's"
+    assert [line[0] for line in agent.task_log(alloc["ID"], "t")] == ["started"], "reattached"

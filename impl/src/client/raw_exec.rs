@@ -6,8 +6,9 @@
 //! signals the daemon asks for over that connection (`signal N`) to the task's process group
 //! — only while it has not reaped the task, so a signal can never reach a process that
 //! reused the pid. When the task exits it kills whatever is left of the group, reaps the
-//! task, writes the exit status to `exit.json` in the task directory and exits. It is started in a process group of its own,
-//! so it outlives the daemon — a restart or a `kill -9` — and a restored runner reattaches by
+//! task, writes the exit status to `exit.json` in the task directory, sends it as an `exit`
+//! line on every connection and exits. It is started in a process group of its own, so it
+//! outlives the daemon — a restart or a `kill -9` — and a restored runner reattaches by
 //! connecting to the socket again. The socket is an abstract Unix socket named after the task
 //! directory (no file to go stale, no path-length limit); the daemon binds it before starting
 //! the supervisor and hands it over as the supervisor's standard input, so a connection never
@@ -617,15 +618,14 @@ impl Signaller {
     }
 }
 
-/// Writes a file so that readers see all of it or none of it. Not synced to disk: it must
-/// survive the daemon's crash, not the machine's (which ends the task too), and 100 tasks
-/// exiting at once would otherwise queue 100 disk syncs on the stop's critical path.
 /// Where the supervisor will write the task's exit status: a temporary file created when
 /// the supervisor starts, written and renamed to `exit.json` when the task exits, so that a
 /// reader never sees half a record. Creating it early matters: a new file is a new inode,
 /// and on a file system that has seen many files come and go (every task leaves some),
 /// ext4's search for a free inode that was not recently deleted costs about half a
-/// millisecond of CPU — per supervisor, in the middle of a stop of many tasks.
+/// millisecond of CPU — per supervisor, in the middle of a stop of many tasks. Not synced to
+/// disk: it must survive the daemon's crash, not the machine's (which ends the task too),
+/// and 100 tasks exiting at once would otherwise queue 100 disk syncs.
 struct ExitFile {
     temporary: PathBuf,
     file: io::Result<fs::File>,
@@ -712,6 +712,10 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
         }
     };
     let pid = child.id() as i32;
+    // The task started with SIGPIPE at its default; the supervisor must not die of a write
+    // to a daemon that went away (a control connection closed before its pid was read).
+    // SAFETY: ignoring a signal has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     // The task's exit, as a descriptor to poll: readable once it has exited, while its pid
     // stays its own (unreaped) until this process reaps it after the loop.
     // SAFETY: pidfd_open on our own unreaped child; the descriptor it returns is ours.
@@ -754,7 +758,8 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
     let code = record(exit.clone());
     // On disk first (for a daemon that reattaches later), then to every connected daemon,
     // which can act on it without waiting for this process to go. A connection that comes
-    // later is refused, and its daemon reads `exit.json`.
+    // later waits in the backlog and is reset when this process exits; its daemon then
+    // reads `exit.json`.
     let line = format!(
         "exit {}\n",
         serde_json::to_string(&exit).expect("an exit record serializes")
@@ -787,8 +792,10 @@ fn serve_until_exit(
         events: libc::POLLIN,
         revents: 0,
     };
+    // A listener in error is polled no more (-1 is skipped): it would wake every poll.
+    let mut listening = listener.as_raw_fd();
     loop {
-        let mut polled: Vec<libc::pollfd> = [pidfd.as_raw_fd(), listener.as_raw_fd()]
+        let mut polled: Vec<libc::pollfd> = [pidfd.as_raw_fd(), listening]
             .into_iter()
             .chain(connections.iter().map(|(stream, _)| stream.as_raw_fd()))
             .map(pollfd)
@@ -796,7 +803,10 @@ fn serve_until_exit(
         // SAFETY: a valid array of pollfds of the given length.
         let ready = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, -1) };
         if ready < 0 {
-            // EINTR: poll again.
+            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                // Out of memory, most likely: try again shortly rather than spin.
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
             continue;
         }
         // Signals first: a request read together with the task's exit still goes to its
@@ -813,7 +823,9 @@ fn serve_until_exit(
         for ix in closed.into_iter().rev() {
             connections.swap_remove(ix);
         }
-        if polled[1].revents != 0 {
+        if polled[1].revents & (libc::POLLERR | libc::POLLNVAL) != 0 {
+            listening = -1;
+        } else if polled[1].revents != 0 {
             while let Ok((mut stream, _)) = listener.accept() {
                 if writeln!(stream, "{pid}").is_ok() && stream.set_nonblocking(true).is_ok() {
                     connections.push((stream, Vec::new()));

@@ -42,15 +42,21 @@ pub struct DaemonHost {
 }
 
 /// The server's side of a runner's steps, gathered while the runner's lock is held and
-/// carried out together: hooks' effects (service registrations), the report, the event-log
-/// entries, and whether the runner's state changed. One critical section of the core then
-/// serves several steps (a flagged stop's update, its pre-kill steps and its signal take two,
-/// not five), and the hooks' effects commit in the same transaction as the progress they
-/// belong to.
+/// carried out when the shell settles, in one critical section of the core: hooks' effects
+/// (service registrations), the report, the event-log entries, and the runner's state,
+/// committed in one transaction. Only the hooks' effects may have to come earlier: before a
+/// command that acts outside the agent (a signal, a kill, a launch), they are made visible
+/// on the server ([`DaemonHost::apply_services`]) and their records held for that
+/// transaction. A flagged stop's pull so takes three critical sections of the core (the read
+/// of the record, the deregistration before the signal, the settle), where a section per
+/// event, step and hook took six.
 #[derive(Default)]
 struct Pending {
-    /// Services to register (`true`) or deregister, by owner (`""` for the group).
+    /// Services to register (`true`) or deregister, by owner (`""` for the group), not yet
+    /// applied on the server.
     services: Vec<(bool, String, Vec<String>)>,
+    /// The records of services already applied on the server, for the settle's commit.
+    effects: Vec<super::persist::Write>,
     /// A `Report` command came: the report is sent with the runner's state at the flush.
     report: bool,
     log: Vec<LogEntry>,
@@ -60,7 +66,11 @@ struct Pending {
 
 impl Pending {
     fn is_empty(&self) -> bool {
-        self.services.is_empty() && !self.report && self.log.is_empty() && !self.progress
+        self.services.is_empty()
+            && self.effects.is_empty()
+            && !self.report
+            && self.log.is_empty()
+            && !self.progress
     }
 }
 
@@ -299,11 +309,33 @@ impl DaemonHost {
         self.pending.services.push((on, owner, names.to_vec()));
     }
 
-    /// Carries out what is pending on the server, in one critical section of the core:
-    /// the services' changes (visible from then on), the report, the log entries, and one
-    /// commit holding them with the runner's state. Called before any command that acts
-    /// outside the agent (a signal must come after the deregistration is visible) and when
-    /// the shell's critical section ends.
+    /// Makes the pending services' changes visible on the server now, before a command
+    /// that acts outside the agent (a signal must come after the deregistration is
+    /// visible), and holds their records for the settle's commit, which stores them with
+    /// the runner's progress and the steps' log entries.
+    fn apply_services(&mut self) {
+        if self.pending.services.is_empty() {
+            return;
+        }
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let mut core = shared.core();
+        for (on, owner, names) in std::mem::take(&mut self.pending.services) {
+            if on {
+                core.server.register_services(&self.alloc, &owner, &names);
+            } else {
+                core.server.deregister_services(&self.alloc, &owner, &names);
+            }
+        }
+        let effects = core.take_writes();
+        self.pending.effects.extend(effects);
+        shared.notify(&core);
+    }
+
+    /// Carries out what is pending on the server, in one critical section of the core when
+    /// the shell settles: the services' changes not yet applied, the report, the log
+    /// entries, and one commit holding them, the services' records and the runner's state.
     fn flush(&mut self, runner: &AllocRunner) {
         if self.pending.is_empty() {
             return;
@@ -336,7 +368,7 @@ impl DaemonHost {
         for entry in pending.log {
             core.log(entry);
         }
-        core.commit(stored, Vec::new());
+        core.commit(stored, pending.effects);
         shared.notify(&core);
     }
 }
@@ -425,7 +457,7 @@ impl Host for DaemonHost {
     fn execute(&mut self, command: &Command, runner: &AllocRunner) {
         match command {
             Command::StartTask { task } => {
-                self.flush(runner);
+                self.apply_services();
                 self.start_task(*task, runner)
             }
             Command::RegisterServices { task, names } => self.services(runner, *task, names, true),
@@ -438,11 +470,11 @@ impl Host for DaemonHost {
                 self.deadlines.remove(timer);
             }
             Command::Signal { task, signal } => {
-                self.flush(runner);
+                self.apply_services();
                 self.signal(*task, signal)
             }
             Command::ForceKill { task } => {
-                self.flush(runner);
+                self.apply_services();
                 self.force_kill(*task)
             }
             Command::Report => self.pending.report = true,

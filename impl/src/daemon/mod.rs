@@ -338,7 +338,7 @@ impl Agent {
         let server = Server::restore(store, vec![config.node_name.clone()], seed);
         let mut core = Core {
             server,
-            committer: Committer::start(persist)?,
+            committer: Committer::start(persist, loaded.index)?,
             log_seq: loaded.log_seq,
             pending_log: Vec::new(),
             pending_pulls: BTreeSet::new(),
@@ -540,6 +540,8 @@ fn forget_if_gone(shared: &Arc<Shared>, id: &AllocId, shell: &RunnerShell<Daemon
         (Table::Pulls, id.clone(), None),
     ];
     core.commit(None, forget);
+    // Whatever the commit took for the client to pull, someone is woken for it.
+    shared.notify(&core);
 }
 
 /// Starts a named thread (the name shows in `top -H` and in profiles). A thread that cannot
@@ -664,14 +666,15 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
         forget_if_gone(shared, &id, &shell);
         return;
     }
-    let alloc = {
+    let (alloc, committer) = {
         let mut core = shared.core();
         let Some(alloc) = core.server.store.alloc_for_client(&id).cloned() else {
             return;
         };
         core.log_pull(&alloc);
-        alloc
+        (alloc, core.committer.clone())
     };
+    let placed_at = alloc.modify_index;
     let mut commands = Vec::new();
     let runner = AllocRunner::new(
         alloc,
@@ -688,6 +691,16 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
     let shell = RunnerShell::unstarted(runner, host);
     registry.insert(id, shell.clone());
     drop(registry);
+    // The scheduler's placement is committed without a disk sync (a plan lost in a crash is
+    // made again from its durable evaluation); once a task is launched from it, it must not
+    // be lost, or the relaunched plan would place another allocation and this one's tasks
+    // would run on, unknown. Parallel pulls wait for the same sync.
+    let launches = commands
+        .iter()
+        .any(|command| matches!(command, Command::StartTask { .. }));
+    if launches && committer.wait_index(placed_at).is_err() {
+        return; // The store failed: the agent is exiting.
+    }
     shell.start(commands, Applied::Update);
 }
 

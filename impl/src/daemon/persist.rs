@@ -352,6 +352,11 @@ struct Queue {
     durable: u64,
     /// The committer thread waits for batches (a submit wakes it only then).
     committer_asleep: bool,
+    /// The highest store index among the committed batches, and among the durable ones.
+    committed_index: u64,
+    durable_index: u64,
+    /// The highest store index someone waits to see durable ([`Committer::wait_index`]).
+    wanted_index: u64,
     /// A commit failed: the store can no longer be trusted.
     failed: Option<String>,
 }
@@ -364,10 +369,16 @@ pub struct Committer {
 }
 
 impl Committer {
-    /// Starts the committer thread over `persist`.
-    pub fn start(persist: Persist) -> Result<Committer, String> {
+    /// Starts the committer thread over `persist`, whose records are durable up to the
+    /// store index `durable_index` (what was loaded).
+    pub fn start(persist: Persist, durable_index: u64) -> Result<Committer, String> {
+        let queue = Queue {
+            committed_index: durable_index,
+            durable_index,
+            ..Queue::default()
+        };
         let committer = Committer {
-            shared: Arc::new((Mutex::new(Queue::default()), Condvar::new())),
+            shared: Arc::new((Mutex::new(queue), Condvar::new())),
         };
         let thread = committer.clone();
         std::thread::Builder::new()
@@ -413,13 +424,44 @@ impl Committer {
         }
     }
 
+    /// Waits until every write up to the store index `index` is durable, making the
+    /// committer sync now if it has to. For acting outside the agent on a write nobody
+    /// acknowledged (launching a task the scheduler placed): the write must not be lost
+    /// once its effect is in the world.
+    pub fn wait_index(&self, index: u64) -> Result<(), String> {
+        let mut queue = self.queue();
+        loop {
+            if let Some(failure) = &queue.failed {
+                return Err(failure.clone());
+            }
+            if queue.durable_index >= index {
+                return Ok(());
+            }
+            if queue.wanted_index < index {
+                queue.wanted_index = index;
+                if queue.committer_asleep {
+                    self.shared.1.notify_all();
+                }
+            }
+            queue = self
+                .shared
+                .1
+                .wait(queue)
+                .expect("the commit queue is never poisoned");
+        }
+    }
+
     fn run(&self, persist: Persist) {
         // When the oldest commit that is not durable yet was made.
         let mut undurable: Option<Instant> = None;
         loop {
-            let (batches, upto) = {
+            let (batches, upto, wanted) = {
                 let mut queue = self.queue();
                 while queue.batches.is_empty() {
+                    // Someone waits for a commit that is not durable yet: sync now.
+                    if undurable.is_some() && queue.wanted_index > queue.durable_index {
+                        break;
+                    }
                     let Some(since) = undurable else {
                         queue.committer_asleep = true;
                         queue = self
@@ -443,18 +485,25 @@ impl Committer {
                         .0;
                     queue.committer_asleep = false;
                 }
-                (std::mem::take(&mut queue.batches), queue.submitted)
+                let wanted = queue.wanted_index > queue.durable_index;
+                (std::mem::take(&mut queue.batches), queue.submitted, wanted)
             };
+            let index = batches.iter().filter_map(|batch| batch.index).max();
             // Durable if someone waits for it, or if the oldest undurable commit is due (an
             // empty group: the wait above timed out).
-            let durable = batches.iter().any(|batch| batch.durable)
+            let durable = wanted
+                || batches.iter().any(|batch| batch.durable)
                 || undurable.is_some_and(|since| since.elapsed() >= DURABILITY_LAG);
             let result = persist.commit(&batches, durable);
             let mut queue = self.queue();
+            if result.is_ok() {
+                queue.committed_index = queue.committed_index.max(index.unwrap_or(0));
+            }
             match result {
                 Ok(()) if durable => {
                     undurable = None;
                     queue.durable = upto;
+                    queue.durable_index = queue.committed_index;
                 }
                 Ok(()) => {
                     undurable.get_or_insert_with(Instant::now);
