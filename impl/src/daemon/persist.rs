@@ -408,20 +408,7 @@ impl Committer {
 
     /// Waits until the batch with `ticket` (and every batch before it) is durable.
     pub fn wait(&self, ticket: u64) -> Result<(), String> {
-        let mut queue = self.queue();
-        loop {
-            if let Some(failure) = &queue.failed {
-                return Err(failure.clone());
-            }
-            if queue.durable >= ticket {
-                return Ok(());
-            }
-            queue = self
-                .shared
-                .1
-                .wait(queue)
-                .expect("the commit queue is never poisoned");
-        }
+        self.wait_for(|queue| queue.durable >= ticket)
     }
 
     /// Waits until every write up to the store index `index` is durable, making the
@@ -429,19 +416,27 @@ impl Committer {
     /// acknowledged (launching a task the scheduler placed): the write must not be lost
     /// once its effect is in the world.
     pub fn wait_index(&self, index: u64) -> Result<(), String> {
-        let mut queue = self.queue();
-        loop {
-            if let Some(failure) = &queue.failed {
-                return Err(failure.clone());
-            }
-            if queue.durable_index >= index {
-                return Ok(());
-            }
+        {
+            let mut queue = self.queue();
             if queue.wanted_index < index {
                 queue.wanted_index = index;
                 if queue.committer_asleep {
                     self.shared.1.notify_all();
                 }
+            }
+        }
+        self.wait_for(|queue| queue.durable_index >= index)
+    }
+
+    /// Waits until `durable` holds of the queue, or a commit has failed.
+    fn wait_for(&self, durable: impl Fn(&Queue) -> bool) -> Result<(), String> {
+        let mut queue = self.queue();
+        loop {
+            if let Some(failure) = &queue.failed {
+                return Err(failure.clone());
+            }
+            if durable(&queue) {
+                return Ok(());
             }
             queue = self
                 .shared
@@ -462,27 +457,20 @@ impl Committer {
                     if undurable.is_some() && queue.wanted_index > queue.durable_index {
                         break;
                     }
-                    let Some(since) = undurable else {
-                        queue.committer_asleep = true;
-                        queue = self
-                            .shared
-                            .1
-                            .wait(queue)
-                            .expect("the commit queue is never poisoned");
-                        queue.committer_asleep = false;
-                        continue;
-                    };
-                    let left = (since + DURABILITY_LAG).saturating_duration_since(Instant::now());
-                    if left.is_zero() {
+                    // Asleep until a batch comes, or until the oldest undurable commit is
+                    // due for its sync.
+                    let due = undurable.map(|since| {
+                        (since + DURABILITY_LAG).saturating_duration_since(Instant::now())
+                    });
+                    if due.is_some_and(|left| left.is_zero()) {
                         break;
                     }
                     queue.committer_asleep = true;
-                    queue = self
-                        .shared
-                        .1
-                        .wait_timeout(queue, left)
-                        .expect("the commit queue is never poisoned")
-                        .0;
+                    let poisoned = "the commit queue is never poisoned";
+                    queue = match due {
+                        Some(left) => self.shared.1.wait_timeout(queue, left).expect(poisoned).0,
+                        None => self.shared.1.wait(queue).expect(poisoned),
+                    };
                     queue.committer_asleep = false;
                 }
                 let wanted = queue.wanted_index > queue.durable_index;
