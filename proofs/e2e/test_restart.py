@@ -60,6 +60,39 @@ def test_kill_9_during_the_group_delay_then_a_flagged_stop(agent):
     validate_log(agent, "small/count1-budget2")
 
 
+def test_kill_9_at_the_kill_signal_redoes_what_the_store_lost(agent, tmp_path):
+    """The agent dies (kill -9) the moment a flagged stop's signal reaches a task: the task's
+    trap kills it. The store may have lost the last steps (runner progress is synced at most
+    20 ms late); the restarted agent redoes them. The stop completes, no task is started
+    twice, the services stay gone, the poststop task runs once, and the agent's log,
+    rewritten from the store and continued, is still a valid run of the model."""
+    flag = tmp_path / "killed-once"
+    job = model_job(agent, "small/count1-budget2")
+    for spec in job["Job"]["TaskGroups"][0]["Tasks"]:
+        spec["Env"]["QUIESCE_KILL_AGENT"] = str(agent.proc.pid)
+        spec["Env"]["QUIESCE_KILL_FLAG"] = str(flag)
+    agent.http("POST", "/v1/jobs", job)
+    [alloc] = agent.running("web", 1)
+    alloc_id = alloc["ID"]
+    requested = time.time()
+    status, _, _ = agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")
+    assert status == 200
+    agent.proc.wait(timeout=20)
+    assert flag.exists(), "a task killed the agent"
+    agent.start()
+
+    agent.wait_terminal([alloc_id])
+    for task in ("app", "proxy"):
+        lines = [line[0] for line in agent.task_log(alloc_id, task)]
+        assert lines.count("started") == 1, (task, lines)
+        assert "signal" in lines, (task, lines)
+        assert agent.signalled_at(alloc_id, task) - requested < FAST
+    assert [line[0] for line in agent.task_log(alloc_id, "flush")] == ["ran"], "poststop ran once"
+    assert agent.get("/v1/service/web") == []
+    assert "ClientRestart" in [e["step"] for e in agent.events()]
+    validate_log(agent, "small/count1-budget2")
+
+
 def test_kill_9_before_the_stop_is_pulled_loses_nothing(agent):
     """Registered jobs, allocations and evaluations survive a kill -9 with no stop running;
     a stop issued after the restart finds the same tasks."""

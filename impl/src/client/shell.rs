@@ -29,8 +29,10 @@ pub trait Host: Send {
     fn execute(&mut self, command: &Command, runner: &AllocRunner);
     /// The time events are stamped with, in nanoseconds (Unix time in the daemon).
     fn now(&self) -> i64;
-    /// An event or step was applied and its commands carried out: the place to record it
-    /// (the daemon notes its log entry and that the runner's state is to be stored).
+    /// An event or step was applied to the runner; its commands are carried out next. The
+    /// place to record it (the daemon notes its log entry and that the runner's state is to
+    /// be stored: a command that acts outside the agent may store them first, so the step
+    /// is on record before its effect is in the world).
     fn applied(&mut self, _runner: &AllocRunner, _what: Applied) {}
     /// The shell's critical section ends (an event and the steps it made ready have been
     /// applied): the place to carry out what `applied` gathered, once for all of them.
@@ -150,10 +152,12 @@ impl<H: Host> RunnerShell<H> {
         let mut commands = Vec::new();
         let now = state.host.now();
         let applied = event(&mut state.runner, now, &mut commands);
-        state.carry_out(&commands);
         if applied {
             let State { runner, host, .. } = &mut *state;
             host.applied(runner, what);
+        }
+        state.carry_out(&commands);
+        if applied {
             state.take_ready_steps();
         }
         state.settle();
@@ -161,15 +165,15 @@ impl<H: Host> RunnerShell<H> {
         applied
     }
 
-    /// Carries out the commands of the event a shell was created by (a first pull, a
-    /// restore), hands `what` to the host's [`Host::applied`], and takes the steps that are
+    /// Hands `what`, the event a shell was created by (a first pull, a restore), to the
+    /// host's [`Host::applied`], carries out its commands, and takes the steps that are
     /// ready. For a shell made by [`RunnerShell::unstarted`].
     pub fn start(&self, initial: Vec<Command>, what: Applied) {
         let mut state = self.lock();
-        state.carry_out(&initial);
-        state.started = true;
         let State { runner, host, .. } = &mut *state;
         host.applied(runner, what);
+        state.carry_out(&initial);
+        state.started = true;
         state.take_ready_steps();
         state.settle();
         self.shared.1.notify_all();
@@ -299,8 +303,8 @@ impl<H: Host> State<H> {
             let mut commands = Vec::new();
             let now = self.host.now();
             self.runner.step(step, now, &mut commands);
-            self.carry_out(&commands);
             self.host.applied(&self.runner, Applied::Step(step));
+            self.carry_out(&commands);
             took = true;
         }
         took
