@@ -351,9 +351,10 @@ impl DaemonHost {
         let pending = std::mem::take(&mut self.pending);
         let shared = self.shared.upgrade()?;
         // Built before the core is locked: the runner is ours (its shell's lock is held).
-        let stored = pending.progress.then(|| super::persist::StoredRunner {
-            runner: runner.clone(),
-            deadlines: self.deadlines.iter().map(|(t, at)| (*t, *at)).collect(),
+        let stored = pending.progress.then(|| {
+            let deadlines: Vec<_> = self.deadlines.iter().map(|(t, at)| (*t, *at)).collect();
+            let encoded = super::persist::StoredRunner::encode(runner, &deadlines);
+            (self.alloc.clone(), encoded)
         });
         let report = pending.report.then(|| ClientReport {
             client_status: runner.alloc.client_status,

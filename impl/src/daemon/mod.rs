@@ -169,15 +169,16 @@ impl Core {
 
     /// Submits, as one batch (one transaction): `earlier` (writes taken before, by the same
     /// step), everything written since, the pending log entries, and a runner's state if
-    /// given (built by the caller before it locked the core: a runner's copy is the largest
-    /// part of a commit). Returns the batch's ticket for the committer.
-    pub fn commit(&mut self, runner: Option<persist::StoredRunner>, earlier: Vec<Write>) -> u64 {
+    /// given — the allocation's ID and the state encoded ([`persist::StoredRunner::encode`])
+    /// by the caller before it locked the core: a runner's state is the largest part of a
+    /// commit. Returns the batch's ticket for the committer.
+    pub fn commit(&mut self, runner: Option<(AllocId, Vec<u8>)>, earlier: Vec<Write>) -> u64 {
         self.submit(runner, earlier, false)
     }
 
     fn submit(
         &mut self,
-        runner: Option<persist::StoredRunner>,
+        runner: Option<(AllocId, Vec<u8>)>,
         earlier: Vec<Write>,
         durable: bool,
     ) -> u64 {
@@ -190,12 +191,8 @@ impl Core {
                 Some(Payload::Pulled(alloc, index)),
             ));
         }
-        if let Some(runner) = runner {
-            writes.push((
-                Table::Runners,
-                runner.runner.alloc.id.clone(),
-                Some(Payload::Runner(Box::new(runner))),
-            ));
+        if let Some((id, encoded)) = runner {
+            writes.push((Table::Runners, id, Some(Payload::Runner(encoded))));
         }
         self.committer.submit(Batch {
             index: Some(self.server.store.index()),

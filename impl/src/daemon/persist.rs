@@ -89,7 +89,9 @@ pub enum Payload {
     Alloc(Box<Allocation>),
     Eval(Evaluation),
     Service(ServiceRegistration),
-    Runner(Box<StoredRunner>),
+    /// A runner's state, already encoded (by the thread that took its steps, in parallel,
+    /// not by the committer, on whose thread a kill signal may be waiting).
+    Runner(Vec<u8>),
     /// An allocation and the `AllocModifyIndex` of its last logged pull.
     Pulled(String, u64),
 }
@@ -102,8 +104,22 @@ pub struct StoredRunner {
     pub deadlines: Vec<(crate::client::Timer, i64)>,
 }
 
+impl StoredRunner {
+    /// The stored form of a runner's state, for [`Payload::Runner`] (what
+    /// [`StoredRunner`] reads back).
+    pub fn encode(runner: &AllocRunner, deadlines: &[(crate::client::Timer, i64)]) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct StoredRunnerRef<'a> {
+            runner: &'a AllocRunner,
+            deadlines: &'a [(crate::client::Timer, i64)],
+        }
+        serde_json::to_vec(&StoredRunnerRef { runner, deadlines })
+            .expect("stored records always serialize")
+    }
+}
+
 impl Payload {
-    fn to_json(&self) -> Vec<u8> {
+    fn to_json(&self) -> std::borrow::Cow<'_, [u8]> {
         let encoded = match self {
             Payload::Jobs(versions) => serde_json::to_vec(versions),
             Payload::Alloc(alloc) => serde_json::to_vec(&StoredAllocRef {
@@ -112,10 +128,10 @@ impl Payload {
             }),
             Payload::Eval(eval) => serde_json::to_vec(eval),
             Payload::Service(service) => serde_json::to_vec(service),
-            Payload::Runner(runner) => serde_json::to_vec(runner),
+            Payload::Runner(encoded) => return std::borrow::Cow::Borrowed(encoded),
             Payload::Pulled(alloc, index) => serde_json::to_vec(&(alloc, index)),
         };
-        encoded.expect("stored records always serialize")
+        std::borrow::Cow::Owned(encoded.expect("stored records always serialize"))
     }
 }
 
@@ -310,7 +326,7 @@ impl Persist {
                 match value {
                     Some(payload) => {
                         records
-                            .insert(key.as_str(), payload.to_json().as_slice())
+                            .insert(key.as_str(), payload.to_json().as_ref())
                             .map_err(|e| error("insert", e))?;
                     }
                     None => {
