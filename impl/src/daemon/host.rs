@@ -44,13 +44,12 @@ pub struct DaemonHost {
 /// The server's side of a runner's steps, gathered while the runner's lock is held and
 /// carried out when the shell settles, in one critical section of the core: hooks' effects
 /// (service registrations), the report, the event-log entries, and the runner's state,
-/// committed in one transaction. Before a kill signal all of it is committed at once (the
-/// signal waits for that batch to be durable: write-ahead); before another command that
-/// acts outside the agent (a kill, a launch) only the hooks' effects are made visible on the
-/// server ([`DaemonHost::apply_services`]), their records held for the settle's commit. A
-/// flagged stop's pull so takes two or three critical sections of the core (the read of the
-/// record, the flush before the signal, the settle if anything is left), where a section
-/// per event, step and hook took six.
+/// committed in one transaction. Before a command that acts outside the agent (a signal, a
+/// kill, a launch) only the hooks' effects are made visible on the server
+/// ([`DaemonHost::apply_services`]), their records held for the settle's commit. A flagged
+/// stop's pull so takes three critical sections of the core (the read of the record, the
+/// deregistration before the signal, the settle), where a section per event, step and hook
+/// took six.
 #[derive(Default)]
 struct Pending {
     /// Services to register (`true`) or deregister, by owner (`""` for the group), not yet
@@ -263,22 +262,16 @@ impl DaemonHost {
         self.schedule(0, Due::Exited(ix, exited(-1, None).into()));
     }
 
-    /// Sends a task its kill signal: once `after` (the batch that records the step sending
-    /// it) is durable, if given.
-    fn signal(&mut self, ix: usize, signal: &str, after: Option<(u64, super::persist::Committer)>) {
+    fn signal(&mut self, ix: usize, signal: &str) {
         let now = unix_now_ns();
         match self.tasks.get(ix).cloned().flatten() {
             Some(Handle::Process(signaller)) => {
                 let number = raw_exec::signal_number(signal).unwrap_or(libc::SIGINT);
-                let alloc = self.alloc.clone();
-                let send = move || {
-                    if let Err(error) = signaller.signal(number) {
-                        eprintln!("quiesce agent: allocation {alloc} task {ix}: signal: {error}");
-                    }
-                };
-                match after {
-                    Some((ticket, committer)) => committer.after_durable(ticket, Box::new(send)),
-                    None => send(),
+                if let Err(error) = signaller.signal(number) {
+                    eprintln!(
+                        "quiesce agent: allocation {} task {ix}: signal: {error}",
+                        self.alloc
+                    );
                 }
             }
             Some(Handle::Mock(handle)) => {
@@ -343,13 +336,14 @@ impl DaemonHost {
     /// Carries out what is pending on the server, in one critical section of the core when
     /// the shell settles: the services' changes not yet applied, the report, the log
     /// entries, and one commit holding them, the services' records and the runner's state.
-    /// Returns the commit's ticket, with the committer, if there was anything to commit.
-    fn flush(&mut self, runner: &AllocRunner) -> Option<(u64, super::persist::Committer)> {
+    fn flush(&mut self, runner: &AllocRunner) {
         if self.pending.is_empty() {
-            return None;
+            return;
         }
         let pending = std::mem::take(&mut self.pending);
-        let shared = self.shared.upgrade()?;
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
         // Built before the core is locked: the runner is ours (its shell's lock is held).
         let stored = pending.progress.then(|| {
             let deadlines: Vec<_> = self.deadlines.iter().map(|(t, at)| (*t, *at)).collect();
@@ -375,9 +369,8 @@ impl DaemonHost {
         for entry in pending.log {
             core.log(entry);
         }
-        let ticket = core.commit(stored, pending.effects);
+        core.commit(stored, pending.effects);
         shared.notify(&core);
-        Some((ticket, core.committer.clone()))
     }
 }
 
@@ -477,15 +470,13 @@ impl Host for DaemonHost {
             Command::CancelTimer { timer } => {
                 self.deadlines.remove(timer);
             }
-            // Write-ahead: the step that sends the signal is stored first — its hooks'
-            // effects, its log entry and the runner's state after it, in one batch — and the
-            // signal goes once that batch is durable (the committer sends it right after its
-            // disk sync; this thread does not wait). A crash never leaves a task signalled
-            // by a step the store does not have; a restored runner whose step is stored
-            // sends the signal again, in case it had not gone.
+            // The deregistration is visible before the signal. The step itself is stored
+            // when the shell settles; a crash before that is safe because the stop it
+            // follows is durable (an API write's plan, see `Core::process_evals`), and a
+            // restored runner applies it before its tasks' exits (`restore_runner`).
             Command::Signal { task, signal } => {
-                let after = self.flush(runner);
-                self.signal(*task, signal, after)
+                self.apply_services();
+                self.signal(*task, signal)
             }
             Command::ForceKill { task } => {
                 self.apply_services();

@@ -701,6 +701,7 @@ fn parse_hcl(body: &[u8]) -> Result<Reply, ApiError> {
 }
 
 fn commit(shared: &Shared, core: &mut Core) -> Result<(), ApiError> {
+    core.process_evals();
     core.commit_durably()
         .map_err(|e| error(500, format!("storing the write: {e}")))?;
     shared.notify(core);

@@ -2,9 +2,10 @@
 //! over real processes and a durable store.
 //!
 //! Threads, and the one lock order they keep (registry → a runner's shell → core):
-//! * HTTP handlers (`http`) write to the server under the core lock; every write commits to
-//!   the store before it is answered.
-//! * The scheduler thread processes pending evaluations as they arrive.
+//! * HTTP handlers (`http`) write to the server under the core lock, process the
+//!   evaluations the write created, and commit both to the store before answering.
+//! * The scheduler thread processes the evaluations no API write processed (those pending
+//!   at start-up).
 //! * The client workers pull changed allocations and hand each to its runner's shell
 //!   (creating the runner on the first pull), and apply the task exits that the exit
 //!   watcher thread (one, for every raw_exec task) queues for them.
@@ -147,6 +148,23 @@ impl Core {
                 })
             })
             .collect()
+    }
+
+    /// Processes every pending evaluation now, logging each (`ProcessEval`). An API write
+    /// does this before its durable commit, so the plan it causes is durable when the write
+    /// is answered and before any runner acts on it: a crash then cannot lose a stop that a
+    /// task has already been signalled for (see `restore_runner`).
+    pub fn process_evals(&mut self) {
+        loop {
+            match self.server.process_next_eval() {
+                Ok(Some(_)) => self.log(LogEntry::step("ProcessEval")),
+                Ok(None) => return,
+                Err(error) => {
+                    eprintln!("quiesce agent: scheduler: {error}");
+                    return;
+                }
+            }
+        }
     }
 
     /// Logs a pull (`ClientSync`) unless the log already has it. A pull's log entry is
@@ -498,7 +516,20 @@ fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
         return;
     }
     let mut commands = Vec::new();
-    let restored = AllocRunner::restore(stored, unix_now_ns(), &mut commands);
+    let mut restored = AllocRunner::restore(stored, unix_now_ns(), &mut commands);
+    // A newer record of the allocation (a stop whose pull, or the steps after it, a crash
+    // lost from the runner's stored state) is applied now, before the reattached tasks'
+    // exits can be delivered: a task signalled before the crash must not look as if it had
+    // ended on its own. The stop itself is durable (an API write's plan).
+    {
+        let mut core = shared.core();
+        if let Some(alloc) = core.server.store.alloc_for_client(&id).cloned() {
+            if alloc.alloc_modify_index > restored.alloc.alloc_modify_index {
+                core.log_pull(&alloc);
+                restored.update(alloc, unix_now_ns(), &mut commands);
+            }
+        }
+    }
     // Reattach first, so a signal among the restore's commands reaches the task.
     let reattach: Vec<Command> = restored
         .tasks
@@ -550,7 +581,7 @@ pub(crate) fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) {
         .unwrap_or_else(|error| panic!("starting a {name} thread: {error}"));
 }
 
-/// Processes evaluations as they arrive.
+/// Processes the evaluations that no API write processed (those pending at start-up).
 fn scheduler_loop(shared: Arc<Shared>) {
     let mut core = shared.core();
     loop {
@@ -688,10 +719,11 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
     let shell = RunnerShell::unstarted(runner, host);
     registry.insert(id, shell.clone());
     drop(registry);
-    // The scheduler's placement is committed without a disk sync (a plan lost in a crash is
-    // made again from its durable evaluation); once a task is launched from it, it must not
-    // be lost, or the relaunched plan would place another allocation and this one's tasks
-    // would run on, unknown. Parallel pulls wait for the same sync.
+    // A placement must be durable before a task is launched from it, or a crash could lose
+    // it: the relaunched plan would place another allocation and this one's tasks would run
+    // on, unknown. An API write's plan is durable with the write; one made by the scheduler
+    // thread (at start-up) is committed without a disk sync, and this waits for one.
+    // Parallel pulls wait for the same sync.
     let launches = commands
         .iter()
         .any(|command| matches!(command, Command::StartTask { .. }));

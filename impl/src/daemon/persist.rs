@@ -373,17 +373,14 @@ struct Queue {
     durable_index: u64,
     /// The highest store index someone waits to see durable ([`Committer::wait_index`]).
     wanted_index: u64,
-    /// Actions to take once the batch with their ticket is durable
-    /// ([`Committer::after_durable`]).
-    after: Vec<(u64, Box<dyn FnOnce() + Send>)>,
     /// A commit failed: the store can no longer be trusted.
     failed: Option<String>,
 }
 
 impl Queue {
-    /// Someone waits for a sync: an index to see durable, or an action to take after it.
+    /// Someone waits for a sync: an index to see durable.
     fn waits_for_sync(&self) -> bool {
-        self.wanted_index > self.durable_index || !self.after.is_empty()
+        self.wanted_index > self.durable_index
     }
 }
 
@@ -454,24 +451,6 @@ impl Committer {
         self.wait_for(|queue| queue.durable_index >= index)
     }
 
-    /// Takes `action` once the batch with `ticket` (and every batch before it) is durable:
-    /// at once if it is, else on the committer's thread right after the disk sync, which
-    /// comes without delay. For an effect outside the agent that must not come before the
-    /// step that causes it is on record (a kill signal), without holding up the thread
-    /// that took the step.
-    pub fn after_durable(&self, ticket: u64, action: Box<dyn FnOnce() + Send>) {
-        let mut queue = self.queue();
-        if queue.durable >= ticket {
-            drop(queue);
-            action();
-            return;
-        }
-        queue.after.push((ticket, action));
-        if queue.committer_asleep {
-            self.shared.1.notify_all();
-        }
-    }
-
     /// Waits until `durable` holds of the queue, or a commit has failed.
     fn wait_for(&self, durable: impl Fn(&Queue) -> bool) -> Result<(), String> {
         let mut queue = self.queue();
@@ -536,16 +515,6 @@ impl Committer {
                     undurable = None;
                     queue.durable = upto;
                     queue.durable_index = queue.committed_index;
-                    let (due, later) = std::mem::take(&mut queue.after)
-                        .into_iter()
-                        .partition(|(ticket, _)| *ticket <= upto);
-                    queue.after = later;
-                    self.shared.1.notify_all();
-                    drop(queue);
-                    for (_, action) in due {
-                        action();
-                    }
-                    continue;
                 }
                 Ok(()) => {
                     undurable.get_or_insert_with(Instant::now);
