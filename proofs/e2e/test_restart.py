@@ -62,10 +62,12 @@ def test_kill_9_during_the_group_delay_then_a_flagged_stop(agent):
 
 def test_kill_9_at_the_kill_signal_redoes_what_the_store_lost(agent, tmp_path):
     """The agent dies (kill -9) the moment a flagged stop's signal reaches a task: the task's
-    trap kills it. The store may have lost the last steps (runner progress is synced at most
-    20 ms late); the restarted agent redoes them. The stop completes, no task is started
-    twice, the services stay gone, the poststop task runs once, and the agent's log,
-    rewritten from the store and continued, is still a valid run of the model."""
+    trap kills it. The store may have lost the pull and the steps (runner progress is synced
+    at most 20 ms late), not the stop (its plan is durable with the request); the restored
+    runner applies the stop before its task's exit and redoes them. The stop completes, no
+    task is started twice, the services stay gone, the poststop task runs once, and the
+    agent's log, rewritten from the store and continued, is still a valid run of the
+    model."""
     flag = tmp_path / "killed-once"
     job = model_job(agent, "small/count1-budget2")
     for spec in job["Job"]["TaskGroups"][0]["Tasks"]:
@@ -133,8 +135,8 @@ def test_a_restart_resumes_a_delay_where_it_was(agent):
 
 def test_kill_9_as_a_task_starts_keeps_the_placement_it_started_from(agent, tmp_path):
     """The agent dies (kill -9) the moment its first task starts: the task's first act is
-    to kill it. The scheduler's placement, committed without a disk sync, was made durable
-    before the launch, so the restarted agent has the same allocation and reattaches to the
+    to kill it. The placement the task was launched from is durable (it was committed with
+    the registration), so the restarted agent has the same allocation and reattaches to the
     same task process; it places no second allocation beside an orphaned task."""
     flag = tmp_path / "killed-once"
     script = (

@@ -130,20 +130,13 @@ impl AllocRunner {
                     timer: Timer::TaskDelay(ix),
                     after_ns: task.shutdown_delay_ns,
                 }),
-                // The kill signal is sent once its step is stored (write-ahead), so a stored
-                // `Signalled` may not have reached the task: it is sent again (a task that
-                // had it gets the same signal twice; one that has exited, none). After
-                // SIGKILL the timer has fired; the exit is on its way from the driver.
-                TaskPhase::Signalled if !task.sigkilled => {
-                    out.push(Command::Signal {
-                        task: ix,
-                        signal: task.kill_signal.clone(),
-                    });
-                    out.push(Command::StartTimer {
-                        timer: Timer::KillTimeout(ix),
-                        after_ns: task.kill_timeout_ns,
-                    });
-                }
+                // The signal went out before the step was stored; the kill timeout is
+                // re-armed (with its stored deadline). After SIGKILL the timer has fired; the
+                // exit is on its way from the driver.
+                TaskPhase::Signalled if !task.sigkilled => out.push(Command::StartTimer {
+                    timer: Timer::KillTimeout(ix),
+                    after_ns: task.kill_timeout_ns,
+                }),
                 _ => {}
             }
         }

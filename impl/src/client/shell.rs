@@ -31,8 +31,7 @@ pub trait Host: Send {
     fn now(&self) -> i64;
     /// An event or step was applied to the runner; its commands are carried out next. The
     /// place to record it (the daemon notes its log entry and that the runner's state is to
-    /// be stored: a command that acts outside the agent may store them first, so the step
-    /// is on record before its effect is in the world).
+    /// be stored when the shell settles).
     fn applied(&mut self, _runner: &AllocRunner, _what: Applied) {}
     /// The shell's critical section ends (an event and the steps it made ready have been
     /// applied): the place to carry out what `applied` gathered, once for all of them.

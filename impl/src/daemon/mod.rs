@@ -353,7 +353,7 @@ impl Agent {
         let server = Server::restore(store, vec![config.node_name.clone()], seed);
         let mut core = Core {
             server,
-            committer: Committer::start(persist, loaded.index)?,
+            committer: Committer::start(persist)?,
             log_seq: loaded.log_seq,
             pending_log: Vec::new(),
             pending_pulls: BTreeSet::new(),
@@ -392,6 +392,14 @@ impl Agent {
                 purge: None,
                 no_shutdown_delay: None,
             });
+            core.commit_durably()?;
+        }
+        // Evaluations left pending (their plans are durable with the write that made them,
+        // so these are the ones a crash caught before they were processed) are processed
+        // now, durably, before any runner is restored or pulls: no runner acts on a plan a
+        // crash could lose (see `Core::process_evals`).
+        if core.server.eval_pending() {
+            core.process_evals();
             core.commit_durably()?;
         }
         let shared = Arc::new(Shared {
@@ -581,7 +589,9 @@ pub(crate) fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) {
         .unwrap_or_else(|error| panic!("starting a {name} thread: {error}"));
 }
 
-/// Processes the evaluations that no API write processed (those pending at start-up).
+/// Processes any evaluation no API write processed (none, as the server is today: an API
+/// write processes its own, and those pending at start-up are processed before the
+/// runners are restored), durably, before anyone acts on its plan.
 fn scheduler_loop(shared: Arc<Shared>) {
     let mut core = shared.core();
     loop {
@@ -598,8 +608,9 @@ fn scheduler_loop(shared: Arc<Shared>) {
             Ok(None) => continue,
             Err(error) => eprintln!("quiesce agent: scheduler: {error}"),
         }
-        // Not waited for: a plan lost in a crash is made again from the durable evaluation.
-        core.commit(None, Vec::new());
+        if let Err(error) = core.commit_durably() {
+            eprintln!("quiesce agent: scheduler: storing the plan: {error}");
+        }
         shared.notify(&core);
     }
 }
@@ -633,8 +644,9 @@ fn client_worker(shared: &Arc<Shared>) {
         {
             let mut core = shared.core();
             loop {
-                // The scheduler goes first: a pull after its plan takes a stop's flag and
-                // its desired status together (one pull, not two, per allocation). Pulls
+                // An evaluation's plan goes first (API writes make theirs before they
+                // commit, so this matters only for the scheduler thread's): a pull after it
+                // takes a stop's flag and its desired status together. Pulls
                 // go before exits: the kill path before the bookkeeping of its results.
                 // One pull at a time (a worker that is descheduled holds up only its own),
                 // the exits a share at a time.
@@ -694,15 +706,14 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
         forget_if_gone(shared, &id, &shell);
         return;
     }
-    let (alloc, committer) = {
+    let alloc = {
         let mut core = shared.core();
         let Some(alloc) = core.server.store.alloc_for_client(&id).cloned() else {
             return;
         };
         core.log_pull(&alloc);
-        (alloc, core.committer.clone())
+        alloc
     };
-    let placed_at = alloc.modify_index;
     let mut commands = Vec::new();
     let runner = AllocRunner::new(
         alloc,
@@ -719,17 +730,6 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
     let shell = RunnerShell::unstarted(runner, host);
     registry.insert(id, shell.clone());
     drop(registry);
-    // A placement must be durable before a task is launched from it, or a crash could lose
-    // it: the relaunched plan would place another allocation and this one's tasks would run
-    // on, unknown. An API write's plan is durable with the write; one made by the scheduler
-    // thread (at start-up) is committed without a disk sync, and this waits for one.
-    // Parallel pulls wait for the same sync.
-    let launches = commands
-        .iter()
-        .any(|command| matches!(command, Command::StartTask { .. }));
-    if launches && committer.wait_index(placed_at).is_err() {
-        return; // The store failed: the agent is exiting.
-    }
     shell.start(commands, Applied::Update);
 }
 

@@ -10,9 +10,10 @@
 //!
 //! API writes wait until their batch is durable before they are answered: their
 //! transaction syncs the disk (`Durability::Immediate`), which makes every earlier one
-//! durable too. Runner progress does not wait, and its transactions do not sync
-//! (`Durability::None`): the next sync comes with the next API write or at most
-//! [`DURABILITY_LAG`] later. A crash can lose that much of it — a suffix, which the
+//! durable too. So do evaluations' plans, which are committed with the write that caused
+//! them (or, at start-up, before any runner is restored). Runner progress does not wait, and
+//! its transactions do not sync (`Durability::None`): the next sync comes with the next API
+//! write or at most [`DURABILITY_LAG`] later. A crash can lose that much of it — a suffix, which the
 //! restored agent redoes (see ARCHITECTURE.md). A stop of many allocations so syncs a few
 //! times instead of once per group of steps.
 //!
@@ -82,15 +83,16 @@ pub struct StoredAlloc {
     pub tombstone: bool,
 }
 
-/// A record to store, encoded by the committer thread (off the agent's core lock).
+/// A record to store, encoded by the committer thread (off the agent's core lock), or
+/// already encoded.
 #[derive(Debug)]
 pub enum Payload {
     Jobs(Vec<Job>),
     Alloc(Box<Allocation>),
     Eval(Evaluation),
     Service(ServiceRegistration),
-    /// A runner's state, already encoded (by the thread that took its steps, in parallel,
-    /// not by the committer, on whose thread a kill signal may be waiting).
+    /// A runner's state, already encoded by the thread that took its steps (in parallel
+    /// across the client workers, before the core lock), not by the one committer.
     Runner(Vec<u8>),
     /// An allocation and the `AllocModifyIndex` of its last logged pull.
     Pulled(String, u64),
@@ -368,20 +370,8 @@ struct Queue {
     durable: u64,
     /// The committer thread waits for batches (a submit wakes it only then).
     committer_asleep: bool,
-    /// The highest store index among the committed batches, and among the durable ones.
-    committed_index: u64,
-    durable_index: u64,
-    /// The highest store index someone waits to see durable ([`Committer::wait_index`]).
-    wanted_index: u64,
     /// A commit failed: the store can no longer be trusted.
     failed: Option<String>,
-}
-
-impl Queue {
-    /// Someone waits for a sync: an index to see durable.
-    fn waits_for_sync(&self) -> bool {
-        self.wanted_index > self.durable_index
-    }
 }
 
 /// The committer thread's queue: batches go in in order and are committed in that order,
@@ -392,16 +382,10 @@ pub struct Committer {
 }
 
 impl Committer {
-    /// Starts the committer thread over `persist`, whose records are durable up to the
-    /// store index `durable_index` (what was loaded).
-    pub fn start(persist: Persist, durable_index: u64) -> Result<Committer, String> {
-        let queue = Queue {
-            committed_index: durable_index,
-            durable_index,
-            ..Queue::default()
-        };
+    /// Starts the committer thread over `persist`.
+    pub fn start(persist: Persist) -> Result<Committer, String> {
         let committer = Committer {
-            shared: Arc::new((Mutex::new(queue), Condvar::new())),
+            shared: Arc::new((Mutex::new(Queue::default()), Condvar::new())),
         };
         let thread = committer.clone();
         std::thread::Builder::new()
@@ -434,23 +418,6 @@ impl Committer {
         self.wait_for(|queue| queue.durable >= ticket)
     }
 
-    /// Waits until every write up to the store index `index` is durable, making the
-    /// committer sync now if it has to. For acting outside the agent on a write nobody
-    /// acknowledged (launching a task the scheduler placed): the write must not be lost
-    /// once its effect is in the world.
-    pub fn wait_index(&self, index: u64) -> Result<(), String> {
-        {
-            let mut queue = self.queue();
-            if queue.wanted_index < index {
-                queue.wanted_index = index;
-                if queue.committer_asleep {
-                    self.shared.1.notify_all();
-                }
-            }
-        }
-        self.wait_for(|queue| queue.durable_index >= index)
-    }
-
     /// Waits until `durable` holds of the queue, or a commit has failed.
     fn wait_for(&self, durable: impl Fn(&Queue) -> bool) -> Result<(), String> {
         let mut queue = self.queue();
@@ -473,13 +440,9 @@ impl Committer {
         // When the oldest commit that is not durable yet was made.
         let mut undurable: Option<Instant> = None;
         loop {
-            let (batches, upto, wanted) = {
+            let (batches, upto) = {
                 let mut queue = self.queue();
                 while queue.batches.is_empty() {
-                    // Someone waits for a commit that is not durable yet: sync now.
-                    if undurable.is_some() && queue.waits_for_sync() {
-                        break;
-                    }
                     // Asleep until a batch comes, or until the oldest undurable commit is
                     // due for its sync.
                     let due = undurable.map(|since| {
@@ -496,25 +459,18 @@ impl Committer {
                     };
                     queue.committer_asleep = false;
                 }
-                let wanted = queue.waits_for_sync();
-                (std::mem::take(&mut queue.batches), queue.submitted, wanted)
+                (std::mem::take(&mut queue.batches), queue.submitted)
             };
-            let index = batches.iter().filter_map(|batch| batch.index).max();
             // Durable if someone waits for it, or if the oldest undurable commit is due (an
             // empty group: the wait above timed out).
-            let durable = wanted
-                || batches.iter().any(|batch| batch.durable)
+            let durable = batches.iter().any(|batch| batch.durable)
                 || undurable.is_some_and(|since| since.elapsed() >= DURABILITY_LAG);
             let result = persist.commit(&batches, durable);
             let mut queue = self.queue();
-            if result.is_ok() {
-                queue.committed_index = queue.committed_index.max(index.unwrap_or(0));
-            }
             match result {
                 Ok(()) if durable => {
                     undurable = None;
                     queue.durable = upto;
-                    queue.durable_index = queue.committed_index;
                 }
                 Ok(()) => {
                     undurable.get_or_insert_with(Instant::now);
