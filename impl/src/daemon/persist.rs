@@ -415,17 +415,12 @@ impl Committer {
 
     /// Waits until the batch with `ticket` (and every batch before it) is durable.
     pub fn wait(&self, ticket: u64) -> Result<(), String> {
-        self.wait_for(|queue| queue.durable >= ticket)
-    }
-
-    /// Waits until `durable` holds of the queue, or a commit has failed.
-    fn wait_for(&self, durable: impl Fn(&Queue) -> bool) -> Result<(), String> {
         let mut queue = self.queue();
         loop {
             if let Some(failure) = &queue.failed {
                 return Err(failure.clone());
             }
-            if durable(&queue) {
+            if queue.durable >= ticket {
                 return Ok(());
             }
             queue = self
