@@ -321,13 +321,11 @@ impl DaemonHost {
             return;
         };
         let mut core = shared.core();
-        for (on, owner, names) in std::mem::take(&mut self.pending.services) {
-            if on {
-                core.server.register_services(&self.alloc, &owner, &names);
-            } else {
-                core.server.deregister_services(&self.alloc, &owner, &names);
-            }
-        }
+        change_services(
+            &mut core,
+            &self.alloc,
+            &std::mem::take(&mut self.pending.services),
+        );
         let effects = core.take_writes();
         self.pending.effects.extend(effects);
         shared.notify(&core);
@@ -356,13 +354,7 @@ impl DaemonHost {
             task_states: runner.task_states(),
         });
         let mut core = shared.core();
-        for (on, owner, names) in &pending.services {
-            if *on {
-                core.server.register_services(&self.alloc, owner, names);
-            } else {
-                core.server.deregister_services(&self.alloc, owner, names);
-            }
-        }
+        change_services(&mut core, &self.alloc, &pending.services);
         if let Some(report) = report {
             core.server.client_report(&self.alloc, report);
         }
@@ -371,6 +363,18 @@ impl DaemonHost {
         }
         core.commit(stored, pending.effects);
         shared.notify(&core);
+    }
+}
+
+/// Registers (`true`) or deregisters an allocation's services, by owner (`""` for the
+/// group), on the server.
+fn change_services(core: &mut super::Core, alloc: &str, services: &[(bool, String, Vec<String>)]) {
+    for (on, owner, names) in services {
+        if *on {
+            core.server.register_services(alloc, owner, names);
+        } else {
+            core.server.deregister_services(alloc, owner, names);
+        }
     }
 }
 
