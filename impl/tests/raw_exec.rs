@@ -48,7 +48,11 @@ fn a_task_runs_gets_its_signal_and_reports_its_exit_code() {
         .unwrap()
         .expect("the task starts");
     wait_for_output(&dir, "hello");
-    attached.signaller().unwrap().signal(libc::SIGINT).unwrap();
+    attached
+        .signaller()
+        .unwrap()
+        .kill_signal(1, libc::SIGINT)
+        .unwrap();
     let (record, reaper) = attached.wait();
     reaper.reap();
     assert_eq!(
@@ -70,13 +74,22 @@ fn a_task_killed_by_a_signal_reports_128_plus_the_signal() {
         .expect("the task starts");
     wait_for_output(&dir, "ready");
     let signaller = attached.signaller().unwrap();
-    signaller.signal(libc::SIGINT).unwrap();
-    signaller.signal(libc::SIGKILL).unwrap();
+    signaller.kill_signal(1, libc::SIGINT).unwrap();
+    signaller.force_kill(1).unwrap();
     let (record, reaper) = attached.wait();
     reaper.reap();
     assert_eq!((record.exit_code, record.signal), (137, Some(9)));
+    assert_eq!(
+        record
+            .delivered
+            .iter()
+            .map(|d| (d.kill, d.signal))
+            .collect::<Vec<_>>(),
+        [(1, libc::SIGINT), (1, libc::SIGKILL)],
+        "the supervisor records what it delivered"
+    );
     // The supervisor has gone: asking again is not an error.
-    signaller.signal(libc::SIGKILL).unwrap();
+    signaller.force_kill(1).unwrap();
 }
 
 #[test]
@@ -97,7 +110,11 @@ fn a_restarted_daemon_reattaches_and_still_gets_the_exit_code() {
         panic!("the supervisor should still be running");
     };
     assert_eq!(again.pid, pid, "the same task, not a new one");
-    again.signaller().unwrap().signal(libc::SIGTERM).unwrap();
+    again
+        .signaller()
+        .unwrap()
+        .kill_signal(1, libc::SIGTERM)
+        .unwrap();
     assert_eq!(again.wait().0.exit_code, 7);
     // A later reattach still finds the exit status: on disk once the supervisor has gone,
     // or in its `exit` line while it is going.
@@ -194,8 +211,8 @@ fn one_watcher_reports_every_exit_once_and_reaps_the_supervisors() {
     // Tasks 0 and 1 get SIGINT through their supervisors; task 2 has ended on its own
     // (perhaps before it was watched: its exit line waits on the connection); task 3's
     // supervisor is killed outright, before it can say anything.
-    signallers[0].signal(libc::SIGINT).unwrap();
-    signallers[1].signal(libc::SIGINT).unwrap();
+    signallers[0].kill_signal(1, libc::SIGINT).unwrap();
+    signallers[1].kill_signal(1, libc::SIGINT).unwrap();
     // SAFETY: kill has no memory-safety preconditions; the pid is a supervisor of ours.
     unsafe { libc::kill(supervisors[3] as i32, libc::SIGKILL) };
     let mut reported = std::collections::BTreeMap::new();
@@ -227,4 +244,128 @@ fn one_watcher_reports_every_exit_once_and_reaps_the_supervisors() {
         exits.recv_timeout(Duration::from_millis(200)).is_err(),
         "no second report"
     );
+}
+
+/// The signal state of a process, from `/proc/PID/status`: (blocked, ignored, caught,
+/// pending) as bit masks.
+fn signal_state(pid: i32) -> (u64, u64, u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let mask = |field: &str| {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
+        u64::from_str_radix(line[field.len()..].trim(), 16).unwrap()
+    };
+    (
+        mask("SigBlk:"),
+        mask("SigIgn:"),
+        mask("SigCgt:"),
+        mask("SigPnd:"),
+    )
+}
+
+/// The thread that launches a task blocks SIGINT, SIGTERM and SIGUSR1, and the process
+/// ignores SIGHUP and SIGUSR2 — as the agent's threads block SIGINT and SIGTERM for its
+/// signal thread, and a daemon started in a shell's background ignores SIGINT. The task, a
+/// real `/bin/sleep`, starts with nothing blocked, ignored or pending, and dies of its kill
+/// signal (SIGTERM), not of SIGKILL.
+#[test]
+fn a_task_starts_with_no_signal_blocked_or_ignored_and_dies_of_its_kill_signal() {
+    let dir = task_dir("clean");
+    let launched = std::thread::spawn(move || {
+        // SAFETY: sigset operations on a local set; pthread_sigmask on this thread only;
+        // ignoring SIGHUP and SIGUSR2 in the test process harms no other test.
+        unsafe {
+            let mut set = std::mem::zeroed::<libc::sigset_t>();
+            libc::sigemptyset(&mut set);
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1] {
+                libc::sigaddset(&mut set, signal);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            libc::signal(libc::SIGUSR2, libc::SIG_IGN);
+        }
+        let launch = Launch {
+            dir: dir.clone(),
+            command: "/bin/sleep".into(),
+            args: vec!["60".into()],
+            env: Vec::new(),
+        };
+        raw_exec::launch(supervisor(), &["supervise"], &launch)
+            .unwrap()
+            .expect("the task starts")
+    })
+    .join()
+    .unwrap();
+    // The pid is the supervisor's child as soon as it answers; wait until it is the sleep.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(format!("/proc/{}/comm", launched.pid)).unwrap_or_default()
+        != "sleep\n"
+    {
+        assert!(Instant::now() < deadline, "the task never became sleep");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        signal_state(launched.pid),
+        (0, 0, 0, 0),
+        "(blocked, ignored, caught, pending) signals of the task"
+    );
+    launched
+        .signaller()
+        .unwrap()
+        .kill_signal(1, libc::SIGTERM)
+        .unwrap();
+    let (record, reaper) = launched.wait();
+    reaper.reap();
+    assert_eq!(
+        (record.exit_code, record.signal),
+        (128 + libc::SIGTERM, Some(libc::SIGTERM))
+    );
+}
+
+/// A daemon that asks twice for the same kill — as one restarted after a crash may, when it
+/// lost the record of having sent the signal — gets one delivery: the second connection's
+/// hello says the signal went out, and the supervisor refuses the repeat. A later kill is
+/// delivered.
+#[test]
+fn a_kill_signal_is_delivered_once_across_daemon_restarts() {
+    let dir = task_dir("once");
+    let launch = shell(
+        &dir,
+        "trap 'echo INT' INT; trap 'exit 5' TERM; echo up; while :; do sleep 0.05; done",
+    );
+    let first = raw_exec::launch(supervisor(), &["supervise"], &launch)
+        .unwrap()
+        .expect("the task starts");
+    wait_for_output(&dir, "up");
+    assert!(first.delivered.is_empty());
+    first
+        .signaller()
+        .unwrap()
+        .kill_signal(1, libc::SIGINT)
+        .unwrap();
+    wait_for_output(&dir, "INT");
+    drop(first);
+    let Reattach::Running(again) = raw_exec::reattach(&dir).unwrap() else {
+        panic!("the supervisor should still be running");
+    };
+    assert_eq!(
+        again
+            .delivered
+            .iter()
+            .map(|d| (d.kill, d.signal))
+            .collect::<Vec<_>>(),
+        [(1, libc::SIGINT)],
+        "the hello says kill 1's signal went out"
+    );
+    let signaller = again.signaller().unwrap();
+    signaller.kill_signal(1, libc::SIGINT).unwrap();
+    signaller.kill_signal(2, libc::SIGTERM).unwrap();
+    let (record, reaper) = again.wait();
+    reaper.reap();
+    assert_eq!(record.exit_code, 5, "kill 2's SIGTERM ended it");
+    assert_eq!(record.refused, 1, "the repeated kill 1 was refused");
+    let output = std::fs::read_to_string(dir.join(raw_exec::STDOUT_FILE)).unwrap();
+    assert_eq!(output.matches("INT").count(), 1, "{output}");
 }

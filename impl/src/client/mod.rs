@@ -74,14 +74,16 @@ pub enum Command {
     CancelTimer {
         timer: Timer,
     },
-    /// Send the kill signal.
+    /// Send the kill signal of the task's kill number `kill` (see [`TaskRunner::kills`]).
     Signal {
         task: usize,
         signal: String,
+        kill: u32,
     },
-    /// SIGKILL the process group.
+    /// SIGKILL the process group: kill number `kill`'s timeout fired.
     ForceKill {
         task: usize,
+        kill: u32,
     },
     /// Report the task states and client status to the server.
     Report,

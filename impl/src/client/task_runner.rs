@@ -48,6 +48,12 @@ pub struct TaskRunner {
     pub signalled: bool,
     pub delay: DelayOutcome,
     pub sigkilled: bool,
+    /// The kills begun so far: the current kill's number, from 1. The driver delivers each
+    /// kill's signal at most once (raw_exec's supervisor refuses a number it has carried
+    /// out), so a runner restored from progress stored before its signal went out, which
+    /// takes the step again, does not signal the task twice.
+    #[serde(default)]
+    pub kills: u32,
 }
 
 pub(super) fn event(
@@ -135,6 +141,7 @@ impl TaskRunner {
             signalled: false,
             delay: DelayOutcome::None,
             sigkilled: false,
+            kills: 0,
         }
     }
 
@@ -172,6 +179,7 @@ impl TaskRunner {
         out: &mut Vec<Command>,
     ) {
         debug_assert_eq!(self.phase, TaskPhase::Running);
+        self.kills += 1;
         let timeout = go_duration(self.kill_timeout_ns);
         self.record(event(
             event_types::KILLING,
@@ -253,6 +261,7 @@ impl TaskRunner {
         out.push(Command::Signal {
             task: ix,
             signal: self.kill_signal.clone(),
+            kill: self.kills,
         });
         out.push(Command::StartTimer {
             timer: Timer::KillTimeout(ix),
@@ -264,7 +273,10 @@ impl TaskRunner {
     pub(super) fn kill_timeout_fired(&mut self, ix: usize, out: &mut Vec<Command>) {
         debug_assert_eq!(self.phase, TaskPhase::Signalled);
         self.sigkilled = true;
-        out.push(Command::ForceKill { task: ix });
+        out.push(Command::ForceKill {
+            task: ix,
+            kill: self.kills,
+        });
     }
 
     /// The process is gone: `Terminated`, and `Killed` if it was being killed; the exited

@@ -22,8 +22,13 @@ pub const DRIVERS: [&str; 2] = ["raw_exec", "mock_driver"];
 
 #[derive(Clone, Debug)]
 enum Handle {
-    /// A raw_exec task: signalled through its supervisor.
-    Process(std::sync::Arc<raw_exec::Signaller>),
+    /// A raw_exec task: signalled through its supervisor, which had delivered `delivered`
+    /// when this host attached to it (a restored runner's task may have had its kill signal
+    /// before the crash lost the record of it).
+    Process {
+        signaller: Arc<raw_exec::Signaller>,
+        delivered: Vec<raw_exec::Delivery>,
+    },
     Mock(u64),
 }
 
@@ -39,6 +44,10 @@ pub struct DaemonHost {
     deadlines: BTreeMap<Timer, i64>,
     /// Deadlines stored before a restart: a re-armed timer keeps its old deadline.
     resumed: BTreeMap<Timer, i64>,
+    /// Tasks whose current kill signal their supervisor had delivered before this host
+    /// attached (a runner restored from progress stored before the signal): when (Unix ns).
+    /// The kill timeout runs from then, not from the step taken again.
+    signalled_before: BTreeMap<usize, i64>,
 }
 
 /// The server's side of a runner's steps, gathered while the runner's lock is held and
@@ -79,11 +88,7 @@ fn exited(exit_code: i32, signal: Option<i32>) -> ExitResult {
 }
 
 fn lost(why: String) -> raw_exec::ExitRecord {
-    raw_exec::ExitRecord {
-        exit_code: -1,
-        signal: None,
-        error: Some(why),
-    }
+    raw_exec::ExitRecord::failed(-1, why)
 }
 
 impl DaemonHost {
@@ -96,6 +101,7 @@ impl DaemonHost {
             pending: Pending::default(),
             deadlines: BTreeMap::new(),
             resumed: BTreeMap::new(),
+            signalled_before: BTreeMap::new(),
         }
     }
 
@@ -107,9 +113,15 @@ impl DaemonHost {
 
     fn start_timer(&mut self, timer: Timer, after_ns: i64) {
         let now = unix_now_ns();
-        let due = match self.resumed.remove(&timer) {
-            Some(due) => due,
-            None => now + after_ns,
+        let signalled_before = match timer {
+            Timer::KillTimeout(ix) => self.signalled_before.remove(&ix),
+            Timer::GroupDelay | Timer::TaskDelay(_) => None,
+        };
+        let due = match (self.resumed.remove(&timer), signalled_before) {
+            (Some(due), _) => due,
+            // kill_timeout_respected: the timeout runs from the signal the task really got.
+            (None, Some(signalled)) => signalled + after_ns,
+            (None, None) => now + after_ns,
         };
         self.deadlines.insert(timer, due);
         self.schedule(due - now, Due::Timer(timer));
@@ -202,9 +214,13 @@ impl DaemonHost {
         match attached {
             Ok(Ok(attached)) => {
                 match attached.signaller() {
-                    Ok(signaller) => {
-                        self.set_handle(ix, Handle::Process(std::sync::Arc::new(signaller)))
-                    }
+                    Ok(signaller) => self.set_handle(
+                        ix,
+                        Handle::Process {
+                            signaller: Arc::new(signaller),
+                            delivered: attached.delivered.clone(),
+                        },
+                    ),
                     Err(error) => {
                         // A task that cannot be signalled cannot be stopped: it is ended now
                         // (its supervisor has not reaped it, so the pid is still its own),
@@ -262,12 +278,31 @@ impl DaemonHost {
         self.schedule(0, Due::Exited(ix, exited(-1, None).into()));
     }
 
-    fn signal(&mut self, ix: usize, signal: &str) {
+    /// The kill signal of kill number `kill`: asked of the supervisor, which delivers it at
+    /// most once — or, if it had delivered it before this host attached, not asked again.
+    fn signal(&mut self, ix: usize, signal: &str, kill: u32) {
         let now = unix_now_ns();
         match self.tasks.get(ix).cloned().flatten() {
-            Some(Handle::Process(signaller)) => {
-                let number = raw_exec::signal_number(signal).unwrap_or(libc::SIGINT);
-                if let Err(error) = signaller.signal(number) {
+            Some(Handle::Process {
+                signaller,
+                delivered,
+            }) => {
+                let Some(number) = raw_exec::signal_number(signal) else {
+                    // Jobspec validation admits only signals this driver knows.
+                    eprintln!(
+                        "quiesce agent: allocation {} task {ix}: unknown signal {signal:?}",
+                        self.alloc
+                    );
+                    return;
+                };
+                let before = delivered
+                    .iter()
+                    .find(|d| d.kill == kill && d.signal != SIGKILL);
+                if let Some(before) = before {
+                    self.signalled_before.insert(ix, before.unix_ns);
+                    return;
+                }
+                if let Err(error) = signaller.kill_signal(kill, number) {
                     eprintln!(
                         "quiesce agent: allocation {} task {ix}: signal: {error}",
                         self.alloc
@@ -282,11 +317,11 @@ impl DaemonHost {
         }
     }
 
-    fn force_kill(&mut self, ix: usize) {
+    fn force_kill(&mut self, ix: usize, kill: u32) {
         let now = unix_now_ns();
         match self.tasks.get(ix).cloned().flatten() {
-            Some(Handle::Process(signaller)) => {
-                if let Err(error) = signaller.signal(SIGKILL) {
+            Some(Handle::Process { signaller, .. }) => {
+                if let Err(error) = signaller.force_kill(kill) {
                     eprintln!(
                         "quiesce agent: allocation {} task {ix}: SIGKILL: {error}",
                         self.alloc
@@ -478,13 +513,13 @@ impl Host for DaemonHost {
             // when the shell settles; a crash before that is safe because the stop it
             // follows is durable (an API write's plan, see `Core::process_evals`), and a
             // restored runner applies it before its tasks' exits (`restore_runner`).
-            Command::Signal { task, signal } => {
+            Command::Signal { task, signal, kill } => {
                 self.apply_services();
-                self.signal(*task, signal)
+                self.signal(*task, signal, *kill)
             }
-            Command::ForceKill { task } => {
+            Command::ForceKill { task, kill } => {
                 self.apply_services();
-                self.force_kill(*task)
+                self.force_kill(*task, *kill)
             }
             Command::Report => self.pending.report = true,
         }

@@ -597,7 +597,7 @@ impl Simulator {
             for command in commands {
                 match command {
                     Command::Report => report = true,
-                    Command::ForceKill { task } => {
+                    Command::ForceKill { task, .. } => {
                         if let Some(handle) = self.handles.get(&(alloc.clone(), task)) {
                             self.driver
                                 .force_kill(handle, self.now_ns)
@@ -676,7 +676,7 @@ impl Simulator {
                 self.timer_queue.insert((due, alloc.clone(), timer));
             }
             Command::CancelTimer { timer } => self.stop_timer(alloc, timer),
-            Command::Signal { task, signal } => {
+            Command::Signal { task, signal, .. } => {
                 if let Some(handle) = self.handles.get(&(alloc.clone(), task)) {
                     self.driver
                         .signal(handle, &signal, now)

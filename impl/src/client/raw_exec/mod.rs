@@ -1,0 +1,534 @@
+//! The `raw_exec` driver: real processes, each under a small supervisor process, as Nomad's
+//! executor runs them.
+//!
+//! The supervisor (`quiesce supervise`, [`supervisor::supervise`]) starts the task clean (an
+//! empty signal mask and every signal at its default, whatever the daemon's threads block or
+//! ignore) in its own process group, and answers every connection on its control socket with
+//! a hello line: the task's pid and the kill signals it has delivered so far. It carries out
+//! the requests the daemon sends over that connection — only while it has not reaped the
+//! task, so a signal can never reach a process that reused the pid — and delivers **each
+//! kill's signal at most once**: kills are numbered (the task runner counts them), and a
+//! request for a kill already carried out is refused. That is how a restarted daemon, which
+//! may have lost the record of having sent a signal (its store syncs runner progress up to
+//! 20 ms late), never signals a task twice: the supervisor, which outlives the daemon and
+//! dies only with the task, remembers. When the task exits it kills whatever is left of the
+//! group, reaps the task, writes the exit status and what it delivered to `exit.json` in the
+//! task directory, sends the same as an `exit` line on every connection and exits. It is
+//! started in a process group of its own, so it outlives the daemon — a restart or a
+//! `kill -9` — and a restored runner reattaches by connecting to the socket again. The socket
+//! is an abstract Unix socket named after the task directory (no file to go stale, no
+//! path-length limit); the daemon binds it before starting the supervisor and hands it over
+//! as the supervisor's standard input, so a connection never races the supervisor's start.
+//! The supervisor's exit closes the socket: end-of-stream on a connection means "the task's
+//! exit status is on disk".
+//!
+//! The protocol, one line each way per message:
+//! * supervisor → daemon, on accepting: `{"pid":P,"delivered":[…]}` ([`Hello`]);
+//! * daemon → supervisor: `kill K N` (deliver signal N as kill K's kill signal, once) and
+//!   `force K` (SIGKILL the group: kill K's timeout fired, once) ([`Request`]);
+//! * supervisor → daemon, when the task has exited: `exit {…}` ([`ExitRecord`]).
+
+mod supervisor;
+mod watcher;
+
+pub use supervisor::supervise;
+pub use watcher::ExitWatcher;
+
+use super::task_runner::ExitResult;
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::fd::OwnedFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// The exit status file the supervisor leaves in the task directory.
+pub const EXIT_FILE: &str = "exit.json";
+pub const STDOUT_FILE: &str = "stdout.log";
+pub const STDERR_FILE: &str = "stderr.log";
+
+/// How many of its latest deliveries a supervisor reports (a task is killed once per stop
+/// and once per restart; the bound keeps a hello and an exit record small).
+pub const MAX_DELIVERIES: usize = 16;
+
+/// The longest request line a supervisor reads; a connection that sends more without a
+/// newline is closed.
+pub const MAX_REQUEST_LINE: usize = 64;
+
+/// A signal the supervisor delivered to the task's process group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// The kill it belongs to (numbered from 1 for each task).
+    pub kill: u32,
+    pub signal: i32,
+    /// When, on CLOCK_REALTIME (the daemon's timers) and on CLOCK_MONOTONIC (a task's own
+    /// record, such as the witness's).
+    pub unix_ns: i64,
+    pub monotonic_ns: i64,
+}
+
+/// What a supervisor says first on every connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub pid: i32,
+    #[serde(default)]
+    pub delivered: Vec<Delivery>,
+}
+
+/// A request from the daemon to a supervisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Deliver `signal` as the kill signal of kill number `kill`, unless that kill (or a
+    /// later one) has had its signal already.
+    Kill { kill: u32, signal: i32 },
+    /// SIGKILL the process group: kill `kill`'s timeout fired (once per kill).
+    Force { kill: u32 },
+}
+
+impl Request {
+    pub fn line(&self) -> String {
+        match self {
+            Request::Kill { kill, signal } => format!("kill {kill} {signal}\n"),
+            Request::Force { kill } => format!("force {kill}\n"),
+        }
+    }
+
+    /// A request line (with or without its newline); `None` for anything else. Kill numbers
+    /// start at 1, signals are 1–64.
+    pub fn parse(line: &str) -> Option<Request> {
+        let mut words = line.split_ascii_whitespace();
+        let verb = words.next()?;
+        let kill: u32 = words.next()?.parse().ok().filter(|&k| k > 0)?;
+        let request = match verb {
+            "kill" => Request::Kill {
+                kill,
+                signal: words
+                    .next()?
+                    .parse()
+                    .ok()
+                    .filter(|s| (1..=64).contains(s))?,
+            },
+            "force" => Request::Force { kill },
+            _ => return None,
+        };
+        words.next().is_none().then_some(request)
+    }
+}
+
+/// What the supervisor writes to `exit.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    /// Why the task could not start, if it could not.
+    pub error: Option<String>,
+    /// The signals the supervisor delivered, oldest first (at most [`MAX_DELIVERIES`]).
+    #[serde(default)]
+    pub delivered: Vec<Delivery>,
+    /// Requests refused because their kill had been carried out already.
+    #[serde(default)]
+    pub refused: u32,
+}
+
+impl ExitRecord {
+    pub fn result(&self) -> ExitResult {
+        ExitResult {
+            exit_code: self.exit_code,
+            signal: self.signal,
+        }
+    }
+
+    /// A task that could not be started or watched, or whose status is unknown.
+    pub fn failed(exit_code: i32, why: String) -> ExitRecord {
+        ExitRecord {
+            exit_code,
+            signal: None,
+            error: Some(why),
+            delivered: Vec::new(),
+            refused: 0,
+        }
+    }
+}
+
+/// A signal's number from its name (`SIGINT`, `INT`, `sigterm`…).
+pub fn signal_number(name: &str) -> Option<i32> {
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    Some(match bare {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "ALRM" => libc::SIGALRM,
+        "WINCH" => libc::SIGWINCH,
+        "CONT" => libc::SIGCONT,
+        "STOP" => libc::SIGSTOP,
+        "TSTP" => libc::SIGTSTP,
+        "ABRT" => libc::SIGABRT,
+        _ => return None,
+    })
+}
+
+/// The abstract socket name of a task directory's supervisor.
+fn socket_name(dir: &Path) -> String {
+    // FNV-1a over the path: stable across daemon restarts, short enough for any path.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in dir.as_os_str().as_encoded_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("quiesce-supervisor-{hash:016x}")
+}
+
+fn socket_addr(dir: &Path) -> io::Result<SocketAddr> {
+    SocketAddr::from_abstract_name(socket_name(dir).as_bytes())
+}
+
+/// What a launch needs: the task directory (created if absent), the command line and the
+/// environment the task gets on top of the daemon's.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    pub dir: PathBuf,
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+/// A running (or finished) supervised task, as the daemon holds it.
+#[derive(Debug)]
+pub struct Attached {
+    /// The task's pid, which is also its process group.
+    pub pid: i32,
+    /// The control connection: end-of-stream when the supervisor has exited.
+    stream: Option<UnixStream>,
+    /// The supervisor, when this daemon started it (to reap it).
+    child: Option<Child>,
+    dir: PathBuf,
+    /// The signals the supervisor had delivered when it said hello (a restarted daemon
+    /// learns from it whether a kill signal went out before the crash, and when).
+    pub delivered: Vec<Delivery>,
+}
+
+/// How a reattach found a task.
+#[derive(Debug)]
+pub enum Reattach {
+    Running(Attached),
+    /// The supervisor has exited and left the task's exit status.
+    Exited(ExitRecord),
+    /// The supervisor is gone without an exit status (it was killed): the task is lost.
+    Lost,
+}
+
+/// Starts a supervised task: `supervisor` is the program to run as the supervisor (the
+/// `quiesce` binary) and `supervisor_args` the arguments that make it one, before the task
+/// directory and the command line. Returns once the task has started (or failed to start:
+/// then its exit record says why).
+pub fn launch(
+    supervisor: &Path,
+    supervisor_args: &[&str],
+    launch: &Launch,
+) -> io::Result<Result<Attached, ExitRecord>> {
+    fs::create_dir_all(&launch.dir)?;
+    let listener = UnixListener::bind_addr(&socket_addr(&launch.dir)?)?;
+    let log = |name: &str| {
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(launch.dir.join(name))
+    };
+    let mut command = Command::new(supervisor);
+    command
+        .args(supervisor_args)
+        .arg(&launch.dir)
+        .arg("--")
+        .arg(&launch.command)
+        .args(&launch.args)
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&launch.dir)
+        // The listening socket is the supervisor's standard input.
+        .stdin(Stdio::from(OwnedFd::from(listener)))
+        .stdout(log(STDOUT_FILE)?)
+        .stderr(log(STDERR_FILE)?)
+        // Its own process group: a signal to the daemon's group does not reach it.
+        .process_group(0);
+    let mut child = command.spawn()?;
+    // The daemon's copy of the listener must go: the supervisor's exit has to close it.
+    drop(command);
+    let attached = socket_addr(&launch.dir)
+        .and_then(|addr| UnixStream::connect_addr(&addr))
+        .and_then(|stream| attach(stream, None, &launch.dir));
+    match attached {
+        Ok(Ok(mut attached)) => {
+            attached.child = Some(child);
+            Ok(Ok(attached))
+        }
+        Ok(Err(record)) => {
+            child.wait()?;
+            Ok(Err(record))
+        }
+        Err(error) => {
+            // No answer from it: it goes, and is reaped (no zombie).
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(error)
+        }
+    }
+}
+
+/// How long a supervisor may take to answer with the task's pid.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The supervisor at the other end runs as this user: the abstract socket's name is
+/// predictable and has no file permissions, so another user could bind it first.
+fn check_peer(stream: &UnixStream) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket and a buffer of the given length.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut credentials as *mut libc::ucred).cast(),
+            &mut length,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: getuid has no preconditions.
+    let ours = unsafe { libc::getuid() };
+    if credentials.uid != ours {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the task's supervisor socket belongs to uid {}, not {ours}",
+                credentials.uid
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Reattaches to the supervisor of a task started earlier (by this daemon or an earlier one).
+pub fn reattach(dir: &Path) -> io::Result<Reattach> {
+    match UnixStream::connect_addr(&socket_addr(dir)?) {
+        Ok(stream) => Ok(match attach(stream, None, dir)? {
+            Ok(attached) => Reattach::Running(attached),
+            Err(record) => Reattach::Exited(record),
+        }),
+        Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => {
+            Ok(match read_exit(dir)? {
+                Some(record) => Reattach::Exited(record),
+                None => Reattach::Lost,
+            })
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// Reads the supervisor's hello (the task's pid and what it has delivered); end-of-stream
+/// (or a reset: a connection still in the backlog when the supervisor exits is reset) first
+/// means it has exited.
+fn attach(
+    stream: UnixStream,
+    mut child: Option<Child>,
+    dir: &Path,
+) -> io::Result<Result<Attached, ExitRecord>> {
+    check_peer(&stream)?;
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    match reader.read_line(&mut line) {
+        Ok(_) => {}
+        Err(error) if error.kind() == io::ErrorKind::ConnectionReset => line.clear(),
+        Err(error) => return Err(error),
+    }
+    reader.get_ref().set_read_timeout(None)?;
+    match serde_json::from_str::<Hello>(line.trim()) {
+        Ok(hello) if hello.pid > 0 => Ok(Ok(Attached {
+            pid: hello.pid,
+            stream: Some(reader.into_inner()),
+            child,
+            dir: dir.to_path_buf(),
+            delivered: hello.delivered,
+        })),
+        _ if !line.is_empty() => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the task's supervisor said {:?}, not a hello", line.trim()),
+        )),
+        _ => {
+            if let Some(child) = child.as_mut() {
+                child.wait()?;
+            }
+            Ok(Err(read_exit(dir)?.unwrap_or_else(|| {
+                ExitRecord::failed(
+                    -1,
+                    "the task's supervisor exited without an exit status".into(),
+                )
+            })))
+        }
+    }
+}
+
+fn read_exit(dir: &Path) -> io::Result<Option<ExitRecord>> {
+    match fs::read_to_string(dir.join(EXIT_FILE)) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+impl Attached {
+    /// The supervisor's pid, when this daemon started it.
+    pub fn supervisor_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// A handle that asks the supervisor to signal the task's process group.
+    pub fn signaller(&self) -> io::Result<Signaller> {
+        let stream = self
+            .stream
+            .as_ref()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no control connection"))?;
+        Ok(Signaller(stream.try_clone()?))
+    }
+
+    /// Blocks until the task has exited, and returns its exit status — from the supervisor's
+    /// `exit` line, or, if the supervisor went without one, from `exit.json` — and what is
+    /// left to reap of the supervisor (reap it after acting on the exit).
+    pub fn wait(mut self) -> (ExitRecord, Reaper) {
+        if let Some(stream) = self.stream.take() {
+            for line in BufReader::new(stream).lines() {
+                // End-of-stream (or a reset) when the supervisor exits.
+                let Ok(line) = line else { break };
+                if let Some(record) = line
+                    .strip_prefix("exit ")
+                    .and_then(|json| serde_json::from_str(json).ok())
+                {
+                    return (record, Reaper(self.child.take()));
+                }
+            }
+        }
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.wait();
+        }
+        (exit_left_on_disk(&self.dir), Reaper(None))
+    }
+}
+
+/// The exit status of a task whose supervisor went without sending it: from `exit.json`,
+/// which the supervisor writes before it sends the `exit` line and exits.
+fn exit_left_on_disk(dir: &Path) -> ExitRecord {
+    match read_exit(dir) {
+        Ok(Some(record)) => record,
+        Ok(None) => ExitRecord::failed(
+            -1,
+            "the task's supervisor was killed: exit status unknown".into(),
+        ),
+        Err(error) => ExitRecord::failed(-1, format!("reading the task's exit status: {error}")),
+    }
+}
+
+/// A supervisor that reported its task's exit and is exiting: reap it (if this daemon
+/// started it) so it leaves no zombie.
+#[derive(Debug)]
+pub struct Reaper(Option<Child>);
+
+impl Reaper {
+    pub fn reap(self) {
+        if let Some(mut child) = self.0 {
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Sends a task's supervisor the daemon's requests (see [`Request`]) on the control
+/// connection. A supervisor that has gone (the task exited) is not an error: the exit is on
+/// its way to the daemon.
+#[derive(Debug)]
+pub struct Signaller(UnixStream);
+
+impl Signaller {
+    /// Kill `kill`'s kill signal: delivered once, however often it is asked for.
+    pub fn kill_signal(&self, kill: u32, signal: i32) -> io::Result<()> {
+        self.send(Request::Kill { kill, signal })
+    }
+
+    /// SIGKILL, once kill `kill`'s timeout has fired.
+    pub fn force_kill(&self, kill: u32) -> io::Result<()> {
+        self.send(Request::Force { kill })
+    }
+
+    fn send(&self, request: Request) -> io::Result<()> {
+        match (&self.0).write_all(request.line().as_bytes()) {
+            Ok(()) => Ok(()),
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signal_names_resolve_with_or_without_the_prefix() {
+        assert_eq!(signal_number("SIGINT"), Some(libc::SIGINT));
+        assert_eq!(signal_number("term"), Some(libc::SIGTERM));
+        assert_eq!(signal_number("SIGNOPE"), None);
+    }
+
+    #[test]
+    fn requests_read_back_as_written_and_nothing_else_is_one() {
+        for request in [
+            Request::Kill {
+                kill: 3,
+                signal: libc::SIGTERM,
+            },
+            Request::Force { kill: 1 },
+        ] {
+            assert_eq!(Request::parse(&request.line()), Some(request));
+        }
+        for line in [
+            "kill 0 2",
+            "kill 1 0",
+            "kill 1 65",
+            "kill 1",
+            "kill 1 2 3",
+            "signal 2",
+            "force -1",
+            "",
+        ] {
+            assert_eq!(Request::parse(line), None, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn socket_names_are_stable_and_distinct() {
+        let a = socket_name(Path::new("/data/alloc/a/web"));
+        assert_eq!(a, socket_name(Path::new("/data/alloc/a/web")));
+        assert_ne!(a, socket_name(Path::new("/data/alloc/b/web")));
+    }
+}

@@ -1,0 +1,420 @@
+//! The supervisor process (`quiesce supervise DIR -- COMMAND…`): one per raw_exec task. It
+//! starts the task clean (an empty signal mask, every signal at its default, in a process
+//! group of its own), delivers the kill signals the daemon asks for — each kill's signal at
+//! most once, however often a restarted daemon asks — and records how the task ended and
+//! what it delivered, in `exit.json` and as an `exit` line on every control connection. The
+//! protocol is in the parent module's documentation.
+
+use super::{Delivery, ExitRecord, Hello, Request, EXIT_FILE, MAX_DELIVERIES, MAX_REQUEST_LINE};
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Where the supervisor will write the task's exit status: a temporary file created when
+/// the supervisor starts, written and renamed to `exit.json` when the task exits, so that a
+/// reader never sees half a record. Creating it early matters: a new file is a new inode,
+/// and on a file system that has seen many files come and go (every task leaves some),
+/// ext4's search for a free inode that was not recently deleted costs about half a
+/// millisecond of CPU — per supervisor, in the middle of a stop of many tasks. Not synced to
+/// disk: it must survive the daemon's crash, not the machine's (which ends the task too),
+/// and 100 tasks exiting at once would otherwise queue 100 disk syncs.
+struct ExitFile {
+    temporary: PathBuf,
+    file: io::Result<fs::File>,
+}
+
+impl ExitFile {
+    fn create(dir: &Path) -> ExitFile {
+        let temporary = dir.join(EXIT_FILE).with_extension("tmp");
+        let file = fs::File::create(&temporary);
+        ExitFile { temporary, file }
+    }
+
+    fn write(&mut self, contents: &[u8]) -> io::Result<()> {
+        let file = self
+            .file
+            .as_mut()
+            .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+        file.write_all(contents)?;
+        fs::rename(&self.temporary, self.temporary.with_extension("json"))
+    }
+}
+
+/// The kernel's `struct sigaction` as `rt_sigaction` takes it (x86_64 and aarch64 alike).
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+/// The highest signal number (`_NSIG - 1` on Linux): the real-time signals included.
+const MAX_SIGNAL: libc::c_int = 64;
+
+/// Gives the calling process an empty signal mask and every signal its default disposition.
+/// Run in the task's process between fork and exec, so it must be async-signal-safe: only
+/// system calls. A mask and ignored dispositions survive exec, and the task would inherit
+/// whatever the supervisor's parent thread had — the agent blocks SIGINT and SIGTERM on
+/// every thread (its signal thread takes them with `sigwait`), and a daemon started in a
+/// shell's background ignores SIGINT and SIGQUIT — so a program that relies on the defaults
+/// (`sleep`, most servers) would never see its kill signal and die only of SIGKILL after the
+/// kill timeout. The raw `rt_sigaction` reaches the signals glibc keeps for itself (32, 33).
+fn reset_signals() -> io::Result<()> {
+    // SAFETY: sigemptyset fills the set it is given; sigprocmask on the calling (only)
+    // thread; rt_sigaction with a valid action of the kernel's layout and no old action.
+    unsafe {
+        let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(empty.as_mut_ptr());
+        if libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let default = KernelSigaction {
+            handler: libc::SIG_DFL,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
+        for signal in 1..=MAX_SIGNAL {
+            if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+                continue;
+            }
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                &default as *const KernelSigaction,
+                std::ptr::null_mut::<KernelSigaction>(),
+                std::mem::size_of::<u64>(),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(clock, &mut now) };
+    now.tv_sec * 1_000_000_000 + now.tv_nsec
+}
+
+/// What the supervisor has delivered to the task's process group: the source of truth for
+/// "did the kill signal go out", which a restarted daemon asks for (it is in every hello).
+#[derive(Default)]
+struct Deliveries {
+    /// The last kill whose kill signal was delivered, and the last one SIGKILLed (kills are
+    /// numbered from 1, increasing): a request for an older or the same kill is refused.
+    last_signalled: u32,
+    last_forced: u32,
+    /// The latest deliveries, oldest first (at most [`MAX_DELIVERIES`]).
+    recent: Vec<Delivery>,
+    refused: u32,
+}
+
+impl Deliveries {
+    /// Carries out one request on the task's (unreaped) process group `pid`.
+    fn carry_out(&mut self, request: Request, pid: i32) {
+        let (kill, signal, last) = match request {
+            Request::Kill { kill, signal } => (kill, signal, &mut self.last_signalled),
+            Request::Force { kill } => (kill, libc::SIGKILL, &mut self.last_forced),
+        };
+        if kill <= *last {
+            // Asked again for a kill already carried out (a daemon that restarted before it
+            // stored having sent it): the task gets nothing twice.
+            self.refused = self.refused.saturating_add(1);
+            return;
+        }
+        *last = kill;
+        // SAFETY: killpg has no memory-safety preconditions; the task is not reaped (see
+        // `serve_until_exit`), so its pid is still its own.
+        unsafe { libc::killpg(pid, signal) };
+        if self.recent.len() == MAX_DELIVERIES {
+            self.recent.remove(0);
+        }
+        self.recent.push(Delivery {
+            kill,
+            signal,
+            unix_ns: clock_ns(libc::CLOCK_REALTIME),
+            monotonic_ns: clock_ns(libc::CLOCK_MONOTONIC),
+        });
+    }
+}
+
+/// The supervisor process: runs `argv` in `dir` in its own process group and records how it
+/// ended. Standard input is the listening control socket (see [`super::launch`]). Returns
+/// the supervisor's own exit code.
+pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
+    // SAFETY: fd 0 is the listening socket `launch` passed; nothing else owns it.
+    let listener = unsafe { UnixListener::from_raw_fd(0) };
+    let mut exit_file = ExitFile::create(dir);
+    let mut record = |record: ExitRecord| {
+        let json = serde_json::to_vec(&record).expect("an exit record serializes");
+        match exit_file.write(&json) {
+            Ok(()) => 0,
+            Err(error) => {
+                eprintln!("quiesce supervise: writing {EXIT_FILE}: {error}");
+                1
+            }
+        }
+    };
+    let Some((program, args)) = argv.split_first() else {
+        return record(ExitRecord::failed(-1, "no command to run".into()));
+    };
+    let mut command = Command::new(program);
+    command.args(args).stdin(Stdio::null()).process_group(0);
+    // SAFETY: reset_signals and prctl are system calls only (async-signal-safe). If the
+    // supervisor is killed (a daemon giving up on its handshake), the task goes with it
+    // rather than running on unsupervised.
+    unsafe {
+        command.pre_exec(|| {
+            reset_signals()?;
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            return record(ExitRecord::failed(
+                127,
+                format!("failed to start {program:?}: {error}"),
+            ))
+        }
+    };
+    let pid = child.id() as i32;
+    // The supervisor must not die of a write to a daemon that went away (a control
+    // connection closed before its hello was read).
+    // SAFETY: ignoring a signal has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // The task's exit, as a descriptor to poll: readable once it has exited, while its pid
+    // stays its own (unreaped) until this process reaps it after the loop.
+    // SAFETY: pidfd_open on our own unreaped child; the descriptor it returns is ours.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        let error = io::Error::last_os_error();
+        let _ = child.kill();
+        let _ = child.wait();
+        return record(ExitRecord::failed(
+            -1,
+            format!("watching the task: {error}"),
+        ));
+    }
+    // SAFETY: a new descriptor, owned by nothing else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    let mut deliveries = Deliveries::default();
+    let mut connections = serve_until_exit(&listener, &pidfd, pid, &mut deliveries);
+    // What the task left running in its group goes with it, as Nomad's executor does.
+    // SAFETY: killpg has no memory-safety preconditions; the pid is not reaped yet.
+    unsafe { libc::killpg(pid, libc::SIGKILL) };
+    let status = match child.wait() {
+        Ok(status) => status,
+        Err(error) => {
+            return record(ExitRecord::failed(
+                -1,
+                format!("waiting for the task: {error}"),
+            ))
+        }
+    };
+    let (exit_code, signal) = match status.signal() {
+        Some(signal) => (128 + signal, Some(signal)),
+        None => (status.code().unwrap_or(-1), None),
+    };
+    let exit = ExitRecord {
+        exit_code,
+        signal,
+        error: None,
+        delivered: deliveries.recent,
+        refused: deliveries.refused,
+    };
+    let code = record(exit.clone());
+    // On disk first (for a daemon that reattaches later), then to every connected daemon,
+    // which can act on it without waiting for this process to go. A connection that comes
+    // later waits in the backlog and is reset when this process exits; its daemon then
+    // reads `exit.json`.
+    let line = format!(
+        "exit {}\n",
+        serde_json::to_string(&exit).expect("an exit record serializes")
+    );
+    for (stream, _) in &mut connections {
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.write_all(line.as_bytes());
+    }
+    // Nothing is left to flush: the status is on disk and sent. Skipping the C library's
+    // exit handlers and the loader's finalizers spares each supervisor's exit the page
+    // faults they cost, while a stop of many tasks still has signals to deliver.
+    // SAFETY: _exit ends the process; this is its only thread.
+    unsafe { libc::_exit(code) }
+}
+
+/// The supervisor's one thread, until the task exits: accepts control connections (each
+/// gets the hello: the task's pid and what was delivered so far), and carries out the
+/// requests they send. The task is not reaped before this returns, so a signal never reaches
+/// a process that reused its pid. Returns the connections still open, for the `exit` line.
+fn serve_until_exit(
+    listener: &UnixListener,
+    pidfd: &OwnedFd,
+    pid: i32,
+    deliveries: &mut Deliveries,
+) -> Vec<(UnixStream, Vec<u8>)> {
+    let _ = listener.set_nonblocking(true);
+    let mut connections: Vec<(UnixStream, Vec<u8>)> = Vec::new();
+    let pollfd = |fd: i32| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // A listener in error is polled no more (-1 is skipped): it would wake every poll.
+    let mut listening = listener.as_raw_fd();
+    loop {
+        let mut polled: Vec<libc::pollfd> = [pidfd.as_raw_fd(), listening]
+            .into_iter()
+            .chain(connections.iter().map(|(stream, _)| stream.as_raw_fd()))
+            .map(pollfd)
+            .collect();
+        // SAFETY: a valid array of pollfds of the given length.
+        let ready = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, -1) };
+        if ready < 0 {
+            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                // Out of memory, most likely: try again shortly rather than spin.
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            continue;
+        }
+        // Requests first: one read together with the task's exit still goes to its unreaped
+        // pid (harmlessly).
+        let mut closed = Vec::new();
+        for (ix, (stream, partial)) in connections.iter_mut().enumerate() {
+            if polled[ix + 2].revents == 0 {
+                continue;
+            }
+            if !read_requests(stream, partial, pid, deliveries) {
+                closed.push(ix);
+            }
+        }
+        for ix in closed.into_iter().rev() {
+            connections.swap_remove(ix);
+        }
+        if polled[1].revents & (libc::POLLERR | libc::POLLNVAL) != 0 {
+            listening = -1;
+        } else if polled[1].revents != 0 {
+            while let Ok((mut stream, _)) = listener.accept() {
+                let hello = Hello {
+                    pid,
+                    delivered: deliveries.recent.clone(),
+                };
+                let line = serde_json::to_string(&hello).expect("a hello serializes");
+                if writeln!(stream, "{line}").is_ok() && stream.set_nonblocking(true).is_ok() {
+                    connections.push((stream, Vec::new()));
+                }
+            }
+        }
+        if polled[0].revents != 0 {
+            return connections;
+        }
+    }
+}
+
+/// Reads what a control connection has sent and carries out its complete request lines;
+/// a line it does not know is ignored. Returns `false` once the connection has ended, or
+/// sent a line longer than any request (it is not a daemon).
+fn read_requests(
+    stream: &mut UnixStream,
+    partial: &mut Vec<u8>,
+    pid: i32,
+    deliveries: &mut Deliveries,
+) -> bool {
+    use std::io::Read;
+    let mut buffer = [0u8; 256];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return false,
+            Ok(read) => {
+                partial.extend_from_slice(&buffer[..read]);
+                while let Some(end) = partial.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = partial.drain(..=end).collect();
+                    let request = std::str::from_utf8(&line).ok().and_then(Request::parse);
+                    if let Some(request) = request {
+                        deliveries.carry_out(request, pid);
+                    }
+                }
+                if partial.len() > MAX_REQUEST_LINE {
+                    return false;
+                }
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each kill's signal goes out once, and SIGKILL once per kill; a request for a kill
+    /// already carried out, or an older one, is refused and counted.
+    #[test]
+    fn a_kill_is_delivered_once_however_often_it_is_asked_for() {
+        let mut deliveries = Deliveries::default();
+        // pid 0x7fff_fff0 does not exist: killpg fails harmlessly, the bookkeeping is real.
+        let nobody = 0x7fff_fff0;
+        for request in [
+            Request::Kill {
+                kill: 1,
+                signal: libc::SIGINT,
+            },
+            Request::Kill {
+                kill: 1,
+                signal: libc::SIGINT,
+            },
+            Request::Force { kill: 1 },
+            Request::Force { kill: 1 },
+            Request::Kill {
+                kill: 2,
+                signal: libc::SIGTERM,
+            },
+            Request::Kill {
+                kill: 1,
+                signal: libc::SIGTERM,
+            },
+        ] {
+            deliveries.carry_out(request, nobody);
+        }
+        let delivered: Vec<(u32, i32)> = deliveries
+            .recent
+            .iter()
+            .map(|d| (d.kill, d.signal))
+            .collect();
+        assert_eq!(
+            delivered,
+            [(1, libc::SIGINT), (1, libc::SIGKILL), (2, libc::SIGTERM)]
+        );
+        assert_eq!(deliveries.refused, 3);
+    }
+
+    #[test]
+    fn the_record_of_deliveries_is_bounded() {
+        let mut deliveries = Deliveries::default();
+        for kill in 1..=100 {
+            deliveries.carry_out(
+                Request::Kill {
+                    kill,
+                    signal: libc::SIGINT,
+                },
+                0x7fff_fff0,
+            );
+        }
+        assert_eq!(deliveries.recent.len(), MAX_DELIVERIES);
+        assert_eq!(deliveries.recent.last().map(|d| d.kill), Some(100));
+    }
+}

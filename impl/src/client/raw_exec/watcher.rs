@@ -1,0 +1,255 @@
+//! One thread that watches every supervised task for its exit (epoll over the control
+//! connections and the supervisors' pidfds).
+
+use super::{exit_left_on_disk, Attached, ExitRecord};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::Child;
+
+/// Watches many supervised tasks for their exits on one thread (epoll over the control
+/// connections), instead of a blocked thread per task: when a stop kills many tasks at
+/// once, one thread reads their `exit` lines as they come and hands each to `report`,
+/// rather than a hundred threads waking at once to compete for the CPU and the daemon's
+/// locks. It also reaps the supervisors this daemon started, once they have exited (a
+/// pidfd of each, in the same epoll set), so none is left a zombie.
+pub struct ExitWatcher<T> {
+    inner: std::sync::Arc<WatcherInner<T>>,
+}
+
+impl<T> Clone for ExitWatcher<T> {
+    fn clone(&self) -> Self {
+        ExitWatcher {
+            inner: std::sync::Arc::clone(&self.inner),
+        }
+    }
+}
+
+struct WatcherInner<T> {
+    epoll: OwnedFd,
+    watched: std::sync::Mutex<Watched<T>>,
+}
+
+struct Watched<T> {
+    next: u64,
+    entries: std::collections::HashMap<u64, Watch<T>>,
+}
+
+/// One task being watched. Its epoll keys: `2 × id` for the control connection, `2 × id + 1`
+/// for the supervisor's pidfd.
+struct Watch<T> {
+    /// Taken when the exit is reported (once).
+    token: Option<T>,
+    stream: Option<UnixStream>,
+    /// What has been read of the connection and not yet ended by a newline.
+    partial: Vec<u8>,
+    supervisor: Option<(Child, OwnedFd)>,
+    dir: PathBuf,
+}
+
+impl<T> Watch<T> {
+    /// Reads what the connection has without blocking. Returns the task's exit status once
+    /// it is known: the `exit` line, or `exit.json` when the connection ends without one.
+    fn read(&mut self) -> Option<ExitRecord> {
+        let stream = self.stream.as_ref()?;
+        let mut buffer = [0u8; 512];
+        loop {
+            // SAFETY: a valid socket and a buffer of the given length. MSG_DONTWAIT, not
+            // O_NONBLOCK: the daemon's signaller shares this socket and keeps blocking writes.
+            let read = unsafe {
+                libc::recv(
+                    stream.as_raw_fd(),
+                    buffer.as_mut_ptr().cast(),
+                    buffer.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if read > 0 {
+                self.partial.extend_from_slice(&buffer[..read as usize]);
+                while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = self.partial.drain(..=end).collect();
+                    let record = std::str::from_utf8(&line)
+                        .ok()
+                        .and_then(|line| line.trim_end().strip_prefix("exit "))
+                        .and_then(|json| serde_json::from_str(json).ok());
+                    if record.is_some() {
+                        return record;
+                    }
+                }
+                continue;
+            }
+            if read < 0 {
+                match io::Error::last_os_error().kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    io::ErrorKind::WouldBlock => return None,
+                    _ => {}
+                }
+            }
+            // End-of-stream (or a reset): the supervisor has exited.
+            return Some(exit_left_on_disk(&self.dir));
+        }
+    }
+}
+
+fn epoll_ctl(epoll: &OwnedFd, op: i32, fd: i32, key: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut event = libc::epoll_event {
+        events: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32,
+        u64: key,
+    };
+    // SAFETY: a valid epoll descriptor and event.
+    if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), op, fd, &mut event) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl<T: Send + 'static> ExitWatcher<T> {
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: epoll_create1 has no preconditions; the descriptor it returns is ours.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ExitWatcher {
+            inner: std::sync::Arc::new(WatcherInner {
+                // SAFETY: a new descriptor, owned by nothing else.
+                epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+                watched: std::sync::Mutex::new(Watched {
+                    next: 0,
+                    entries: std::collections::HashMap::new(),
+                }),
+            }),
+        })
+    }
+
+    fn watched(&self) -> std::sync::MutexGuard<'_, Watched<T>> {
+        self.inner
+            .watched
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Watches a task: its token and exit status are reported once, on the watcher's
+    /// thread, when the task has exited (see [`ExitWatcher::start`]). On failure (out of descriptors) the task is handed back, to be
+    /// waited for otherwise ([`Attached::wait`]).
+    pub fn watch(&self, attached: Attached, token: T) -> Result<(), (io::Error, Attached)> {
+        let Some(stream) = attached.stream.as_ref() else {
+            let error = io::Error::new(io::ErrorKind::NotConnected, "no control connection");
+            return Err((error, attached));
+        };
+        let pidfd = match &attached.child {
+            Some(child) => {
+                // SAFETY: pidfd_open on our own unreaped child (a zombie's pid stays ours).
+                let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as i32, 0) };
+                if fd < 0 {
+                    return Err((io::Error::last_os_error(), attached));
+                }
+                // SAFETY: a new descriptor, owned by nothing else.
+                Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+            }
+            None => None,
+        };
+        let mut watched = self.watched();
+        let id = watched.next;
+        let epoll = &self.inner.epoll;
+        if let Err(error) = epoll_ctl(epoll, libc::EPOLL_CTL_ADD, stream.as_raw_fd(), 2 * id) {
+            return Err((error, attached));
+        }
+        if let Some(pidfd) = &pidfd {
+            if let Err(error) = epoll_ctl(epoll, libc::EPOLL_CTL_ADD, pidfd.as_raw_fd(), 2 * id + 1)
+            {
+                let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, stream.as_raw_fd(), 2 * id);
+                return Err((error, attached));
+            }
+        }
+        watched.next += 1;
+        let mut attached = attached;
+        let supervisor = attached.child.take().zip(pidfd);
+        watched.entries.insert(
+            id,
+            Watch {
+                token: Some(token),
+                stream: attached.stream.take(),
+                partial: Vec::new(),
+                supervisor,
+                dir: attached.dir.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Starts the watcher's thread, which hands `report` the exits it finds, those that
+    /// came together at once.
+    pub fn start(
+        &self,
+        mut report: impl FnMut(Vec<(T, ExitRecord)>) + Send + 'static,
+    ) -> io::Result<()> {
+        let watcher = self.clone();
+        std::thread::Builder::new()
+            .name("exits".into())
+            .spawn(move || loop {
+                let mut exited = Vec::new();
+                watcher.wait_once(&mut exited);
+                // Reported outside the watcher's lock: `report` may start a task, which
+                // registers it here.
+                if !exited.is_empty() {
+                    report(exited);
+                }
+            })
+            .map(|_| ())
+    }
+
+    fn wait_once(&self, exited: &mut Vec<(T, ExitRecord)>) {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        // SAFETY: a valid epoll descriptor and event buffer of the given length.
+        let count = unsafe {
+            libc::epoll_wait(
+                self.inner.epoll.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                -1,
+            )
+        };
+        if count < 0 {
+            // EINTR: wait again.
+            return;
+        }
+        let mut watched = self.watched();
+        for event in &events[..count as usize] {
+            let key = event.u64;
+            let id = key / 2;
+            let Some(watch) = watched.entries.get_mut(&id) else {
+                continue;
+            };
+            if key % 2 == 0 {
+                if let Some(record) = watch.read() {
+                    if let Some(stream) = watch.stream.take() {
+                        let _ = epoll_ctl(
+                            &self.inner.epoll,
+                            libc::EPOLL_CTL_DEL,
+                            stream.as_raw_fd(),
+                            key,
+                        );
+                    }
+                    if let Some(token) = watch.token.take() {
+                        exited.push((token, record));
+                    }
+                }
+            } else if let Some((mut child, pidfd)) = watch.supervisor.take() {
+                // The supervisor has exited: reaped at once (no zombie).
+                let _ = epoll_ctl(
+                    &self.inner.epoll,
+                    libc::EPOLL_CTL_DEL,
+                    pidfd.as_raw_fd(),
+                    key,
+                );
+                let _ = child.wait();
+            }
+            if watch.stream.is_none() && watch.supervisor.is_none() {
+                watched.entries.remove(&id);
+            }
+        }
+    }
+}
