@@ -1,7 +1,11 @@
 """The end-to-end harness: a real `quiesce agent -dev` on a free loopback port with a
-temporary data dir, jobs whose tasks are shell scripts (tasks/), and helpers to read what the
-tasks recorded. Run through proofs/e2e/run, which builds the binaries and installs the
-clients."""
+temporary data dir, jobs whose tasks are real programs — the project's witness
+(`quiesce-witness`, which records from inside the process what it received: its signal
+mask at start, each signal with its time on CLOCK_MONOTONIC and how many of its
+allocation's services the agent still listed), `/bin/sleep`, `python3 -m http.server` — and
+helpers to read what the tasks and their supervisors recorded. Times are
+`time.monotonic()`, the witness's clock. Run through proofs/e2e/run, which builds the
+binaries and installs the clients."""
 
 import json
 import os
@@ -17,7 +21,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 QUIESCE = os.environ.get("QUIESCE_BIN", str(ROOT / "target/release/quiesce"))
 CONFORM = os.environ.get("QUIESCE_CONFORM", str(ROOT / "target/release/quiesce-conform"))
-TASKS = pathlib.Path(__file__).resolve().parent / "tasks"
+WITNESS = os.environ.get("QUIESCE_WITNESS", str(ROOT / "target/release/quiesce-witness"))
 SECOND = 1_000_000_000
 
 
@@ -132,10 +136,16 @@ class Agent:
 
         def ready():
             allocs = [a for a in self.allocs(job) if a["ClientStatus"] == "running"]
-            started = [a for a in allocs if all(self.task_log(a["ID"], t) for t in self.main_tasks(a))]
+            started = [a for a in allocs if all(self.started(a["ID"], t) for t in self.main_tasks(a))]
             return allocs if len(started) >= count else None
 
         return self.wait_until(f"{count} running allocation(s) of {job}", ready)
+
+    def started(self, alloc_id, task):
+        """The task's program runs: the witness has recorded its start, or any other
+        program has been started by its supervisor (its exit file is created then)."""
+        task_dir = self.task_dir(alloc_id, task)
+        return bool(self.witness(alloc_id, task)) or (task_dir / "exit.tmp").exists()
 
     def main_tasks(self, alloc_stub):
         return [
@@ -147,24 +157,45 @@ class Agent:
     def alloc_dir(self, alloc_id):
         return self.data_dir / "alloc" / alloc_id
 
-    def task_log(self, alloc_id, task):
-        """The lines a task script wrote: [("started", t), ("signal", "INT", t, services)]."""
-        path = self.alloc_dir(alloc_id) / f"{task}.log"
+    def task_dir(self, alloc_id, task):
+        return self.alloc_dir(alloc_id) / task
+
+    def witness(self, alloc_id, task):
+        """The witness's records, oldest first: dicts with "event" start, signal or exit."""
+        path = self.task_dir(alloc_id, task) / "stdout.log"
         if not path.exists():
             return []
-        lines = []
+        records = []
         for line in path.read_text().splitlines():
-            kind, rest = line.split(" ", 1)
-            if kind == "signal":
-                name, at, seen = rest.split(" ", 2)
-                lines.append(("signal", name, float(at), json.loads(seen)))
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                pass
+        return records
+
+    def task_log(self, alloc_id, task):
+        """What a witness task recorded, as [("started", t), ("signal", "INT", t, services),
+        ("exit", t)], t in seconds on CLOCK_MONOTONIC, services {name: registrations of
+        this allocation}."""
+        lines = []
+        for record in self.witness(alloc_id, task):
+            at = record["monotonic_ns"] / SECOND
+            if record["event"] == "start":
+                lines.append(("started", at))
+            elif record["event"] == "signal":
+                lines.append(("signal", record["name"].removeprefix("SIG"), at, record["services"]))
             else:
-                lines.append((kind, float(rest)))
+                lines.append(("exit", at))
         return lines
 
     def signalled_at(self, alloc_id, task):
         signals = [line for line in self.task_log(alloc_id, task) if line[0] == "signal"]
         return signals[0][2] if signals else None
+
+    def exit_record(self, alloc_id, task):
+        """The supervisor's exit.json: the exit status and the signals it delivered."""
+        path = self.task_dir(alloc_id, task) / "exit.json"
+        return json.loads(path.read_text()) if path.exists() else None
 
     def client_status(self, alloc_id):
         return self.get(f"/v1/allocation/{alloc_id}")["ClientStatus"]
@@ -176,8 +207,10 @@ class Agent:
         self.wait_until(f"allocations {alloc_ids} to finish", done, timeout)
 
     def events(self):
+        """The agent's event log, in sequence order."""
         path = self.data_dir / "events.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return sorted(entries, key=lambda entry: entry["seq"])
 
 
 @pytest.fixture
@@ -187,29 +220,36 @@ def agent(tmp_path):
     running.close()
 
 
-def task(name, address, services=(), watch=(), delay_s=0, leader=False, kill_timeout_s=None):
-    """A raw_exec task running tasks/task.sh, registering `services`; when it is signalled it
-    records the agent's registrations of the services in `watch`."""
+def task(name, address, services=(), watch=(), delay_s=0, leader=False, kill_timeout_s=None,
+         kill_signal=None, args=()):
+    """A raw_exec task running the witness, registering `services`; when it is signalled it
+    records how many registrations of the services in `watch` the agent still listed."""
+    witness_args = ["--services", ",".join(watch)]
+    if kill_signal:
+        witness_args += ["--kill-signal", kill_signal]
     spec = {
         "Name": name,
         "Driver": "raw_exec",
         "Leader": leader,
         "ShutdownDelay": int(delay_s * SECOND),
-        "Config": {"command": "/bin/sh", "args": [str(TASKS / "task.sh")]},
-        "Env": {"QUIESCE_AGENT": address, "QUIESCE_SERVICES": " ".join(watch)},
+        "Config": {"command": WITNESS, "args": witness_args + list(args)},
+        "Env": {"QUIESCE_AGENT": address},
         "Services": [{"Name": s, "Provider": "nomad"} for s in services] or None,
     }
+    if kill_signal:
+        spec["KillSignal"] = kill_signal
     if kill_timeout_s is not None:
         spec["KillTimeout"] = int(kill_timeout_s * SECOND)
     return spec
 
 
 def poststop(name="cleanup"):
+    """A poststop witness: it records its start and ends on its own."""
     return {
         "Name": name,
         "Driver": "raw_exec",
         "Lifecycle": {"Hook": "poststop", "Sidecar": False},
-        "Config": {"command": "/bin/sh", "args": [str(TASKS / "poststop.sh")]},
+        "Config": {"command": WITNESS, "args": ["--exit-after", "50ms"]},
     }
 
 
@@ -243,9 +283,9 @@ def web_job(address, job_id="web", count=1, group_delay_s=0.0, task_delay_s=0.0)
     }
 
 
-def model_job(agent, part):
+def model_job(agent, part, witness_args=()):
     """The job of a model part (`CONFIG/PART`, printed by `quiesce-conform jobspec`) with
-    raw_exec tasks, so the agent's event log can be validated against that part."""
+    raw_exec witness tasks, so the agent's event log can be validated against that part."""
     config, part = part.split("/")
     text = subprocess.run(
         [CONFORM, "jobspec", "--config", config, "--part", part],
@@ -258,10 +298,12 @@ def model_job(agent, part):
         names += [s["Name"] for s in spec.get("Services") or []]
     for spec in group["Tasks"]:
         spec["Driver"] = "raw_exec"
-        poststop_task = (spec.get("Lifecycle") or {}).get("Hook") == "poststop"
-        script = "poststop.sh" if poststop_task else "task.sh"
-        spec["Config"] = {"command": "/bin/sh", "args": [str(TASKS / script)]}
-        spec["Env"] = {"QUIESCE_AGENT": agent.address, "QUIESCE_SERVICES": " ".join(names)}
+        if (spec.get("Lifecycle") or {}).get("Hook") == "poststop":
+            spec["Config"] = poststop()["Config"]
+        else:
+            args = ["--services", ",".join(names), *witness_args]
+            spec["Config"] = {"command": WITNESS, "args": args}
+            spec["Env"] = {"QUIESCE_AGENT": agent.address}
     return body
 
 

@@ -5,7 +5,7 @@ import time
 
 import nomad
 
-from conftest import SECOND, TASKS
+from conftest import SECOND, WITNESS
 
 HCL = """
 job "hcl-web" {
@@ -24,12 +24,11 @@ job "hcl-web" {
       driver         = "raw_exec"
       shutdown_delay = "30s"
       config {
-        command = "/bin/sh"
-        args    = ["%(task)s"]
+        command = "%(witness)s"
+        args    = ["--services", "hcl-web"]
       }
       env {
-        QUIESCE_AGENT    = "%(agent)s"
-        QUIESCE_SERVICES = "hcl-web"
+        QUIESCE_AGENT = "%(agent)s"
       }
       resources {
         cpu    = 100
@@ -42,8 +41,8 @@ job "hcl-web" {
         hook = "poststop"
       }
       config {
-        command = "/bin/sh"
-        args    = ["%(poststop)s"]
+        command = "%(witness)s"
+        args    = ["--exit-after", "50ms"]
       }
     }
   }
@@ -52,7 +51,7 @@ job "hcl-web" {
 
 
 def hcl(agent):
-    return HCL % {"task": TASKS / "task.sh", "poststop": TASKS / "poststop.sh", "agent": agent.address}
+    return HCL % {"witness": WITNESS, "agent": agent.address}
 
 
 def test_an_hcl_job_parsed_by_the_api_runs_and_stops(agent):
@@ -63,10 +62,10 @@ def test_an_hcl_job_parsed_by_the_api_runs_and_stops(agent):
     assert group["ShutdownDelay"] == 30 * SECOND and group["Tasks"][0]["ShutdownDelay"] == 30 * SECOND
     n.jobs.register_job({"Job": job})
     [alloc] = agent.running("hcl-web", 1)
-    requested = time.time()
+    requested = time.monotonic()
     agent.cli("job", "stop", "-no-shutdown-delay", "hcl-web")
     assert agent.signalled_at(alloc["ID"], "server") - requested < 10
-    assert [line[0] for line in agent.task_log(alloc["ID"], "cleanup")] == ["ran"]
+    assert [line[0] for line in agent.task_log(alloc["ID"], "cleanup")] == ["started", "exit"]
     status, text, _ = agent.http("POST", "/v1/jobs/parse", {"JobHCL": 'job "x" {\n sprocket {}\n}'})
     assert status == 400 and 'unsupported block "sprocket"' in text
     status, text, _ = agent.http("POST", "/v1/jobs/parse", {"JobHCL": ""})
@@ -90,29 +89,31 @@ def test_the_cli_runs_an_hcl_file_and_names_what_it_cannot_read(agent, tmp_path)
 
 
 def test_a_task_that_ignores_its_signal_is_killed_after_kill_timeout(agent):
+    """A witness that ignores its kill signal: it records the one SIGINT, and its supervisor
+    delivers SIGKILL to its process group no sooner than kill_timeout (1 s) after it."""
     body = {"Job": {"ID": "stubborn", "TaskGroups": [{"Name": "g", "Tasks": [{
         "Name": "t", "Driver": "raw_exec", "KillTimeout": 1 * SECOND,
-        "Config": {"command": "/bin/sh", "args": ["-c", "trap '' INT; echo ready; while :; do sleep 0.05; done"]},
+        "Config": {"command": WITNESS, "args": ["--ignore-kill-signal"]},
     }]}]}}
     agent.http("PUT", "/v1/jobs", body)
-    [alloc] = agent.wait_until(
-        "the task to run", lambda: [a for a in agent.allocs("stubborn") if a["ClientStatus"] == "running"]
-    )
-    agent.wait_until(
-        "the task's first output",
-        lambda: (agent.alloc_dir(alloc["ID"]) / "t" / "stdout.log").exists()
-        and (agent.alloc_dir(alloc["ID"]) / "t" / "stdout.log").read_text(),
-    )
-    requested = time.time()
+    [alloc] = agent.running("stubborn", 1)
+    requested = time.monotonic()
     agent.http("DELETE", "/v1/job/stubborn")
     agent.wait_terminal([alloc["ID"]])
-    took = time.time() - requested
+    took = time.monotonic() - requested
     assert 1.0 <= took < 10, f"killed {took:.2f}s after the stop; kill_timeout is 1 s"
     events = agent.get(f"/v1/allocation/{alloc['ID']}")["TaskStates"]["t"]["Events"]
     terminated = [e for e in events if e["Type"] == "Terminated"]
     assert terminated[0]["DisplayMessage"] == "Exit Code: 137, Signal: 9", terminated
     killing = [e for e in events if e["Type"] == "Killing"]
     assert killing[0]["Details"]["kill_timeout"] == "1s"
+    signals = [line for line in agent.task_log(alloc["ID"], "t") if line[0] == "signal"]
+    assert [line[1] for line in signals] == ["INT"], signals
+    delivered = agent.exit_record(alloc["ID"], "t")["delivered"]
+    assert [(d["kill"], d["signal"]) for d in delivered] == [(1, 2), (1, 9)], delivered
+    gap = (delivered[1]["monotonic_ns"] - delivered[0]["monotonic_ns"]) / SECOND
+    assert 1.0 <= gap < 10, f"SIGKILL {gap:.3f}s after the kill signal; kill_timeout is 1 s"
+    assert delivered[0]["monotonic_ns"] / SECOND <= signals[0][2], "the witness got what was sent"
 
 
 def test_mock_driver_tasks_stay_selectable(agent):
@@ -126,10 +127,10 @@ def test_mock_driver_tasks_stay_selectable(agent):
     [alloc] = agent.wait_until(
         "the mock task to run", lambda: [a for a in agent.allocs("mock") if a["ClientStatus"] == "running"]
     )
-    requested = time.time()
+    requested = time.monotonic()
     agent.http("DELETE", "/v1/job/mock?no_shutdown_delay=true")
     agent.wait_terminal([alloc["ID"]])
-    took = time.time() - requested
+    took = time.monotonic() - requested
     assert 2.0 <= took < 10, f"the mock task ended {took:.2f}s after the stop"
     record = agent.get(f"/v1/allocation/{alloc['ID']}")
     # As in Nomad, a task that exits non-zero while being killed has not failed.
@@ -149,17 +150,17 @@ def test_a_batch_job_whose_task_ends_completes(agent):
             {"Name": "work", "Driver": "raw_exec",
              "Config": {"command": "/bin/sh", "args": ["-c", "sleep 0.3; exit 0"]}},
             {"Name": "cleanup", "Driver": "raw_exec", "Lifecycle": {"Hook": "poststop"},
-             "Config": {"command": "/bin/sh", "args": [str(TASKS / "poststop.sh")]}},
+             "Config": {"command": WITNESS, "args": ["--exit-after", "50ms"]}},
         ],
     }]}}
     agent.http("PUT", "/v1/jobs", body)
-    started = time.time()
+    started = time.monotonic()
     [alloc] = agent.wait_until("the allocation", lambda: agent.allocs("once"))
     agent.wait_terminal([alloc["ID"]])
-    assert time.time() - started < 10, "the 30 s group delay was waited with nothing to kill"
+    assert time.monotonic() - started < 10, "the 30 s group delay was waited with nothing to kill"
     record = agent.get(f"/v1/allocation/{alloc['ID']}")
     assert record["ClientStatus"] == "complete" and record["DesiredStatus"] == "run"
-    assert [line[0] for line in agent.task_log(alloc["ID"], "cleanup")] == ["ran"]
+    assert [line[0] for line in agent.task_log(alloc["ID"], "cleanup")] == ["started", "exit"]
     assert agent.get("/v1/service/once-svc") == []
     assert agent.get("/v1/job/once")["Status"] == "dead"
     # A completed batch allocation is not placed again.
@@ -171,7 +172,7 @@ def test_a_failing_leader_fails_the_allocation(agent):
         {"Name": "leader", "Driver": "raw_exec", "Leader": True,
          "Config": {"command": "/bin/sh", "args": ["-c", "sleep 0.3; exit 4"]}},
         {"Name": "helper", "Driver": "raw_exec",
-         "Config": {"command": "/bin/sh", "args": [str(TASKS / "task.sh")]},
+         "Config": {"command": WITNESS},
          "Env": {"QUIESCE_AGENT": agent.address}},
     ]}]}}
     agent.http("PUT", "/v1/jobs", body)
@@ -181,4 +182,4 @@ def test_a_failing_leader_fails_the_allocation(agent):
     assert record["ClientStatus"] == "failed"
     helper = [e["Type"] for e in record["TaskStates"]["helper"]["Events"]]
     assert "Leader Task Dead" in helper and "Killing" in helper, helper
-    assert [line[0] for line in agent.task_log(alloc["ID"], "helper")][-1] == "signal"
+    assert [line[0] for line in agent.task_log(alloc["ID"], "helper")] == ["started", "signal", "exit"]
