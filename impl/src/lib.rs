@@ -15,4 +15,5 @@ pub mod ids;
 pub mod server;
 pub mod sim;
 pub mod spec;
+pub mod step;
 mod sync;

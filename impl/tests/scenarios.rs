@@ -3,8 +3,9 @@
 
 use quiesce::server::structs::{event_types as ev, AllocId, ClientStatus, DesiredStatus};
 use quiesce::server::{ServerError, StopJobOptions};
-use quiesce::sim::{SimError, Simulator, Step};
+use quiesce::sim::{SimError, Simulator};
 use quiesce::spec::{Job, Lifecycle, Service, Task, TaskGroup};
+use quiesce::step::Step;
 
 const SECOND: i64 = 1_000_000_000;
 const GROUP_DELAY: i64 = 30 * SECOND;
@@ -325,11 +326,14 @@ fn kill_order_is_leader_then_sidecar_then_poststop() {
         .iter()
         .filter(|e| {
             matches!(
-                e.step.as_str(),
+                e.name(),
                 "TaskPreKill" | "TaskExit" | "PoststopStart" | "PoststopExit"
             )
         })
-        .map(|e| (e.step.clone(), e.task.clone().unwrap()))
+        .map(|e| {
+            let task = e.as_step().and_then(Step::task).unwrap();
+            (e.name().to_string(), task.clone())
+        })
         .collect();
     let step = |s: &str, t: &str| (s.to_string(), t.to_string());
     assert_eq!(
@@ -537,22 +541,44 @@ fn the_event_log_is_json_lines_in_step_alphabet_terms() {
     let lines = sim.log().to_json_lines();
     let entries: Vec<_> = lines
         .lines()
-        .map(|l| quiesce::sim::log::LogEntry::parse_line(l).unwrap())
+        .map(|l| quiesce::step::log::LogEntry::parse_line(l).unwrap())
         .collect();
     assert_eq!(entries.len(), sim.log().len());
     assert!(entries
         .windows(2)
         .all(|w| w[1].seq == w[0].seq + 1 && w[1].time_ns >= w[0].time_ns));
-    let stop = entries.iter().find(|e| e.step == "StopJob").unwrap();
-    assert_eq!(
-        (stop.job.as_deref(), stop.purge, stop.no_shutdown_delay),
-        (Some("web"), Some(false), Some(true))
-    );
+    let stop = entries
+        .iter()
+        .find_map(|e| match e.as_step() {
+            Some(Step::StopJob {
+                job,
+                purge,
+                no_shutdown_delay,
+            }) => Some((job.as_str(), *purge, *no_shutdown_delay)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(stop, ("web", false, true));
     let first_line = lines.lines().next().unwrap();
     assert!(
-        first_line.starts_with(r#"{"seq":1,"time_ns":0,"step":"ProcessEval""#),
+        first_line.starts_with(r#"{"seq":1,"time_ns":0,"step":"RegisterJob","job":"web""#),
         "{first_line}"
     );
+    // Every kill signal is logged as an effect of the step that sent it, after the
+    // deregistration of the task's services in the same step.
+    let kills: Vec<&quiesce::step::log::LogEntry> = entries
+        .iter()
+        .filter(|e| {
+            e.effects
+                .iter()
+                .any(|effect| matches!(effect, quiesce::step::Effect::Signal { .. }))
+        })
+        .collect();
+    assert!(!kills.is_empty());
+    for entry in kills {
+        assert_eq!(entry.name(), "TaskPreKill", "{entry:?}");
+        assert!(entry.group.is_some() && entry.job.as_deref() == Some("web"));
+    }
 }
 
 #[test]
@@ -583,7 +609,7 @@ fn a_restored_runner_keeps_honouring_the_flag() {
     let before = sim.now_ns();
     stop_job(&mut sim, false, true);
     run_until(&mut sim, |sim| {
-        sim.log().entries().iter().any(|e| e.step == "TaskExit")
+        sim.log().entries().iter().any(|e| e.name() == "TaskExit")
     });
     sim.apply(&Step::ClientRestart).unwrap();
     assert!(
@@ -615,7 +641,7 @@ fn a_group_without_poststop_ends_when_its_last_task_dies() {
     let mut sim = running(job);
     let alloc = allocs(&sim)[0].clone();
     stop_job(&mut sim, false, true);
-    sim.apply(&Step::ProcessEval).unwrap();
+    sim.apply(&Step::ProcessEval { job: "web".into() }).unwrap();
     sim.apply(&Step::ClientSync {
         alloc: alloc.clone(),
     })

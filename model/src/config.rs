@@ -287,7 +287,7 @@ impl fmt::Display for Fault {
 pub struct ModelCfg {
     /// The part's name, as `check` prints it.
     pub name: String,
-    pub job: &'static str,
+    pub job: String,
     pub group: GroupCfg,
     /// The group's `count`: allocations placed when the job runs.
     pub count: u8,
@@ -359,7 +359,7 @@ fn part(
 ) -> ModelCfg {
     ModelCfg {
         name: name.to_string(),
-        job: "web",
+        job: "web".to_string(),
         group,
         count,
         nodes: 1,

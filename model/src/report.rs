@@ -148,7 +148,7 @@ fn task_name(model: &StopPathModel, task: u8) -> &str {
 
 /// One step: what happened, then what it changed that matters to the invariants.
 pub fn describe(model: &StopPathModel, before: &State, action: Action, after: &State) -> String {
-    let job = model.cfg.job;
+    let job = &model.cfg.job;
     let flag = |on: bool| if on { " -no-shutdown-delay" } else { "" };
     let what = match action {
         Action::StopJob {

@@ -57,7 +57,7 @@ def test_kill_9_during_the_group_delay_then_a_flagged_stop(agent):
     assert steps.count("GroupPreKill") == 1, "the group pre-kill hooks ran once"
     assert steps.count("TaskPreKill") == 2 and steps.count("PoststopStart") == 1
     assert "ClientRestart" in [e["step"] for e in agent.events()]
-    validate_log(agent, "small/count1-budget2")
+    validate_log(agent, require_full=True)
 
 
 def test_kill_9_at_the_kill_signal_redoes_what_the_store_lost(agent, tmp_path):
@@ -89,7 +89,7 @@ def test_kill_9_at_the_kill_signal_redoes_what_the_store_lost(agent, tmp_path):
     assert [line[0] for line in agent.task_log(alloc_id, "flush")] == ["started", "exit"], "poststop ran once"
     assert agent.get("/v1/service/web") == []
     assert "ClientRestart" in [e["step"] for e in agent.events()]
-    validate_log(agent, "small/count1-budget2")
+    validate_log(agent, require_full=True)
 
 
 def test_kill_9_before_the_stop_is_pulled_loses_nothing(agent):
@@ -103,7 +103,7 @@ def test_kill_9_before_the_stop_is_pulled_loses_nothing(agent):
     assert snapshot(agent) == before
     agent.cli("job", "stop", "-no-shutdown-delay", "web")
     assert [line[0] for line in agent.task_log(alloc["ID"], "app")] == ["started", "signal", "exit"]
-    validate_log(agent, "small/count1-budget2")
+    validate_log(agent, require_full=True)
 
 
 def test_a_restart_resumes_a_delay_where_it_was(agent):

@@ -1,8 +1,9 @@
 //! Mapping between the implementation's terms and the model's.
 
 use quiesce::server::structs::AllocId;
-use quiesce::sim::{Simulator, Step};
+use quiesce::sim::Simulator;
 use quiesce::spec::{Job, Lifecycle, Service, Task, TaskGroup, TaskRole};
+use quiesce::step::Step;
 use quiesce_model::config::{GroupCfg, ModelCfg, TaskCfg, TaskKind, MAX_TASKS};
 use quiesce_model::Action;
 
@@ -121,7 +122,7 @@ pub fn step_of(cfg: &ModelCfg, ids: &[AllocId], action: Action) -> Step {
             no_shutdown_delay,
         },
         Action::StartJob => Step::StartJob { job },
-        Action::ProcessEval => Step::ProcessEval,
+        Action::ProcessEval => Step::ProcessEval { job },
         Action::ClientSync { alloc: a } => Step::ClientSync { alloc: alloc(a) },
         Action::GroupPreKill { alloc: a } => Step::GroupPreKill { alloc: alloc(a) },
         Action::GroupDelayElapsed { alloc: a } => Step::GroupDelayElapsed { alloc: alloc(a) },
@@ -156,18 +157,30 @@ pub fn step_of(cfg: &ModelCfg, ids: &[AllocId], action: Action) -> Step {
 /// The model action for a simulator step (the other direction), or `None` when the step
 /// names an allocation or task the model does not have.
 pub fn action_of(cfg: &ModelCfg, ids: &[AllocId], step: &Step) -> Option<Action> {
-    let alloc = |id: &AllocId| {
-        ids.iter()
-            .position(|known| known == id)
-            .and_then(|ix| u8::try_from(ix).ok())
+    let alloc = match step.alloc() {
+        None => None,
+        Some(id) => Some(
+            ids.iter()
+                .position(|known| known == id)
+                .and_then(|ix| u8::try_from(ix).ok())?,
+        ),
     };
-    let task = |name: &String| {
-        cfg.group
-            .tasks
-            .iter()
-            .position(|t| &t.name == name)
-            .and_then(|ix| u8::try_from(ix).ok())
+    let task = match step.task() {
+        None => None,
+        Some(name) => Some(
+            cfg.group
+                .tasks
+                .iter()
+                .position(|t| &t.name == name)
+                .and_then(|ix| u8::try_from(ix).ok())?,
+        ),
     };
+    action_at(step, alloc, task)
+}
+
+/// The model action for a step whose allocation is at position `alloc` and whose task is
+/// at position `task`; `None` if the step needs one the caller does not give.
+pub fn action_at(step: &Step, alloc: Option<u8>, task: Option<u8>) -> Option<Action> {
     Some(match step {
         Step::StopJob {
             purge,
@@ -178,40 +191,39 @@ pub fn action_of(cfg: &ModelCfg, ids: &[AllocId], step: &Step) -> Option<Action>
             no_shutdown_delay: *no_shutdown_delay,
         },
         Step::StopAlloc {
-            alloc: a,
-            no_shutdown_delay,
+            no_shutdown_delay, ..
         } => Action::StopAlloc {
-            alloc: alloc(a)?,
+            alloc: alloc?,
             no_shutdown_delay: *no_shutdown_delay,
         },
         Step::StartJob { .. } => Action::StartJob,
-        Step::ProcessEval => Action::ProcessEval,
-        Step::ClientSync { alloc: a } => Action::ClientSync { alloc: alloc(a)? },
-        Step::GroupPreKill { alloc: a } => Action::GroupPreKill { alloc: alloc(a)? },
-        Step::GroupDelayElapsed { alloc: a } => Action::GroupDelayElapsed { alloc: alloc(a)? },
-        Step::TaskPreKill { alloc: a, task: t } => Action::TaskPreKill {
-            alloc: alloc(a)?,
-            task: task(t)?,
+        Step::ProcessEval { .. } => Action::ProcessEval,
+        Step::ClientSync { .. } => Action::ClientSync { alloc: alloc? },
+        Step::GroupPreKill { .. } => Action::GroupPreKill { alloc: alloc? },
+        Step::GroupDelayElapsed { .. } => Action::GroupDelayElapsed { alloc: alloc? },
+        Step::TaskPreKill { .. } => Action::TaskPreKill {
+            alloc: alloc?,
+            task: task?,
         },
-        Step::TaskDelayElapsed { alloc: a, task: t } => Action::TaskDelayElapsed {
-            alloc: alloc(a)?,
-            task: task(t)?,
+        Step::TaskDelayElapsed { .. } => Action::TaskDelayElapsed {
+            alloc: alloc?,
+            task: task?,
         },
-        Step::TaskExit { alloc: a, task: t } => Action::TaskExit {
-            alloc: alloc(a)?,
-            task: task(t)?,
+        Step::TaskExit { .. } => Action::TaskExit {
+            alloc: alloc?,
+            task: task?,
         },
-        Step::KillTimeout { alloc: a, task: t } => Action::KillTimeout {
-            alloc: alloc(a)?,
-            task: task(t)?,
+        Step::KillTimeout { .. } => Action::KillTimeout {
+            alloc: alloc?,
+            task: task?,
         },
-        Step::PoststopStart { alloc: a, task: t } => Action::PoststopStart {
-            alloc: alloc(a)?,
-            task: task(t)?,
+        Step::PoststopStart { .. } => Action::PoststopStart {
+            alloc: alloc?,
+            task: task?,
         },
-        Step::PoststopExit { alloc: a, task: t } => Action::PoststopExit {
-            alloc: alloc(a)?,
-            task: task(t)?,
+        Step::PoststopExit { .. } => Action::PoststopExit {
+            alloc: alloc?,
+            task: task?,
         },
         Step::ClientRestart => Action::ClientRestart,
     })

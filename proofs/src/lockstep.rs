@@ -8,7 +8,8 @@
 use crate::adapter::{extend_ids, jobspec, step_of};
 use crate::observe::{diff, of_model, of_sim};
 use quiesce::server::structs::AllocId;
-use quiesce::sim::{Simulator, Step};
+use quiesce::sim::Simulator;
+use quiesce::step::Step;
 use quiesce_model::{Action, History, Model, ModelCfg, State, StopPathModel};
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -110,7 +111,7 @@ pub fn initial_sim(cfg: &ModelCfg) -> Result<(Simulator, Vec<AllocId>), String> 
     sim.run_until_quiet(100_000)
         .map_err(|e| format!("the job does not start: {e}"))?;
     let mut ids = Vec::new();
-    extend_ids(&sim, cfg.job, &mut ids);
+    extend_ids(&sim, &cfg.job, &mut ids);
     Ok((sim, ids))
 }
 
@@ -129,7 +130,7 @@ pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> 
     let mut report = WalkReport::default();
     let tasks = cfg.group.tasks.len();
     let first = of_model(&model, &init);
-    let actual = of_sim(&sim, cfg.job, tasks, &ids);
+    let actual = of_sim(&sim, &cfg.job, tasks, &ids);
     if first != actual {
         report.mismatches.push(Mismatch {
             path: Vec::new(),
@@ -186,9 +187,9 @@ pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> 
                 continue;
             }
             let mut ids = frame.ids.clone();
-            extend_ids(&sim, cfg.job, &mut ids);
+            extend_ids(&sim, &cfg.job, &mut ids);
             let expected = of_model(&model, &next);
-            let actual = of_sim(&sim, cfg.job, tasks, &ids);
+            let actual = of_sim(&sim, &cfg.job, tasks, &ids);
             if expected != actual {
                 report.mismatches.push(fail(diff(&expected, &actual)));
                 continue;

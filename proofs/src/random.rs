@@ -9,7 +9,8 @@ use crate::adapter::extend_ids;
 use crate::lockstep::initial_sim;
 use crate::observe::{of_sim, AllocObs, Observation};
 use quiesce::server::structs::AllocId;
-use quiesce::sim::{Simulator, Step};
+use quiesce::sim::Simulator;
+use quiesce::step::Step;
 use quiesce_model::config::{ModelCfg, MAX_TASKS};
 use quiesce_model::properties::{self, INVARIANTS};
 use quiesce_model::state::{Alloc, Ghost, Job, JobVersion, ServerView, SpecDigest, State, Task};
@@ -82,9 +83,9 @@ pub fn run_with(
             .map_err(|error| format!("the simulator refused {step}, which it offered: {error}"))?;
         report.requests += usize::from(request);
         report.steps += 1;
-        extend_ids(&sim, cfg.job, &mut ids);
+        extend_ids(&sim, &cfg.job, &mut ids);
         report.max_allocs = report.max_allocs.max(ids.len());
-        let observation = of_sim(&sim, cfg.job, cfg.group.tasks.len(), &ids);
+        let observation = of_sim(&sim, &cfg.job, cfg.group.tasks.len(), &ids);
         let state = state_of(&model, &observation, &ids, &ghosts);
         // stop_completes judges quiet states only; the simulator says which those are.
         let quiet = sim.enabled_steps().is_empty();
@@ -141,8 +142,8 @@ fn track_ghosts(sim: &Simulator, cfg: &ModelCfg, step: &Step, ghosts: &mut Ghost
         Step::StopJob {
             no_shutdown_delay: true,
             ..
-        } if sim.server.store.job(cfg.job).is_some() => {
-            for alloc in sim.server.store.allocs_by_job(cfg.job) {
+        } if sim.server.store.job(&cfg.job).is_some() => {
+            for alloc in sim.server.store.allocs_by_job(&cfg.job) {
                 ghosts.flag_requested.insert(alloc.id.clone());
             }
         }

@@ -1,11 +1,16 @@
-//! Trace validation of simulator runs in "run until quiet" mode: every log the simulator
-//! writes is a behaviour the model allows, and a tampered log is caught at the right step.
+//! Trace validation of simulator runs in "run until quiet" mode — of the model's own job and
+//! of jobs that are no model part's (other names, counts, several groups, several jobs in one
+//! log) — and tampered logs caught at the right step, by the model or by the effect rules.
 
-use quiesce::sim::log::LogEntry;
-use quiesce::sim::Step;
+use quiesce::sim::Simulator;
+use quiesce::spec::{Job, Lifecycle, Service, Task, TaskGroup};
+use quiesce::step::log::LogEntry;
+use quiesce::step::{Effect, Step};
 use quiesce_model::config;
 use quiesce_proofs::lockstep::initial_sim;
-use quiesce_proofs::trace::{parse_log, validate};
+use quiesce_proofs::trace::{parse_log, validate, Judged, TraceError};
+
+const SECOND: i64 = 1_000_000_000;
 
 /// The standard part's job, run through `requests`, each followed by running until quiet.
 fn log_of(requests: impl Fn(&[String]) -> Vec<Step>) -> Vec<LogEntry> {
@@ -18,24 +23,105 @@ fn log_of(requests: impl Fn(&[String]) -> Vec<Step>) -> Vec<LogEntry> {
     parse_log(&sim.log().to_json_lines()).unwrap()
 }
 
-fn stop(purge: bool, flag: bool) -> Step {
+fn stop(job: &str, purge: bool, flag: bool) -> Step {
     Step::StopJob {
-        job: "web".into(),
+        job: job.into(),
         purge,
         no_shutdown_delay: flag,
     }
 }
 
+fn service(name: &str) -> Option<Vec<Service>> {
+    Some(vec![Service {
+        name: name.into(),
+        provider: "nomad".into(),
+    }])
+}
+
+fn task(name: &str, delay_s: i64, services: Option<Vec<Service>>) -> Task {
+    Task {
+        name: name.into(),
+        driver: "mock_driver".into(),
+        shutdown_delay_ns: delay_s * SECOND,
+        services,
+        ..Task::default()
+    }
+}
+
+/// A job that is no model part's: `api` with a group `front` of three (a leader with a delay
+/// and a service, a sidecar, a poststop task) and a group `back` of two (one task).
+fn api_job() -> Job {
+    let mut leader = task("server", 5, service("api-server"));
+    leader.leader = true;
+    let mut sidecar = task("envoy", 2, None);
+    sidecar.lifecycle = Some(Lifecycle {
+        hook: "prestart".into(),
+        sidecar: true,
+    });
+    let mut cleanup = task("cleanup", 0, None);
+    cleanup.lifecycle = Some(Lifecycle {
+        hook: "poststop".into(),
+        sidecar: false,
+    });
+    cleanup.config = Some([("run_for".to_string(), serde_json::json!(SECOND))].into());
+    Job {
+        id: "api".into(),
+        task_groups: vec![
+            TaskGroup {
+                name: "front".into(),
+                count: Some(3),
+                shutdown_delay_ns: Some(10 * SECOND),
+                services: service("api-front"),
+                tasks: vec![leader, sidecar, cleanup],
+            },
+            TaskGroup {
+                name: "back".into(),
+                count: Some(2),
+                shutdown_delay_ns: None,
+                services: None,
+                tasks: vec![task("worker", 1, service("api-worker"))],
+            },
+        ],
+        ..Job::default()
+    }
+}
+
+/// A simulator running `jobs`, then taking `requests` (each given the allocation IDs so
+/// far), each followed by running until quiet; its log.
+fn run(jobs: Vec<Job>, requests: impl Fn(&Simulator) -> Vec<Step>) -> Vec<LogEntry> {
+    let mut sim = Simulator::new(1, 7);
+    for job in jobs {
+        sim.register(job).unwrap();
+        sim.run_until_quiet(100_000).unwrap();
+    }
+    for step in requests(&sim) {
+        sim.apply(&step).unwrap();
+        sim.run_until_quiet(100_000).unwrap();
+    }
+    parse_log(&sim.log().to_json_lines()).unwrap()
+}
+
+fn allocs_of(sim: &Simulator, job: &str, group: &str) -> Vec<String> {
+    let mut allocs: Vec<_> = sim
+        .server
+        .store
+        .allocs_by_job(job)
+        .filter(|a| a.task_group == group)
+        .map(|a| a.id.clone())
+        .collect();
+    allocs.sort();
+    allocs
+}
+
 #[test]
-fn simulator_logs_validate_against_the_model() {
-    let part = config::standard().remove(0);
+fn simulator_logs_of_the_models_job_validate_in_full() {
     let runs: Vec<Vec<LogEntry>> = vec![
-        log_of(|_| vec![stop(false, true)]),
+        log_of(|_| vec![stop("web", false, true)]),
         log_of(|_| {
             vec![
-                stop(false, false),
+                stop("web", false, false),
                 Step::StartJob { job: "web".into() },
-                stop(false, true),
+                stop("web", false, true),
             ]
         }),
         log_of(|ids| {
@@ -44,7 +130,7 @@ fn simulator_logs_validate_against_the_model() {
                     alloc: ids[1].clone(),
                     no_shutdown_delay: true,
                 },
-                stop(true, true),
+                stop("web", true, true),
             ]
         }),
         log_of(|ids| {
@@ -58,33 +144,227 @@ fn simulator_logs_validate_against_the_model() {
         }),
     ];
     for log in runs {
-        let report = validate(&part, &log).unwrap_or_else(|e| panic!("{e}"));
-        assert!(report.replayed > 10, "{report:?}");
-        assert_eq!(report.setup_entries, 3, "an evaluation and two first pulls");
+        let report = validate(&log).unwrap_or_else(|e| panic!("{e}"));
+        assert!(report.fully_judged(), "{:?}", report.parts);
+        assert_eq!(report.parts.len(), 1);
+        // Every entry but the registration is a step the model replayed, the start-up too.
+        assert_eq!(report.replayed(), log.len() - 1, "{report:?}");
+        assert!(report.effects > 10, "{report:?}");
     }
+}
+
+/// Two jobs that are no model part's, in one log: other names, counts three and two, two
+/// groups, a poststop task; an alloc stop with the flag, a job stop without, a purge with.
+#[test]
+fn a_log_of_several_jobs_that_are_no_model_part_validates_in_full() {
+    let mut other = api_job();
+    other.id = "batch".into();
+    other.task_groups.truncate(1);
+    let log = run(vec![api_job(), other], |sim| {
+        vec![
+            Step::StopAlloc {
+                alloc: allocs_of(sim, "api", "front")[1].clone(),
+                no_shutdown_delay: true,
+            },
+            stop("api", false, false),
+            stop("batch", true, true),
+            Step::StartJob { job: "api".into() },
+        ]
+    });
+    let report = validate(&log).unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.fully_judged(), "{:?}", report.parts);
+    let parts: Vec<(&str, &str, usize)> = report
+        .parts
+        .iter()
+        .map(|p| (p.job.as_str(), p.group.as_str(), p.allocs))
+        .collect();
+    // api/front: 3 placed, 1 replacement for the stopped one, 3 placed by the start.
+    assert_eq!(
+        parts,
+        [
+            ("api", "front", 7),
+            ("api", "back", 4),
+            ("batch", "front", 3)
+        ]
+    );
+}
+
+fn expect_refused(log: &[LogEntry], seq: u64, wanted: &str) -> TraceError {
+    let error = validate(log).unwrap_err();
+    assert_eq!(error.seq, seq, "{error}");
+    assert!(error.why.contains(wanted), "{error}");
+    error
+}
+
+/// The position of the first entry whose step is `name` and whose effects satisfy `has`.
+fn find(log: &[LogEntry], name: &str, has: impl Fn(&[Effect]) -> bool) -> usize {
+    log.iter()
+        .position(|e| e.name() == name && has(&e.effects))
+        .unwrap_or_else(|| panic!("no {name}"))
+}
+
+fn signal(effects: &[Effect]) -> bool {
+    effects.iter().any(|e| matches!(e, Effect::Signal { .. }))
 }
 
 #[test]
 fn a_tampered_log_fails_at_the_first_step_the_model_forbids() {
-    let part = config::standard().remove(0);
-    let mut log = log_of(|_| vec![stop(false, false)]);
+    let mut log = log_of(|_| vec![stop("web", false, false)]);
     // Drop the first GroupPreKill: the leader's kill can then not begin.
-    let dropped = log.iter().position(|e| e.step == "GroupPreKill").unwrap();
-    let alloc = log[dropped].alloc.clone();
+    let dropped = find(&log, "GroupPreKill", |_| true);
+    let alloc = log[dropped].as_step().unwrap().alloc().cloned();
     log.remove(dropped);
-    let error = validate(&part, &log).unwrap_err();
+    let error = validate(&log).unwrap_err();
     let failed = log.iter().find(|e| e.seq == error.seq).unwrap();
-    assert_eq!(failed.alloc, alloc);
-    assert!(
-        matches!(failed.step.as_str(), "GroupDelayElapsed"),
-        "{error}"
+    assert_eq!(failed.as_step().unwrap().alloc().cloned(), alloc);
+    assert_eq!(failed.name(), "GroupDelayElapsed", "{error}");
+}
+
+/// A second kill signal for the same kill — what a restarted agent sent before its
+/// supervisor refused repeats — is refused, wherever the log puts it.
+#[test]
+fn a_task_signalled_twice_is_refused() {
+    let mut log = log_of(|_| vec![stop("web", false, true)]);
+    let signalled = find(&log, "TaskPreKill", signal);
+    let effect = log[signalled]
+        .effects
+        .iter()
+        .find(|e| matches!(e, Effect::Signal { .. }))
+        .unwrap()
+        .clone();
+    let Effect::Signal { task, .. } = &effect else {
+        unreachable!()
+    };
+    let alloc = log[signalled].as_step().unwrap().alloc().cloned();
+    let exit = log
+        .iter()
+        .position(|e| {
+            matches!(e.as_step(), Some(Step::TaskExit { alloc: a, task: t }) if Some(a) == alloc.as_ref() && t == task)
+        })
+        .unwrap();
+    log[exit].effects.push(effect);
+    let seq = log[exit].seq;
+    expect_refused(&log, seq, "again for kill 1");
+}
+
+/// A kill signal before the task's services are deregistered is refused: by the rules
+/// (services still registered) when the deregistration is missing.
+#[test]
+fn a_signal_before_the_deregistration_is_refused() {
+    let mut log = log_of(|_| vec![stop("web", false, true)]);
+    let signalled = find(&log, "TaskPreKill", |effects| {
+        signal(effects)
+            && effects
+                .iter()
+                .any(|e| matches!(e, Effect::Deregister { .. }))
+    });
+    log[signalled]
+        .effects
+        .retain(|e| !matches!(e, Effect::Deregister { .. }));
+    let seq = log[signalled].seq;
+    expect_refused(&log, seq, "still registered");
+}
+
+/// SIGKILL anywhere but in its task's kill timeout is refused.
+#[test]
+fn a_sigkill_outside_the_kill_timeout_is_refused() {
+    let mut log = log_of(|_| vec![stop("web", false, true)]);
+    let signalled = find(&log, "TaskPreKill", signal);
+    let Some(Effect::Signal { task, kill, .. }) = log[signalled]
+        .effects
+        .iter()
+        .find(|e| matches!(e, Effect::Signal { .. }))
+        .cloned()
+    else {
+        unreachable!()
+    };
+    log[signalled].effects.push(Effect::SigKill { task, kill });
+    let seq = log[signalled].seq;
+    expect_refused(&log, seq, "not by its kill timeout");
+}
+
+/// A step with an effect the model's step does not imply — a launch at a kill — is refused
+/// by the model even where the rules have nothing against it.
+#[test]
+fn an_effect_the_model_does_not_imply_is_refused() {
+    let mut log = log_of(|_| vec![stop("web", false, false)]);
+    let pre_kill = find(&log, "GroupPreKill", |_| true);
+    log[pre_kill].effects.push(Effect::Launch {
+        task: "poststop-that-never-was".into(),
+    });
+    let seq = log[pre_kill].seq;
+    expect_refused(&log, seq, "does not imply");
+}
+
+/// Past the model's bounds (five tasks), the model cannot judge — and says so, naming the
+/// job and the reason — while the effect rules still hold the log to account.
+#[test]
+fn a_job_past_the_models_bounds_is_not_judged_but_its_effects_are() {
+    let mut job = api_job();
+    job.task_groups.truncate(1);
+    for name in ["a", "b", "c"] {
+        job.task_groups[0].tasks.push(task(name, 0, None));
+    }
+    let log = run(vec![job], |_| vec![stop("api", false, true)]);
+    let report = validate(&log).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!report.fully_judged());
+    let Judged::Until { seq, why } = &report.parts[0].judged else {
+        panic!("{report:?}")
+    };
+    assert_eq!(*seq, 1, "from its registration");
+    assert!(why.contains("at most 4"), "{why}");
+    assert!(report.effects > 10);
+    let mut tampered = log.clone();
+    let signalled = find(&tampered, "TaskPreKill", signal);
+    let effect = tampered[signalled].effects.last().unwrap().clone();
+    tampered[signalled].effects.push(effect);
+    let seq = tampered[signalled].seq;
+    expect_refused(&tampered, seq, "again for kill 1");
+}
+
+/// A task that ends on its own while it runs is outside the stop path the model has: the
+/// instance is judged up to that step and not after it; the rest of the log still is.
+#[test]
+fn a_task_ending_on_its_own_is_judged_up_to_there() {
+    let mut log = log_of(|_| Vec::new());
+    let mut other = run(vec![api_job()], |_| Vec::new());
+    // The api job's entries after the web job's, renumbered.
+    let last = log.last().unwrap().seq;
+    for (ix, entry) in other.iter_mut().enumerate() {
+        entry.seq = last + 1 + ix as u64;
+    }
+    log.extend(other);
+    let pulled = log
+        .iter()
+        .find(|e| e.name() == "ClientSync" && e.job.as_deref() == Some("web"))
+        .unwrap()
+        .clone();
+    let alloc = pulled.as_step().unwrap().alloc().unwrap().clone();
+    let mut exit = LogEntry::step(
+        Step::TaskExit {
+            alloc,
+            task: "app".into(),
+        },
+        pulled.job.clone(),
+        pulled.group.clone(),
     );
+    exit.seq = log.last().unwrap().seq + 1;
+    log.push(exit);
+    let report = validate(&log).unwrap_or_else(|e| panic!("{e}"));
+    let web = report.parts.iter().find(|p| p.job == "web").unwrap();
+    let Judged::Until { seq, why } = &web.judged else {
+        panic!("{report:?}")
+    };
+    assert_eq!(*seq, log.last().unwrap().seq);
+    assert!(why.contains("ended on its own while running"), "{why}");
+    let api: Vec<_> = report.parts.iter().filter(|p| p.job == "api").collect();
+    assert!(api.iter().all(|p| p.judged == Judged::Full), "{api:?}");
 }
 
 #[test]
 fn a_log_line_that_is_not_json_is_named() {
     let error =
-        parse_log("{\"seq\":1,\"time_ns\":0,\"step\":\"ProcessEval\"}\nnot json\n").unwrap_err();
+        parse_log("{\"seq\":1,\"time_ns\":0,\"step\":\"ClientRestart\"}\nnot json\n").unwrap_err();
     assert!(
         error.starts_with("line 2: not an event-log line"),
         "{error}"

@@ -192,19 +192,48 @@ impl<H: Host> RunnerShell<H> {
 
     /// A pull: `fetch` runs under the runner's lock and returns the allocation's newer copy,
     /// if there is one, which the runner then applies as [`RunnerShell::update`] does. A host
-    /// that logs steps logs the pull inside `fetch`, so the log's order is the order in
-    /// which records were read.
-    pub fn pull(&self, fetch: impl FnOnce(&AllocRunner) -> Option<Allocation>) -> bool {
-        self.apply(
-            |_| Applied::Update,
-            |runner, now, out| match fetch(runner) {
-                Some(alloc) => {
-                    runner.update(alloc, now, out);
-                    true
-                }
-                None => false,
-            },
-        )
+    /// that logs steps logs the pull inside `fetch` (it is given the host to note it in), so
+    /// the log's order is the order in which records were read.
+    pub fn pull(&self, fetch: impl FnOnce(&AllocRunner, &mut H) -> Option<Allocation>) -> bool {
+        let mut state = self.lock();
+        if state.closed {
+            return false;
+        }
+        let State { runner, host, .. } = &mut *state;
+        let Some(alloc) = fetch(runner, host) else {
+            return false;
+        };
+        state.apply_update(alloc);
+        state.take_ready_steps();
+        state.settle();
+        self.shared.1.notify_all();
+        true
+    }
+
+    /// Starts a shell made by [`RunnerShell::unstarted`] around a runner restored after a
+    /// client restart ([`AllocRunner::restore`]), in one critical section: the restore's
+    /// commands (reattaching to the tasks, re-arming timers) are carried out, then `fetch`
+    /// — as for [`RunnerShell::pull`] — may return a newer copy of the allocation, which is
+    /// applied before any exit of a reattached task can be (a task signalled before a crash
+    /// lost the runner's progress must not look as if it had ended on its own), and then the
+    /// steps that are ready are taken.
+    pub fn restore(
+        &self,
+        initial: Vec<Command>,
+        fetch: impl FnOnce(&AllocRunner, &mut H) -> Option<Allocation>,
+    ) {
+        let mut state = self.lock();
+        let State { runner, host, .. } = &mut *state;
+        host.applied(runner, Applied::Restored);
+        state.carry_out(&initial);
+        let State { runner, host, .. } = &mut *state;
+        if let Some(alloc) = fetch(runner, host) {
+            state.apply_update(alloc);
+        }
+        state.started = true;
+        state.take_ready_steps();
+        state.settle();
+        self.shared.1.notify_all();
     }
 
     /// A timer fired. `false`, changing nothing, if it is not armed (cancelled, or fired).
@@ -288,6 +317,15 @@ impl<H: Host> RunnerShell<H> {
 impl<H: Host> State<H> {
     fn settle(&mut self) {
         self.host.settled(&self.runner);
+    }
+
+    /// A pulled update applied to the runner, its commands carried out.
+    fn apply_update(&mut self, alloc: Allocation) {
+        let mut commands = Vec::new();
+        let now = self.host.now();
+        self.runner.update(alloc, now, &mut commands);
+        self.host.applied(&self.runner, Applied::Update);
+        self.carry_out(&commands);
     }
 
     /// Takes every internal step that is ready, in the runner's order, until none is (the

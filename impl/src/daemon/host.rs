@@ -10,8 +10,9 @@ use crate::client::shell::{Applied, Host};
 use crate::client::{AllocRunner, Command, ExitResult, RunnerStep, Timer};
 use crate::server::structs::AllocId;
 use crate::server::ClientReport;
-use crate::sim::log::LogEntry;
 use crate::spec::{Task, TaskRole};
+use crate::step::log::LogEntry;
+use crate::step::{Effect, Step};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -48,6 +49,13 @@ pub struct DaemonHost {
     /// attached (a runner restored from progress stored before the signal): when (Unix ns).
     /// The kill timeout runs from then, not from the step taken again.
     signalled_before: BTreeMap<usize, i64>,
+    /// The pull being applied, as `fetch` noted it: its reserved sequence number and time,
+    /// and the `AllocModifyIndex` it read (see [`DaemonHost::note_pull`]).
+    pull: Option<(u64, i64, u64)>,
+    /// The commands carried out now belong to the last entry of `pending.log` (a step's),
+    /// or to no step: a restore's (reattaching is not a launch) or a forced exit's (the
+    /// model merges it into its kill timeout; its commands are idempotent deregistrations).
+    recording: bool,
 }
 
 /// The server's side of a runner's steps, gathered while the runner's lock is held and
@@ -68,7 +76,11 @@ struct Pending {
     effects: Vec<super::persist::Write>,
     /// A `Report` command came: the report is sent with the runner's state at the flush.
     report: bool,
+    /// The steps' log entries, each with the effects its commands had. A pull's entry
+    /// carries the sequence number reserved when its record was read (`Core::log_pull`).
     log: Vec<LogEntry>,
+    /// A pull's log entry is among them: the `AllocModifyIndex` it read, stored with it.
+    pulled: Option<u64>,
     /// The runner changed: its state is stored.
     progress: bool,
 }
@@ -102,7 +114,16 @@ impl DaemonHost {
             deadlines: BTreeMap::new(),
             resumed: BTreeMap::new(),
             signalled_before: BTreeMap::new(),
+            pull: None,
+            recording: false,
         }
+    }
+
+    /// A pull read the allocation's record at `index` and reserved the log sequence number
+    /// `seq` (at `time_ns`) for its `ClientSync` entry: the entry is made when the runner
+    /// applies the record, with the effects the update has, and stored with them.
+    pub fn note_pull(&mut self, seq: u64, time_ns: i64, index: u64) {
+        self.pull = Some((seq, time_ns, index));
     }
 
     /// A host for a restored runner: the timers it re-arms keep the deadlines they had.
@@ -388,6 +409,15 @@ impl DaemonHost {
             client_description: runner.alloc.client_description.clone(),
             task_states: runner.task_states(),
         });
+        let mut writes = pending.effects;
+        if let Some(index) = pending.pulled {
+            let pulled = super::persist::Payload::Pulled(self.alloc.clone(), index);
+            writes.push((
+                super::persist::Table::Pulls,
+                self.alloc.clone(),
+                Some(pulled),
+            ));
+        }
         let mut core = shared.core();
         change_services(&mut core, &self.alloc, &pending.services);
         if let Some(report) = report {
@@ -396,7 +426,7 @@ impl DaemonHost {
         for entry in pending.log {
             core.log(entry);
         }
-        core.commit(stored, pending.effects);
+        core.commit(stored, writes);
         shared.notify(&core);
     }
 }
@@ -495,6 +525,16 @@ fn interpolate(text: &str, env: &[(String, String)]) -> String {
 
 impl Host for DaemonHost {
     fn execute(&mut self, command: &Command, runner: &AllocRunner) {
+        if let Some(effect) = Effect::of(command, runner) {
+            match self.pending.log.last_mut().filter(|_| self.recording) {
+                Some(entry) => entry.effects.push(effect),
+                // A restore's reattachment, or a forced exit's stop hooks.
+                None => debug_assert!(
+                    matches!(effect, Effect::Launch { .. } | Effect::Deregister { .. }),
+                    "an effect outside any step: {effect:?}"
+                ),
+            }
+        }
         match command {
             Command::StartTask { task } => {
                 self.apply_services();
@@ -535,29 +575,72 @@ impl Host for DaemonHost {
         unix_now_ns()
     }
 
-    /// Notes the step's log entry (in the step alphabet's terms) and that the runner's state
-    /// is to be stored with whatever the step changed on the server (at the next flush).
+    /// Notes the step's log entry (in the step alphabet's terms, with the effects of the
+    /// commands that follow) and that the runner's state is to be stored with whatever the
+    /// step changed on the server (at the next flush).
     fn applied(&mut self, runner: &AllocRunner, what: Applied) {
-        let task_name = |ix: usize| runner.tasks.get(ix).map(|t| t.name.clone());
+        let alloc = || self.alloc.clone();
+        let task = |ix: usize| {
+            runner
+                .tasks
+                .get(ix)
+                .map_or_else(String::new, |t| t.name.clone())
+        };
         let step = match what {
-            // Logged by the client when it read the record (`client_loop`).
-            Applied::Update => None,
-            Applied::Step(RunnerStep::GroupPreKill) => Some(("GroupPreKill", None)),
-            Applied::Step(RunnerStep::TaskPreKill(ix)) => Some(("TaskPreKill", task_name(ix))),
-            Applied::Step(RunnerStep::PoststopStart(ix)) => Some(("PoststopStart", task_name(ix))),
-            Applied::Timer(Timer::GroupDelay) => Some(("GroupDelayElapsed", None)),
-            Applied::Timer(Timer::TaskDelay(ix)) => Some(("TaskDelayElapsed", task_name(ix))),
-            Applied::Timer(Timer::KillTimeout(ix)) => Some(("KillTimeout", task_name(ix))),
+            // Read (and its sequence number reserved) by the client, under the core lock.
+            Applied::Update => self.pull.take().map(|(seq, time_ns, index)| {
+                self.pending.pulled = Some(index);
+                (Step::ClientSync { alloc: alloc() }, Some((seq, time_ns)))
+            }),
+            Applied::Step(RunnerStep::GroupPreKill) => {
+                Some((Step::GroupPreKill { alloc: alloc() }, None))
+            }
+            Applied::Step(RunnerStep::TaskPreKill(ix)) => Some((
+                Step::TaskPreKill {
+                    alloc: alloc(),
+                    task: task(ix),
+                },
+                None,
+            )),
+            Applied::Step(RunnerStep::PoststopStart(ix)) => Some((
+                Step::PoststopStart {
+                    alloc: alloc(),
+                    task: task(ix),
+                },
+                None,
+            )),
+            Applied::Timer(Timer::GroupDelay) => {
+                Some((Step::GroupDelayElapsed { alloc: alloc() }, None))
+            }
+            Applied::Timer(Timer::TaskDelay(ix)) => Some((
+                Step::TaskDelayElapsed {
+                    alloc: alloc(),
+                    task: task(ix),
+                },
+                None,
+            )),
+            Applied::Timer(Timer::KillTimeout(ix)) => Some((
+                Step::KillTimeout {
+                    alloc: alloc(),
+                    task: task(ix),
+                },
+                None,
+            )),
             // The model merges a forced exit into its kill timeout.
             Applied::Exit { forced: true, .. } | Applied::Restored => None,
-            Applied::Exit { task, .. } => {
+            Applied::Exit { task: ix, .. } => {
                 let poststop = runner
                     .tasks
-                    .get(task)
+                    .get(ix)
                     .is_some_and(|t| t.role == TaskRole::Poststop);
+                let (alloc, task) = (alloc(), task(ix));
                 Some((
-                    if poststop { "PoststopExit" } else { "TaskExit" },
-                    task_name(task),
+                    if poststop {
+                        Step::PoststopExit { alloc, task }
+                    } else {
+                        Step::TaskExit { alloc, task }
+                    },
+                    None,
                 ))
             }
         };
@@ -573,11 +656,15 @@ impl Host for DaemonHost {
             }
             _ => {}
         }
-        if let Some((name, task)) = step {
-            let mut entry = LogEntry::step(name);
-            entry.job = Some(runner.alloc.job_id.clone());
-            entry.alloc = Some(self.alloc.clone());
-            entry.task = task;
+        self.recording = step.is_some();
+        if let Some((step, reserved)) = step {
+            let job = Some(runner.alloc.job_id.clone());
+            let group = Some(runner.alloc.task_group.clone());
+            let mut entry = LogEntry::step(step, job, group);
+            if let Some((seq, time_ns)) = reserved {
+                entry.seq = seq;
+                entry.time_ns = time_ns;
+            }
             self.pending.log.push(entry);
         }
         self.pending.progress = true;

@@ -13,8 +13,9 @@ use super::{Core, Shared};
 use crate::server::store::StateStore;
 use crate::server::structs::{Allocation, ClientStatus, Evaluation};
 use crate::server::{ServerError, StopJobOptions};
-use crate::sim::log::LogEntry;
 use crate::spec::{self, Job, SpecError, SpecErrors};
+use crate::step::log::LogEntry;
+use crate::step::Step;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -644,8 +645,17 @@ fn register(shared: &Shared, path_id: Option<&str>, body: &[u8]) -> Result<Reply
         .map_err(|e| error(400, e.to_string()))?;
     if starts {
         // Re-registering a stopped job unchanged is `job start`, a step of the alphabet.
-        let mut entry = LogEntry::step("StartJob");
-        entry.job = Some(job.id.clone());
+        core.log(LogEntry::step(
+            Step::StartJob {
+                job: job.id.clone(),
+            },
+            None,
+            None,
+        ));
+    } else if let Some(stored) = core.server.store.job(&job.id) {
+        // Any other registration is logged with the spec as stored, from which a validator
+        // builds its model of the job (unchanged, it only made an evaluation).
+        let entry = LogEntry::register_job(stored);
         core.log(entry);
     }
     commit(shared, &mut core)?;
@@ -735,11 +745,12 @@ fn stop_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError>
             0,
         );
     }
-    let mut entry = LogEntry::step("StopJob");
-    entry.job = Some(id.to_string());
-    entry.purge = Some(purge);
-    entry.no_shutdown_delay = Some(no_shutdown_delay);
-    core.log(entry);
+    let step = Step::StopJob {
+        job: id.to_string(),
+        purge,
+        no_shutdown_delay,
+    };
+    core.log(LogEntry::step(step, None, None));
     commit(shared, &mut core)?;
     ok(
         json!({"EvalID": response.eval_id, "EvalCreateIndex": response.index,
@@ -853,7 +864,11 @@ fn stop_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiErro
     let no_shutdown_delay = query.bool("no_shutdown_delay")?;
     query.bool("reschedule")?;
     let mut core = shared.core();
-    let job = core.server.store.alloc(id).map(|a| a.job_id.clone());
+    let context = core
+        .server
+        .store
+        .alloc(id)
+        .map(|a| (a.id.clone(), a.job_id.clone(), a.task_group.clone()));
     let response = core
         .server
         .stop_alloc(id, no_shutdown_delay)
@@ -861,11 +876,13 @@ fn stop_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiErro
             ServerError::AllocNotFound(_) => error(404, "allocation not found"),
             other => error(500, other.to_string()),
         })?;
-    let mut entry = LogEntry::step("StopAlloc");
-    entry.job = job;
-    entry.alloc = Some(id.to_string());
-    entry.no_shutdown_delay = Some(no_shutdown_delay);
-    core.log(entry);
+    if let Some((alloc, job, group)) = context {
+        let step = Step::StopAlloc {
+            alloc,
+            no_shutdown_delay,
+        };
+        core.log(LogEntry::step(step, Some(job), Some(group)));
+    }
     commit(shared, &mut core)?;
     ok(
         json!({"EvalID": response.eval_id, "Index": response.index}),

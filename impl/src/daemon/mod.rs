@@ -30,7 +30,8 @@ use crate::client::{AllocRunner, Command, ExitResult, RunnerPhase, DEFAULT_MAX_K
 use crate::server::store::{Record, StateStore};
 use crate::server::structs::{AllocId, NodeId};
 use crate::server::Server;
-use crate::sim::log::LogEntry;
+use crate::step::log::LogEntry;
+use crate::step::Step;
 use host::DaemonHost;
 use persist::{Batch, Committer, Payload, Persist, Table, Write};
 use std::collections::{BTreeMap, BTreeSet};
@@ -86,19 +87,25 @@ pub struct Core {
     /// Threads asleep on the agent's condition variables: a write wakes only those that
     /// are (a wake-up is a system call, and most writes have nobody to wake).
     asleep: Asleep,
-    /// The `AllocModifyIndex` of each allocation's last pull that the event log records.
+    /// The `AllocModifyIndex` of each allocation's last pull that the event log records (or
+    /// will: its entry is stored with the runner's progress after the pull, by its host).
     logged_pulls: BTreeMap<AllocId, u64>,
-    /// Those changed since the last commit: stored with the log entries they go with.
-    pending_logged_pulls: Vec<(AllocId, u64)>,
     node: NodeId,
 }
 
 impl Core {
-    /// Appends an entry to the event log; it is stored with the next commit.
+    /// Appends an entry to the event log; it is stored with the next commit. An entry whose
+    /// sequence number was reserved ([`Core::log_pull`]) keeps it, and its time.
     pub fn log(&mut self, mut entry: LogEntry) {
-        self.log_seq += 1;
-        entry.seq = self.log_seq;
-        entry.time_ns = unix_now_ns();
+        if entry.seq == 0 {
+            self.log_seq += 1;
+            entry.seq = self.log_seq;
+            entry.time_ns = unix_now_ns();
+        }
+        debug_assert!(
+            entry.seq <= self.log_seq,
+            "a sequence number never reserved"
+        );
         self.pending_log.push(entry);
     }
 
@@ -157,7 +164,9 @@ impl Core {
     pub fn process_evals(&mut self) {
         loop {
             match self.server.process_next_eval() {
-                Ok(Some(_)) => self.log(LogEntry::step("ProcessEval")),
+                Ok(Some((_, job))) => {
+                    self.log(LogEntry::step(Step::ProcessEval { job }, None, None))
+                }
                 Ok(None) => return,
                 Err(error) => {
                     eprintln!("quiesce agent: scheduler: {error}");
@@ -167,22 +176,24 @@ impl Core {
         }
     }
 
-    /// Logs a pull (`ClientSync`) unless the log already has it. A pull's log entry is
-    /// written when the record is read, its effect on the runner stored with the runner's
-    /// next step: a crash between the two commits can keep the entry and lose the effect,
-    /// and the restored runner then pulls the same record again, which is not a new step.
-    pub fn log_pull(&mut self, alloc: &crate::server::structs::Allocation) {
+    /// A pull of `alloc`'s record, unless the log already has it (or will): reserves the
+    /// sequence number of its `ClientSync` entry now, while the record is read, so the log
+    /// orders pulls by what they read; the entry itself, with the effects of the update, is
+    /// stored with the runner's progress after the update (`DaemonHost::note_pull`), so a
+    /// crash keeps both or neither — and a pull whose entry was lost is made (and logged)
+    /// again by the restored runner. Returns the sequence number and its time.
+    pub fn log_pull(&mut self, alloc: &crate::server::structs::Allocation) -> Option<(u64, i64)> {
         let index = alloc.alloc_modify_index;
         if self
             .logged_pulls
             .get(&alloc.id)
             .is_some_and(|&logged| logged >= index)
         {
-            return;
+            return None;
         }
         self.logged_pulls.insert(alloc.id.clone(), index);
-        self.pending_logged_pulls.push((alloc.id.clone(), index));
-        self.log(client_sync(alloc));
+        self.log_seq += 1;
+        Some((self.log_seq, unix_now_ns()))
     }
 
     /// Submits, as one batch (one transaction): `earlier` (writes taken before, by the same
@@ -202,13 +213,6 @@ impl Core {
     ) -> u64 {
         let mut writes = earlier;
         writes.extend(self.take_writes());
-        for (alloc, index) in std::mem::take(&mut self.pending_logged_pulls) {
-            writes.push((
-                Table::Pulls,
-                alloc.clone(),
-                Some(Payload::Pulled(alloc, index)),
-            ));
-        }
         if let Some((id, encoded)) = runner {
             writes.push((Table::Runners, id, Some(Payload::Runner(encoded))));
         }
@@ -360,7 +364,6 @@ impl Agent {
             pending_exits: std::collections::VecDeque::new(),
             asleep: Asleep::default(),
             logged_pulls: loaded.logged_pulls,
-            pending_logged_pulls: Vec::new(),
             node: config.node_name.clone(),
         };
         // Pulls the client had not taken when the agent stopped.
@@ -382,16 +385,7 @@ impl Agent {
             .iter()
             .any(|r| r.runner.phase != RunnerPhase::Terminal);
         if restarting {
-            core.log(LogEntry {
-                seq: 0,
-                time_ns: 0,
-                step: "ClientRestart".into(),
-                job: None,
-                alloc: None,
-                task: None,
-                purge: None,
-                no_shutdown_delay: None,
-            });
+            core.log(LogEntry::step(Step::ClientRestart, None, None));
             core.commit_durably()?;
         }
         // Evaluations left pending (their plans are durable with the write that made them,
@@ -524,20 +518,7 @@ fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
         return;
     }
     let mut commands = Vec::new();
-    let mut restored = AllocRunner::restore(stored, unix_now_ns(), &mut commands);
-    // A newer record of the allocation (a stop whose pull, or the steps after it, a crash
-    // lost from the runner's stored state) is applied now, before the reattached tasks'
-    // exits can be delivered: a task signalled before the crash must not look as if it had
-    // ended on its own. The stop itself is durable (an API write's plan).
-    {
-        let mut core = shared.core();
-        if let Some(alloc) = core.server.store.alloc_for_client(&id).cloned() {
-            if alloc.alloc_modify_index > restored.alloc.alloc_modify_index {
-                core.log_pull(&alloc);
-                restored.update(alloc, unix_now_ns(), &mut commands);
-            }
-        }
-    }
+    let restored = AllocRunner::restore(stored, unix_now_ns(), &mut commands);
     // Reattach first, so a signal among the restore's commands reaches the task.
     let reattach: Vec<Command> = restored
         .tasks
@@ -550,9 +531,35 @@ fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
     // Registered first, its commands carried out after the registry's lock is released: a
     // reattach (or launch) must not hold up every other runner's timers and exits.
     let shell = RunnerShell::unstarted(restored, host);
-    registry.insert(id, shell.clone());
+    registry.insert(id.clone(), shell.clone());
     drop(registry);
-    shell.start([reattach, commands].concat(), Applied::Restored);
+    // A newer record of the allocation (a stop whose pull, or the steps after it, a crash
+    // lost from the runner's stored state) is pulled in the same critical section, before
+    // the reattached tasks' exits can be delivered: a task signalled before the crash must
+    // not look as if it had ended on its own. The stop itself is durable (an API write's
+    // plan).
+    shell.restore([reattach, commands].concat(), |runner, host| {
+        fetch_newer(shared, &id, runner, host)
+    });
+}
+
+/// The allocation's record, if it is newer than the runner's copy, for a pull; the pull's
+/// log entry is reserved and noted for the host (see [`Core::log_pull`]).
+fn fetch_newer(
+    shared: &Shared,
+    id: &AllocId,
+    runner: &AllocRunner,
+    host: &mut DaemonHost,
+) -> Option<crate::server::structs::Allocation> {
+    let mut core = shared.core();
+    let alloc = core.server.store.alloc_for_client(id)?.clone();
+    if alloc.alloc_modify_index <= runner.alloc.alloc_modify_index {
+        return None;
+    }
+    if let Some((seq, time_ns)) = core.log_pull(&alloc) {
+        host.note_pull(seq, time_ns, alloc.alloc_modify_index);
+    }
+    Some(alloc)
 }
 
 /// A runner whose allocation the server has deleted (a purge, once the client reported it
@@ -604,7 +611,7 @@ fn scheduler_loop(shared: Arc<Shared>) {
             core.asleep.scheduler = false;
         }
         match core.server.process_next_eval() {
-            Ok(Some(_)) => core.log(LogEntry::step("ProcessEval")),
+            Ok(Some((_, job))) => core.log(LogEntry::step(Step::ProcessEval { job }, None, None)),
             Ok(None) => continue,
             Err(error) => eprintln!("quiesce agent: scheduler: {error}"),
         }
@@ -694,34 +701,30 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
         .expect("the registry lock is never poisoned");
     if let Some(shell) = registry.get(&id).cloned() {
         drop(registry);
-        shell.pull(|runner| {
-            let mut core = shared.core();
-            let alloc = core.server.store.alloc_for_client(&id)?.clone();
-            if alloc.alloc_modify_index <= runner.alloc.alloc_modify_index {
-                return None;
-            }
-            core.log_pull(&alloc);
-            Some(alloc)
-        });
+        shell.pull(|runner, host| fetch_newer(shared, &id, runner, host));
         forget_if_gone(shared, &id, &shell);
         return;
     }
-    let alloc = {
+    let (alloc, logged) = {
         let mut core = shared.core();
         let Some(alloc) = core.server.store.alloc_for_client(&id).cloned() else {
             return;
         };
-        core.log_pull(&alloc);
-        alloc
+        let logged = core.log_pull(&alloc);
+        (alloc, logged)
     };
     let mut commands = Vec::new();
+    let index = alloc.alloc_modify_index;
     let runner = AllocRunner::new(
         alloc,
         shared.config.max_kill_timeout_ns,
         unix_now_ns(),
         &mut commands,
     );
-    let host = DaemonHost::new(&id, shared);
+    let mut host = DaemonHost::new(&id, shared);
+    if let Some((seq, time_ns)) = logged {
+        host.note_pull(seq, time_ns, index);
+    }
     // Registered under the registry's lock (one runner per allocation); its first commands
     // — launching the tasks — are carried out once that lock is released, so launches run
     // in parallel and never hold up other runners' timers and exits. An event that reaches
@@ -731,27 +734,4 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
     registry.insert(id, shell.clone());
     drop(registry);
     shell.start(commands, Applied::Update);
-}
-
-fn client_sync(alloc: &crate::server::structs::Allocation) -> LogEntry {
-    let mut entry = LogEntry::step("ClientSync");
-    entry.job = Some(alloc.job_id.clone());
-    entry.alloc = Some(alloc.id.clone());
-    entry
-}
-
-impl LogEntry {
-    /// An entry naming only a step.
-    pub fn step(name: &str) -> LogEntry {
-        LogEntry {
-            seq: 0,
-            time_ns: 0,
-            step: name.to_string(),
-            job: None,
-            alloc: None,
-            task: None,
-            purge: None,
-            no_shutdown_delay: None,
-        }
-    }
 }

@@ -24,8 +24,8 @@
 
 use crate::client::AllocRunner;
 use crate::server::structs::{Allocation, Evaluation, ServiceRegistration};
-use crate::sim::log::LogEntry;
 use crate::spec::Job;
+use crate::step::log::LogEntry;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

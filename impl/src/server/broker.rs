@@ -27,6 +27,11 @@ impl EvalBroker {
         self.pending.remove(&job)
     }
 
+    /// The job whose evaluation is next.
+    pub fn next_job(&self) -> Option<&JobId> {
+        self.order.front()
+    }
+
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
     }

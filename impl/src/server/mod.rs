@@ -112,6 +112,11 @@ impl Server {
         self.broker.has_pending()
     }
 
+    /// The job whose evaluation the scheduler processes next.
+    pub fn next_eval_job(&self) -> Option<&JobId> {
+        self.broker.next_job()
+    }
+
     fn new_eval(
         &mut self,
         job: &Job,
@@ -321,13 +326,17 @@ impl Server {
     }
 
     /// The scheduler processes the next pending evaluation: reconcile its job and apply the
-    /// plan in one write. Returns the evaluation, or `None` when none is pending.
-    pub fn process_next_eval(&mut self) -> Result<Option<EvalId>, ServerError> {
+    /// plan in one write. Returns the evaluation and its job, or `None` when none is
+    /// pending.
+    pub fn process_next_eval(&mut self) -> Result<Option<(EvalId, JobId)>, ServerError> {
+        let Some(job) = self.broker.next_job().cloned() else {
+            return Ok(None);
+        };
         let Some(eval_id) = self.broker.dequeue() else {
             return Ok(None);
         };
         let Some(eval) = self.store.eval(&eval_id).cloned() else {
-            return Ok(Some(eval_id));
+            return Ok(Some((eval_id, job)));
         };
         let plan = scheduler::reconcile(&self.store, &eval.job_id);
         let index = self.store.next_index();
@@ -336,7 +345,7 @@ impl Server {
             eval.status = EvalStatus::Complete;
             eval.modify_index = index;
         }
-        Ok(Some(eval_id))
+        Ok(Some((eval_id, job)))
     }
 
     fn apply_plan(

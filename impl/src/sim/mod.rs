@@ -5,8 +5,6 @@
 //! [`Simulator::run_until_quiet`] mode takes steps with a realistic policy instead: steps
 //! that wait for nothing first, then whatever is due earliest on the clock.
 
-pub mod log;
-
 use crate::client::driver::{Driver, MockDriver, SIGKILL};
 use crate::client::{
     AllocRunner, Client, Command, ExitResult, RunnerPhase, RunnerStep, TaskPhase, Timer,
@@ -14,143 +12,10 @@ use crate::client::{
 use crate::server::structs::{AllocId, JobId, NodeId};
 use crate::server::{ClientReport, Server, ServerError, StopJobOptions, WriteResponse};
 use crate::spec::{Job, TaskRole};
-use log::{EventLog, LogEntry};
+use crate::step::log::{EventLog, LogEntry};
+use crate::step::{Effect, Step};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-
-/// One step of the step alphabet, with the implementation's arguments (IDs and names).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Step {
-    StopJob {
-        job: JobId,
-        purge: bool,
-        no_shutdown_delay: bool,
-    },
-    StopAlloc {
-        alloc: AllocId,
-        no_shutdown_delay: bool,
-    },
-    StartJob {
-        job: JobId,
-    },
-    ProcessEval,
-    ClientSync {
-        alloc: AllocId,
-    },
-    GroupPreKill {
-        alloc: AllocId,
-    },
-    GroupDelayElapsed {
-        alloc: AllocId,
-    },
-    TaskPreKill {
-        alloc: AllocId,
-        task: String,
-    },
-    TaskDelayElapsed {
-        alloc: AllocId,
-        task: String,
-    },
-    TaskExit {
-        alloc: AllocId,
-        task: String,
-    },
-    KillTimeout {
-        alloc: AllocId,
-        task: String,
-    },
-    PoststopStart {
-        alloc: AllocId,
-        task: String,
-    },
-    PoststopExit {
-        alloc: AllocId,
-        task: String,
-    },
-    ClientRestart,
-}
-
-impl Step {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Step::StopJob { .. } => "StopJob",
-            Step::StopAlloc { .. } => "StopAlloc",
-            Step::StartJob { .. } => "StartJob",
-            Step::ProcessEval => "ProcessEval",
-            Step::ClientSync { .. } => "ClientSync",
-            Step::GroupPreKill { .. } => "GroupPreKill",
-            Step::GroupDelayElapsed { .. } => "GroupDelayElapsed",
-            Step::TaskPreKill { .. } => "TaskPreKill",
-            Step::TaskDelayElapsed { .. } => "TaskDelayElapsed",
-            Step::TaskExit { .. } => "TaskExit",
-            Step::KillTimeout { .. } => "KillTimeout",
-            Step::PoststopStart { .. } => "PoststopStart",
-            Step::PoststopExit { .. } => "PoststopExit",
-            Step::ClientRestart => "ClientRestart",
-        }
-    }
-
-    fn alloc(&self) -> Option<&AllocId> {
-        match self {
-            Step::StopAlloc { alloc, .. }
-            | Step::ClientSync { alloc }
-            | Step::GroupPreKill { alloc }
-            | Step::GroupDelayElapsed { alloc }
-            | Step::TaskPreKill { alloc, .. }
-            | Step::TaskDelayElapsed { alloc, .. }
-            | Step::TaskExit { alloc, .. }
-            | Step::KillTimeout { alloc, .. }
-            | Step::PoststopStart { alloc, .. }
-            | Step::PoststopExit { alloc, .. } => Some(alloc),
-            _ => None,
-        }
-    }
-
-    fn task(&self) -> Option<&String> {
-        match self {
-            Step::TaskPreKill { task, .. }
-            | Step::TaskDelayElapsed { task, .. }
-            | Step::TaskExit { task, .. }
-            | Step::KillTimeout { task, .. }
-            | Step::PoststopStart { task, .. }
-            | Step::PoststopExit { task, .. } => Some(task),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Step {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.name())?;
-        match self {
-            Step::StopJob {
-                job,
-                purge,
-                no_shutdown_delay,
-            } => {
-                write!(
-                    f,
-                    "{{job: {job}, purge: {purge}, no_shutdown_delay: {no_shutdown_delay}}}"
-                )
-            }
-            Step::StopAlloc {
-                alloc,
-                no_shutdown_delay,
-            } => {
-                write!(
-                    f,
-                    "{{alloc: {alloc}, no_shutdown_delay: {no_shutdown_delay}}}"
-                )
-            }
-            Step::StartJob { job } => write!(f, "{{job: {job}}}"),
-            _ => match (self.alloc(), self.task()) {
-                (Some(alloc), Some(task)) => write!(f, "{{alloc: {alloc}, task: {task}}}"),
-                (Some(alloc), None) => write!(f, "{{alloc: {alloc}}}"),
-                _ => Ok(()),
-            },
-        }
-    }
-}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SimError {
@@ -203,6 +68,8 @@ pub struct Simulator {
     /// Runners that may have a ready internal step.
     maybe_ready: BTreeSet<AllocId>,
     log: EventLog,
+    /// The effects of the step being applied, for its log entry.
+    effects: Vec<Effect>,
 }
 
 /// Nodes are named `node-0`, `node-1`, …
@@ -234,6 +101,7 @@ impl Simulator {
             pending_sync: BTreeSet::new(),
             maybe_ready: BTreeSet::new(),
             log: EventLog::default(),
+            effects: Vec::new(),
         }
     }
 
@@ -245,9 +113,16 @@ impl Simulator {
         &self.log
     }
 
-    /// Registers a job (not a step of the alphabet: the model starts with the job running).
+    /// Registers a job (not a step of the alphabet: the model starts with the job running),
+    /// logged with its spec as stored.
     pub fn register(&mut self, job: Job) -> Result<WriteResponse, SimError> {
+        let id = job.id.clone();
         let response = self.server.register_job(job)?;
+        if let Some(stored) = self.server.store.job(&id) {
+            let mut entry = LogEntry::register_job(stored);
+            entry.time_ns = self.now_ns;
+            self.log.push(entry);
+        }
         self.after_server_write();
         Ok(response)
     }
@@ -272,8 +147,8 @@ impl Simulator {
     /// steps, timers, exits. Operator requests are not listed: they are always offered.
     pub fn enabled_steps(&self) -> Vec<Step> {
         let mut steps = Vec::new();
-        if self.server.eval_pending() {
-            steps.push(Step::ProcessEval);
+        if let Some(job) = self.server.next_eval_job() {
+            steps.push(Step::ProcessEval { job: job.clone() });
         }
         for alloc in &self.pending_sync {
             steps.push(Step::ClientSync {
@@ -354,7 +229,8 @@ impl Simulator {
 
     /// Applies exactly `step`, or changes nothing and says why.
     pub fn apply(&mut self, step: &Step) -> Result<(), SimError> {
-        let job = self.job_of(step);
+        let (job, group) = self.context_of(step);
+        self.effects.clear();
         match step {
             Step::StopJob {
                 job,
@@ -380,53 +256,39 @@ impl Simulator {
                 self.server.start_job(job)?;
                 self.after_server_write();
             }
-            Step::ProcessEval => {
-                if self.server.process_next_eval()?.is_none() {
+            Step::ProcessEval { job } => {
+                if self.server.next_eval_job() != Some(job) {
                     return Err(SimError::NotEnabled(step.to_string()));
                 }
+                self.server.process_next_eval()?;
                 self.after_server_write();
             }
             Step::ClientSync { alloc } => self.client_sync(alloc, step)?,
             Step::ClientRestart => self.client_restart()?,
             _ => self.runner_step(step)?,
         }
-        self.log.push(LogEntry {
-            seq: 0,
-            time_ns: self.now_ns,
-            step: step.name().to_string(),
-            job,
-            alloc: step.alloc().cloned(),
-            task: step.task().cloned(),
-            purge: match step {
-                Step::StopJob { purge, .. } => Some(*purge),
-                _ => None,
-            },
-            no_shutdown_delay: match step {
-                Step::StopJob {
-                    no_shutdown_delay, ..
-                }
-                | Step::StopAlloc {
-                    no_shutdown_delay, ..
-                } => Some(*no_shutdown_delay),
-                _ => None,
-            },
-        });
+        let mut entry = LogEntry::step(step.clone(), job, group);
+        entry.time_ns = self.now_ns;
+        entry.effects = std::mem::take(&mut self.effects);
+        self.log.push(entry);
         Ok(())
     }
 
-    fn job_of(&self, step: &Step) -> Option<JobId> {
-        match step {
-            Step::StopJob { job, .. } | Step::StartJob { job } => Some(job.clone()),
-            _ => step.alloc().and_then(|alloc| {
-                self.runner(alloc)
-                    .map(|runner| runner.alloc.job_id.clone())
-                    .or_else(|| {
-                        self.server
-                            .store
-                            .alloc_for_client(alloc)
-                            .map(|a| a.job_id.clone())
-                    })
-            }),
+    /// The job and task group a step is about, for its log entry.
+    fn context_of(&self, step: &Step) -> (Option<JobId>, Option<String>) {
+        if let Some(job) = step.job() {
+            return (Some(job.clone()), None);
+        }
+        let Some(alloc) = step.alloc() else {
+            return (None, None);
+        };
+        let record = self
+            .runner(alloc)
+            .map(|runner| &runner.alloc)
+            .or_else(|| self.server.store.alloc_for_client(alloc));
+        match record {
+            Some(record) => (Some(record.job_id.clone()), Some(record.task_group.clone())),
+            None => (None, None),
         }
     }
 
@@ -595,6 +457,9 @@ impl Simulator {
         while !commands.is_empty() {
             let mut follow_ups = Vec::new();
             for command in commands {
+                if let Some(runner) = self.clients.get(node).and_then(|c| c.runners.get(alloc)) {
+                    self.effects.extend(Effect::of(&command, runner));
+                }
                 match command {
                     Command::Report => report = true,
                     Command::ForceKill { task, .. } => {
@@ -738,8 +603,8 @@ impl Simulator {
     }
 
     fn next_immediate(&mut self) -> Option<Step> {
-        if self.server.eval_pending() {
-            return Some(Step::ProcessEval);
+        if let Some(job) = self.server.next_eval_job() {
+            return Some(Step::ProcessEval { job: job.clone() });
         }
         if let Some(alloc) = self.pending_sync.first() {
             return Some(Step::ClientSync {

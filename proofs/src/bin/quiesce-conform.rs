@@ -38,16 +38,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Replay an event log (JSON lines) against the model; report the first step it does
-    /// not allow.
+    /// Replay an event log (JSON lines) of any jobs against the model, checking every effect
+    /// it records; report the first step it does not allow, and say what it cannot judge.
     ValidateLog {
         file: String,
-        /// The configuration whose job the log runs.
-        #[arg(long, default_value = "standard")]
-        config: String,
-        /// The part whose job the log runs (default: the first).
+        /// Fail (exit 3) if the model could not follow every step.
         #[arg(long)]
-        part: Option<String>,
+        require_full: bool,
     },
     /// Print a part's job as a register body (`{"Job": ...}`, mock_driver tasks), to run
     /// the model's job on a real agent and validate the agent's event log.
@@ -62,9 +59,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
-        Some(Command::ValidateLog { file, config, part }) => {
-            validate_log(file, config, part.as_deref())
-        }
+        Some(Command::ValidateLog { file, require_full }) => validate_log(file, *require_full),
         Some(Command::Jobspec { config, part }) => {
             config::named_part(config, part.as_deref()).map(|chosen| {
                 let job = quiesce_proofs::adapter::jobspec(&chosen);
@@ -158,16 +153,26 @@ fn conform(cli: &Cli) -> Result<bool, String> {
     Ok(ok)
 }
 
-fn validate_log(file: &str, config_name: &str, part: Option<&str>) -> Result<bool, String> {
-    let chosen = config::named_part(config_name, part)?;
+fn validate_log(file: &str, require_full: bool) -> Result<bool, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
     let entries = trace::parse_log(&text).map_err(|e| format!("{file}: {e}"))?;
-    match trace::validate(&chosen, &entries) {
+    match trace::validate(&entries) {
         Ok(report) => {
             println!(
-                "{file}: valid: {} steps replayed against the model ({} start-up entries bound the initial allocations)",
-                report.replayed, report.setup_entries
+                "{file}: valid: {} entries, {} steps replayed against the model, {} effects \
+                 checked (kill signals once per kill and after the services; SIGKILL after \
+                 the kill timeout; no task launched twice)",
+                report.entries,
+                report.replayed(),
+                report.effects
             );
+            for part in &report.parts {
+                println!("  {part}");
+            }
+            if require_full && !report.fully_judged() {
+                println!("{file}: not every step could be judged (--require-full)");
+                std::process::exit(3);
+            }
             Ok(true)
         }
         Err(error) => {

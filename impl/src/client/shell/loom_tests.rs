@@ -395,7 +395,7 @@ fn loom_two_pulls_race_for_one_update() {
         flagged.alloc_modify_index = shell.inspect(|r, _| r.alloc.alloc_modify_index) + 1;
         let record = Arc::new(Mutex::new(flagged));
         let pull = |shell: RunnerShell<Recorder>, record: Arc<Mutex<Allocation>>| {
-            shell.pull(|runner| {
+            shell.pull(|runner, _| {
                 let record = record.lock().unwrap();
                 (record.alloc_modify_index > runner.alloc.alloc_modify_index)
                     .then(|| record.clone())

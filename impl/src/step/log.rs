@@ -1,0 +1,364 @@
+//! The event log (DESIGN.md, "The event log"): JSON lines, one object per step — a sequence
+//! number, the time (virtual in the simulator, real in the daemon), the step's name from
+//! the step-alphabet table and its arguments — plus the context a validator of many jobs
+//! needs (the job and task group of the step's allocation), the effects the step had
+//! ([`Effect`]), and the registration of each job with its spec (`"step":"RegisterJob"`, not
+//! a step of the alphabet: the model starts from a registered job).
+//!
+//! ```json
+//! {"seq":9,"time_ns":…,"step":"TaskPreKill","job":"web","group":"web","alloc":"5f…",
+//!  "task":"app","effects":[{"effect":"Deregister","task":"app","services":["app"]},
+//!  {"effect":"Signal","task":"app","signal":"SIGINT","kill":1}]}
+//! ```
+
+use super::{Effect, Step};
+use crate::server::structs::JobId;
+use crate::spec::Job;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// What an entry records.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Step(Step),
+    /// A job was registered (first, or again): its spec as stored. Re-registering a stopped
+    /// job unchanged is `StartJob`, a step, and logged as that.
+    RegisterJob {
+        spec: Box<Job>,
+    },
+}
+
+/// One entry of the event log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Wire", into = "Wire")]
+pub struct LogEntry {
+    pub seq: u64,
+    pub time_ns: i64,
+    pub event: Event,
+    /// The job and task group the entry is about (for a step of one allocation, its job and
+    /// group); `None` for `ClientRestart`.
+    pub job: Option<JobId>,
+    pub group: Option<String>,
+    /// What the step did to the world, in order.
+    pub effects: Vec<Effect>,
+}
+
+impl LogEntry {
+    /// An entry for `step`, about `job` and `group` (taken from the step where it names its
+    /// job); its sequence number and time are set when it is appended.
+    pub fn step(step: Step, job: Option<JobId>, group: Option<String>) -> LogEntry {
+        let job = step.job().cloned().or(job);
+        LogEntry {
+            seq: 0,
+            time_ns: 0,
+            event: Event::Step(step),
+            job,
+            group,
+            effects: Vec::new(),
+        }
+    }
+
+    /// The registration of `spec`.
+    pub fn register_job(spec: &Job) -> LogEntry {
+        LogEntry {
+            seq: 0,
+            time_ns: 0,
+            event: Event::RegisterJob {
+                spec: Box::new(spec.clone()),
+            },
+            job: Some(spec.id.clone()),
+            group: None,
+            effects: Vec::new(),
+        }
+    }
+
+    /// The step, if the entry is one.
+    pub fn as_step(&self) -> Option<&Step> {
+        match &self.event {
+            Event::Step(step) => Some(step),
+            Event::RegisterJob { .. } => None,
+        }
+    }
+
+    /// The name in the entry's `step` field.
+    pub fn name(&self) -> &'static str {
+        match &self.event {
+            Event::Step(step) => step.name(),
+            Event::RegisterJob { .. } => "RegisterJob",
+        }
+    }
+
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("a log entry always serializes")
+    }
+
+    pub fn parse_line(line: &str) -> Result<LogEntry, String> {
+        serde_json::from_str(line)
+            .map_err(|error| format!("not an event-log line ({error}): {line}"))
+    }
+}
+
+/// An entry as it is written: the step's name and every argument flat, as DESIGN.md
+/// describes the log.
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    seq: u64,
+    time_ns: i64,
+    step: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    alloc: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    task: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    purge: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    no_shutdown_delay: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    effects: Vec<Effect>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    spec: Option<Box<Job>>,
+}
+
+impl From<LogEntry> for Wire {
+    fn from(entry: LogEntry) -> Wire {
+        let mut wire = Wire {
+            seq: entry.seq,
+            time_ns: entry.time_ns,
+            step: entry.name().to_string(),
+            job: entry.job,
+            group: entry.group,
+            alloc: None,
+            task: None,
+            purge: None,
+            no_shutdown_delay: None,
+            effects: entry.effects,
+            spec: None,
+        };
+        match entry.event {
+            Event::RegisterJob { spec } => wire.spec = Some(spec),
+            Event::Step(step) => {
+                wire.alloc = step.alloc().cloned();
+                wire.task = step.task().cloned();
+                match step {
+                    Step::StopJob {
+                        purge,
+                        no_shutdown_delay,
+                        ..
+                    } => {
+                        wire.purge = Some(purge);
+                        wire.no_shutdown_delay = Some(no_shutdown_delay);
+                    }
+                    Step::StopAlloc {
+                        no_shutdown_delay, ..
+                    } => wire.no_shutdown_delay = Some(no_shutdown_delay),
+                    _ => {}
+                }
+            }
+        }
+        wire
+    }
+}
+
+impl TryFrom<Wire> for LogEntry {
+    type Error = String;
+
+    fn try_from(wire: Wire) -> Result<LogEntry, String> {
+        let missing = |field: &str| format!("a {} entry needs {field:?}", wire.step);
+        let alloc = || wire.alloc.clone().ok_or_else(|| missing("alloc"));
+        let task = || wire.task.clone().ok_or_else(|| missing("task"));
+        let job = || wire.job.clone().ok_or_else(|| missing("job"));
+        let flag = || {
+            wire.no_shutdown_delay
+                .ok_or_else(|| missing("no_shutdown_delay"))
+        };
+        let step = match wire.step.as_str() {
+            "RegisterJob" => {
+                let spec = wire.spec.ok_or_else(|| missing("spec"))?;
+                if wire.job.as_deref() != Some(spec.id.as_str()) {
+                    return Err(format!(
+                        "a RegisterJob entry's job {:?} is not its spec's {:?}",
+                        wire.job, spec.id
+                    ));
+                }
+                return Ok(LogEntry {
+                    seq: wire.seq,
+                    time_ns: wire.time_ns,
+                    event: Event::RegisterJob { spec },
+                    job: wire.job,
+                    group: wire.group,
+                    effects: wire.effects,
+                });
+            }
+            "StopJob" => Step::StopJob {
+                job: job()?,
+                purge: wire.purge.ok_or_else(|| missing("purge"))?,
+                no_shutdown_delay: flag()?,
+            },
+            "StopAlloc" => Step::StopAlloc {
+                alloc: alloc()?,
+                no_shutdown_delay: flag()?,
+            },
+            "StartJob" => Step::StartJob { job: job()? },
+            "ProcessEval" => Step::ProcessEval { job: job()? },
+            "ClientSync" => Step::ClientSync { alloc: alloc()? },
+            "GroupPreKill" => Step::GroupPreKill { alloc: alloc()? },
+            "GroupDelayElapsed" => Step::GroupDelayElapsed { alloc: alloc()? },
+            "TaskPreKill" => Step::TaskPreKill {
+                alloc: alloc()?,
+                task: task()?,
+            },
+            "TaskDelayElapsed" => Step::TaskDelayElapsed {
+                alloc: alloc()?,
+                task: task()?,
+            },
+            "TaskExit" => Step::TaskExit {
+                alloc: alloc()?,
+                task: task()?,
+            },
+            "KillTimeout" => Step::KillTimeout {
+                alloc: alloc()?,
+                task: task()?,
+            },
+            "PoststopStart" => Step::PoststopStart {
+                alloc: alloc()?,
+                task: task()?,
+            },
+            "PoststopExit" => Step::PoststopExit {
+                alloc: alloc()?,
+                task: task()?,
+            },
+            "ClientRestart" => Step::ClientRestart,
+            other => return Err(format!("unknown step {other:?}")),
+        };
+        Ok(LogEntry {
+            seq: wire.seq,
+            time_ns: wire.time_ns,
+            event: Event::Step(step),
+            job: wire.job,
+            group: wire.group,
+            effects: wire.effects,
+        })
+    }
+}
+
+/// The log of one run, in order. A persistent list, so that cloning a simulator to branch
+/// it (the conformance walk does, at every transition) costs nothing for the log.
+#[derive(Clone, Debug, Default)]
+pub struct EventLog {
+    last: Option<Arc<Node>>,
+    len: u64,
+}
+
+#[derive(Debug)]
+struct Node {
+    entry: LogEntry,
+    previous: Option<Arc<Node>>,
+}
+
+impl EventLog {
+    pub fn push(&mut self, mut entry: LogEntry) {
+        self.len += 1;
+        entry.seq = self.len;
+        let previous = self.last.take();
+        self.last = Some(Arc::new(Node { entry, previous }));
+    }
+
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The entries, oldest first.
+    pub fn entries(&self) -> Vec<LogEntry> {
+        let mut entries = Vec::with_capacity(self.len());
+        let mut node = self.last.as_deref();
+        while let Some(current) = node {
+            entries.push(current.entry.clone());
+            node = current.previous.as_deref();
+        }
+        entries.reverse();
+        entries
+    }
+
+    /// The whole log as JSON lines, each ending in a newline.
+    pub fn to_json_lines(&self) -> String {
+        self.entries()
+            .iter()
+            .map(|entry| entry.to_json_line() + "\n")
+            .collect()
+    }
+}
+
+impl Drop for EventLog {
+    /// Drops a long list iteratively: the default recursive drop would overflow the stack.
+    fn drop(&mut self) {
+        let mut node = self.last.take();
+        while let Some(current) = node {
+            node = match Arc::try_unwrap(current) {
+                Ok(mut owned) => owned.previous.take(),
+                Err(_) => None,
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_reads_back_as_written() {
+        let mut entry = LogEntry::step(
+            Step::TaskPreKill {
+                alloc: "a1".into(),
+                task: "app".into(),
+            },
+            Some("web".into()),
+            Some("g".into()),
+        );
+        entry.seq = 7;
+        entry.effects = vec![
+            Effect::Deregister {
+                task: Some("app".into()),
+                services: vec!["app-svc".into()],
+            },
+            Effect::Signal {
+                task: "app".into(),
+                signal: "SIGINT".into(),
+                kill: 1,
+            },
+        ];
+        let line = entry.to_json_line();
+        assert_eq!(LogEntry::parse_line(&line), Ok(entry));
+        let stop = LogEntry::step(
+            Step::StopJob {
+                job: "web".into(),
+                purge: true,
+                no_shutdown_delay: false,
+            },
+            None,
+            None,
+        );
+        assert_eq!(stop.job.as_deref(), Some("web"));
+        assert_eq!(LogEntry::parse_line(&stop.to_json_line()), Ok(stop));
+    }
+
+    #[test]
+    fn an_entry_missing_an_argument_is_refused_by_name() {
+        let error = LogEntry::parse_line(r#"{"seq":1,"time_ns":0,"step":"TaskExit","alloc":"a"}"#)
+            .unwrap_err();
+        assert!(
+            error.contains(r#"a TaskExit entry needs "task""#),
+            "{error}"
+        );
+        let error = LogEntry::parse_line(r#"{"seq":1,"time_ns":0,"step":"Teleport"}"#).unwrap_err();
+        assert!(error.contains(r#"unknown step "Teleport""#), "{error}");
+    }
+}

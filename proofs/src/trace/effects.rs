@@ -1,0 +1,113 @@
+//! The rules every effect in an event log must keep, whatever job it belongs to and whether
+//! or not the model can follow that job (DESIGN.md's invariants as they show in effects):
+//!
+//! * `prestop_hooks_always_run`: a task's kill signal goes out only once its own services
+//!   and its group's are deregistered (no registration of the allocation is left that the
+//!   task or the group owns);
+//! * a kill signal at most once per kill: each `Signal` of a task carries a kill number
+//!   higher than the last one's;
+//! * `kill_timeout_respected`: SIGKILL only as the effect of that task's `KillTimeout` step,
+//!   after the kill signal of the same kill;
+//! * a task is launched once (quiesce restarts no task).
+
+use quiesce::step::log::LogEntry;
+use quiesce::step::{Effect, Step};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the effects so far have done, by allocation.
+#[derive(Default)]
+pub struct EffectRules {
+    /// Registered services by (allocation, owner: a task or the group).
+    registered: BTreeMap<(String, Option<String>), BTreeSet<String>>,
+    /// The last kill number signalled, by (allocation, task).
+    signalled: BTreeMap<(String, String), u32>,
+    launched: BTreeSet<(String, String)>,
+    /// Effects checked so far.
+    pub checked: usize,
+}
+
+impl EffectRules {
+    /// Checks the effects of one entry, in order, and applies them; the first rule broken
+    /// is the error.
+    pub fn check(&mut self, entry: &LogEntry) -> Result<(), String> {
+        let alloc = entry.as_step().and_then(Step::alloc).cloned();
+        for effect in &entry.effects {
+            self.checked += 1;
+            let Some(alloc) = alloc.clone() else {
+                return Err(format!(
+                    "{} has an effect but names no allocation: {effect:?}",
+                    entry.name()
+                ));
+            };
+            match effect {
+                Effect::Launch { task } => {
+                    if !self.launched.insert((alloc.clone(), task.clone())) {
+                        return Err(format!(
+                            "task {task:?} of allocation {alloc} is launched a second time"
+                        ));
+                    }
+                }
+                Effect::Register { task, services } => {
+                    self.registered
+                        .entry((alloc, task.clone()))
+                        .or_default()
+                        .extend(services.iter().cloned());
+                }
+                Effect::Deregister { task, services } => {
+                    if let Some(registered) = self.registered.get_mut(&(alloc, task.clone())) {
+                        for service in services {
+                            registered.remove(service);
+                        }
+                    }
+                }
+                Effect::Signal { task, signal, kill } => {
+                    let key = (alloc.clone(), task.clone());
+                    let last = self.signalled.get(&key).copied().unwrap_or(0);
+                    if *kill <= last {
+                        return Err(format!(
+                            "task {task:?} of allocation {alloc} gets its kill signal {signal} \
+                             again for kill {kill} (kill {last} was signalled already)"
+                        ));
+                    }
+                    for owner in [Some(task.clone()), None] {
+                        let left = self
+                            .registered
+                            .get(&(alloc.clone(), owner.clone()))
+                            .filter(|left| !left.is_empty());
+                        if let Some(left) = left {
+                            let whose = owner.map_or("its group's".to_string(), |task| {
+                                format!("task {task:?}'s")
+                            });
+                            return Err(format!(
+                                "task {task:?} of allocation {alloc} is signalled ({signal}) \
+                                 while {whose} services {left:?} are still registered"
+                            ));
+                        }
+                    }
+                    self.signalled.insert(key, *kill);
+                }
+                Effect::SigKill { task, kill } => {
+                    let timed_out = matches!(
+                        entry.as_step(),
+                        Some(Step::KillTimeout { task: t, .. }) if t == task
+                    );
+                    if !timed_out {
+                        return Err(format!(
+                            "task {task:?} of allocation {alloc} is SIGKILLed by {}, not by its \
+                             kill timeout",
+                            entry.name()
+                        ));
+                    }
+                    let signalled = self.signalled.get(&(alloc.clone(), task.clone()));
+                    if signalled != Some(kill) {
+                        return Err(format!(
+                            "task {task:?} of allocation {alloc} is SIGKILLed for kill {kill} \
+                             before that kill's signal"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

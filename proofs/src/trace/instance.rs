@@ -1,0 +1,593 @@
+//! One model instance of a trace: the model of one task group of one registration of a
+//! job, and every state the log can have brought it to.
+//!
+//! The log names allocations by ID, the model by position. An ID is bound to a position
+//! when it first appears; while several positions could take it, every choice is followed
+//! (as trace validation of a nondeterministic specification does), and a choice survives
+//! while the model allows every step of the log from it, the effects the log records are
+//! those the model's step implies, and the model's eight invariants hold. Choices that
+//! differ only in the order of their allocation records are one (the model's symmetry).
+
+use quiesce::server::structs::AllocId;
+use quiesce::spec::Job;
+use quiesce::step::log::LogEntry;
+use quiesce::step::{Effect, Step};
+use quiesce_model::config::{ModelCfg, Operator, MAX_ALLOCS};
+use quiesce_model::properties::INVARIANTS;
+use quiesce_model::state::{Alloc, Ghost, Job as ModelJob, JobVersion, TaskPhase};
+use quiesce_model::{Action, History, Model, State, StopPathModel};
+use std::collections::{BTreeSet, HashSet};
+
+/// How far the model could follow an instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Judged {
+    /// Every entry so far.
+    Full,
+    /// Up to (not including) entry `seq`, which the model has no step for.
+    Until { seq: u64, why: String },
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Candidate {
+    state: State,
+    /// The allocation ID bound to each model position, if any yet.
+    bound: Vec<Option<AllocId>>,
+}
+
+impl Candidate {
+    /// The canonical member of the candidate's symmetry class: positions sorted by their
+    /// record and binding (nothing else refers to a position).
+    fn canonical(mut self) -> Candidate {
+        self.bound.resize(self.state.allocs.len(), None);
+        let mut pairs: Vec<(Alloc, Option<AllocId>)> = self
+            .state
+            .allocs
+            .iter()
+            .copied()
+            .zip(self.bound.iter().cloned())
+            .collect();
+        pairs.sort_by(|(a, x), (b, y)| (a.pack(), x).cmp(&(b.pack(), y)));
+        let (allocs, bound): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+        self.state.allocs = allocs;
+        self.bound = bound;
+        self
+    }
+}
+
+#[derive(Clone)]
+pub struct Instance {
+    pub job: String,
+    pub group: String,
+    /// The sequence number of the registration it models.
+    pub registered_at: u64,
+    /// The job version of that registration (a later one with the same stop path is the same
+    /// model).
+    version: u64,
+    model: Option<StopPathModel>,
+    candidates: Vec<Candidate>,
+    pub judged: Judged,
+    /// Steps replayed against the model.
+    pub replayed: usize,
+    /// Steps seen after the model could no longer follow.
+    pub unjudged: usize,
+    /// The allocations routed here, by ID.
+    pub allocs: BTreeSet<AllocId>,
+    /// The job was purged: a later registration is a new instance.
+    pub purged: bool,
+}
+
+/// Why a step failed in one candidate: the model refuses it, or cannot follow it at all.
+enum Refusal {
+    Violation(String),
+    OutsideTheModel(String),
+}
+
+impl Instance {
+    /// The model of `group` of the job `spec`, registered at entry `seq`: the job stored,
+    /// its evaluation pending, nothing placed.
+    pub fn new(spec: &Job, group: &str, seq: u64) -> Instance {
+        let mut instance = Instance {
+            job: spec.id.clone(),
+            group: group.to_string(),
+            registered_at: seq,
+            version: spec.version,
+            model: None,
+            candidates: Vec::new(),
+            judged: Judged::Full,
+            replayed: 0,
+            unjudged: 0,
+            allocs: BTreeSet::new(),
+            purged: false,
+        };
+        match model_of(spec, group) {
+            Ok(model) => {
+                let state = State {
+                    job: ModelJob {
+                        versions: vec![JobVersion {
+                            spec: model.spec,
+                            stop: spec.stop,
+                        }],
+                        purged: false,
+                    },
+                    eval_pending: true,
+                    allocs: Vec::new(),
+                    requests_made: 0,
+                    ghost: Ghost::default(),
+                    violations: 0,
+                };
+                instance.candidates = vec![Candidate {
+                    state,
+                    bound: Vec::new(),
+                }];
+                instance.model = Some(model);
+            }
+            Err(why) => {
+                instance.judged = Judged::Until {
+                    seq,
+                    why: format!("cannot build its model: {why}"),
+                }
+            }
+        }
+        instance
+    }
+
+    /// An instance for a job whose registration the log does not hold (a log cut short at
+    /// its start): nothing to judge its steps by.
+    pub fn unregistered(job: &str, group: &str, seq: u64) -> Instance {
+        Instance {
+            job: job.to_string(),
+            group: group.to_string(),
+            registered_at: 0,
+            version: 0,
+            model: None,
+            candidates: Vec::new(),
+            judged: Judged::Until {
+                seq,
+                why: format!("the log does not hold job {job:?}'s registration"),
+            },
+            replayed: 0,
+            unjudged: 0,
+            allocs: BTreeSet::new(),
+            purged: false,
+        }
+    }
+
+    pub fn judging(&self) -> bool {
+        self.judged == Judged::Full
+    }
+
+    fn stop_judging(&mut self, seq: u64, why: String) {
+        if self.judging() {
+            self.judged = Judged::Until { seq, why };
+            self.candidates.clear();
+        }
+    }
+
+    /// Whether an evaluation of this instance may be pending.
+    pub fn eval_pending(&self) -> bool {
+        !self.judging() || self.candidates.iter().any(|c| c.state.eval_pending)
+    }
+
+    /// The job registered again, with `spec`: the same stop path for this group (a new
+    /// version or none, and an evaluation either way, which places what is missing), or a
+    /// changed one the model has no step for.
+    pub fn registered_again(&mut self, spec: &Job, seq: u64) {
+        if !self.judging() {
+            self.unjudged += 1;
+            return;
+        }
+        let same = match (model_of(spec, &self.group), &self.model) {
+            (Ok(new), Some(old)) => {
+                new.cfg.group == old.cfg.group && new.cfg.count == old.cfg.count
+            }
+            _ => false,
+        };
+        if !same {
+            self.stop_judging(
+                seq,
+                "the job was registered again with a changed task group (the model has no \
+                 step for a new job version)"
+                    .into(),
+            );
+            return;
+        }
+        let new_version = spec.version != self.version;
+        self.version = spec.version;
+        for candidate in &mut self.candidates {
+            let latest = *candidate
+                .state
+                .job
+                .latest()
+                .expect("a registered job has a version");
+            if latest.stop != spec.stop {
+                self.judged = Judged::Until {
+                    seq,
+                    why: "the job was registered again with another Stop".into(),
+                };
+                break;
+            }
+            if new_version {
+                candidate.state.job.versions.push(latest);
+            }
+            candidate.state.eval_pending = true;
+        }
+        if !self.judging() {
+            self.candidates.clear();
+        }
+        self.replayed += 1;
+    }
+
+    /// Replays one step of the log. `Ok` if the model follows it (or cannot judge it, which
+    /// [`Instance::judged`] then says); the error names the rule the log breaks.
+    pub fn replay(&mut self, entry: &LogEntry, step: &Step) -> Result<(), String> {
+        if !self.judging() {
+            self.unjudged += 1;
+            return Ok(());
+        }
+        let model = self.model.as_ref().expect("a judging instance has a model");
+        let task = match step.task() {
+            None => None,
+            Some(name) => match model.cfg.group.tasks.iter().position(|t| &t.name == name) {
+                Some(ix) => Some(ix as u8),
+                None => return Err(format!("the job's group has no task {name:?}")),
+            },
+        };
+        let mut next = HashSet::new();
+        let mut refusals = Vec::new();
+        for candidate in &self.candidates {
+            match successors(model, candidate, entry, step, task) {
+                Ok(found) => next.extend(found),
+                Err(refusal) => refusals.push(refusal),
+            }
+        }
+        if !next.is_empty() {
+            self.candidates = next.into_iter().collect();
+            self.replayed += 1;
+            if let Some(alloc) = step.alloc() {
+                self.allocs.insert(alloc.clone());
+            }
+            if matches!(step, Step::StopJob { purge: true, .. }) {
+                self.purged = true;
+            }
+            return Ok(());
+        }
+        let outside = refusals.iter().find_map(|r| match r {
+            Refusal::OutsideTheModel(why) => Some(why.clone()),
+            Refusal::Violation(_) => None,
+        });
+        if let Some(why) = outside {
+            self.stop_judging(entry.seq, why);
+            self.unjudged += 1;
+            return Ok(());
+        }
+        let why = refusals
+            .into_iter()
+            .find_map(|r| match r {
+                Refusal::Violation(why) => Some(why),
+                Refusal::OutsideTheModel(_) => None,
+            })
+            .unwrap_or_else(|| format!("{} is not enabled", step.name()));
+        Err(why)
+    }
+
+    /// Notes that `alloc` is this instance's, though the model no longer follows it.
+    pub fn route(&mut self, alloc: &AllocId) {
+        self.allocs.insert(alloc.clone());
+    }
+}
+
+/// The model of one task group of a jobspec, or why it has none.
+fn model_of(spec: &Job, group: &str) -> Result<StopPathModel, String> {
+    let group_cfg = crate::adapter::group_cfg(spec, group)?;
+    let count = spec
+        .task_groups
+        .iter()
+        .find(|g| g.name == group)
+        .and_then(|g| g.count)
+        .unwrap_or(1);
+    if !(1..=MAX_ALLOCS as i64).contains(&count) {
+        return Err(format!(
+            "count {count} is past the model's bounds (1 to {MAX_ALLOCS} allocations)"
+        ));
+    }
+    let cfg = ModelCfg {
+        name: format!("{}/{group}", spec.id),
+        job: spec.id.clone(),
+        group: group_cfg,
+        count: count as u8,
+        // The daemon is one node; where a log has several, the model's placement (least
+        // loaded) still stands for one, as positions are bound freely.
+        nodes: 1,
+        operator: Operator::Budget(u8::MAX),
+        history: History::Full,
+        witnesses: Vec::new(),
+        fault: None,
+        budget_restarts: true,
+    };
+    Ok(cfg.into_model())
+}
+
+/// Every way `step` can be a step of the model from `candidate`, with the effects the entry
+/// records and the invariants holding after it.
+fn successors(
+    model: &StopPathModel,
+    candidate: &Candidate,
+    entry: &LogEntry,
+    step: &Step,
+    task: Option<u8>,
+) -> Result<Vec<Candidate>, Refusal> {
+    let mut bound = candidate.bound.clone();
+    bound.resize(candidate.state.allocs.len(), None);
+    // The positions the step's allocation may be: the one bound to it, or any unbound one.
+    let positions: Vec<Option<usize>> = match step.alloc() {
+        None => vec![None],
+        Some(id) => match bound.iter().position(|b| b.as_deref() == Some(id.as_str())) {
+            Some(ix) => vec![Some(ix)],
+            None => (0..bound.len())
+                .filter(|&ix| bound[ix].is_none())
+                .map(Some)
+                .collect(),
+        },
+    };
+    if positions.is_empty() {
+        return Err(Refusal::Violation(format!(
+            "{} names an allocation the model has not placed",
+            step.name()
+        )));
+    }
+    let mut enabled = Vec::new();
+    model.actions(&candidate.state, &mut enabled);
+    let mut out = Vec::new();
+    let mut refusal = None;
+    for position in positions {
+        let bind = |state: State| {
+            let mut bound = bound.clone();
+            if let (Some(id), Some(ix)) = (step.alloc(), position) {
+                bound[ix] = Some(id.clone());
+            }
+            Candidate { state, bound }.canonical()
+        };
+        let action = action_for(step, position, task).filter(|action| enabled.contains(action));
+        let Some(action) = action else {
+            if let Some(why) = outside_the_model(model, &candidate.state, step, position, task) {
+                refusal = Some(Refusal::OutsideTheModel(why));
+            } else if stutters(&candidate.state, step, position) {
+                // An update the model does not see (one that changes only `Migrate`, say):
+                // the runner does nothing with it, and the entry must record nothing.
+                if entry.effects.is_empty() {
+                    out.push(bind(candidate.state.clone()));
+                } else {
+                    refusal = Some(Refusal::Violation(format!(
+                        "a pull that changes nothing the model sees has effects {:?}",
+                        entry.effects
+                    )));
+                }
+            }
+            continue;
+        };
+        let Some(after) = model.next_state(&candidate.state, action) else {
+            continue;
+        };
+        if let Err(why) = implied_effects(model, &candidate.state, &after, position, entry) {
+            refusal = Some(Refusal::Violation(why));
+            continue;
+        }
+        if let Some((name, _)) = INVARIANTS.iter().find(|(_, holds)| !holds(model, &after)) {
+            refusal = Some(Refusal::Violation(format!(
+                "after {action} the model's invariant {name} does not hold"
+            )));
+            continue;
+        }
+        out.push(bind(after));
+    }
+    if out.is_empty() {
+        return Err(refusal.unwrap_or_else(|| {
+            Refusal::Violation(format!(
+                "{} is not enabled in any state the log can be in",
+                step.name()
+            ))
+        }));
+    }
+    Ok(out)
+}
+
+/// Why the model cannot judge `step` at all, if so: a task that ends on its own while it
+/// runs (a crash, a batch task's end) is outside the stop path the model has.
+fn outside_the_model(
+    model: &StopPathModel,
+    state: &State,
+    step: &Step,
+    position: Option<usize>,
+    task: Option<u8>,
+) -> Option<String> {
+    let (Step::TaskExit { alloc, task: name }, Some(ix), Some(t)) = (step, position, task) else {
+        return None;
+    };
+    let running = state.allocs[ix].tasks[usize::from(t)].phase == TaskPhase::Running;
+    let kind = model.cfg.group.tasks[usize::from(t)].kind;
+    running.then(|| {
+        format!(
+            "task {name:?} ({kind:?}) of allocation {alloc} ended on its own while running, \
+             which the model's stop path has no step for"
+        )
+    })
+}
+
+/// A pull of a record whose (desired stop, flag, tombstone) the client has already: the
+/// model has no step for it.
+fn stutters(state: &State, step: &Step, position: Option<usize>) -> bool {
+    match (step, position) {
+        (Step::ClientSync { .. }, Some(ix)) => {
+            let alloc = &state.allocs[ix];
+            alloc.pulled.is_some() && alloc.server_view() == alloc.pulled
+        }
+        _ => false,
+    }
+}
+
+fn action_for(step: &Step, position: Option<usize>, task: Option<u8>) -> Option<Action> {
+    let alloc = position.and_then(|p| u8::try_from(p).ok());
+    crate::adapter::action_at(step, alloc, task)
+}
+
+/// The effects the model's step implies for the allocation at `position` are those the
+/// entry records: a launch, a kill signal and a SIGKILL exactly when the model's task
+/// starts, is signalled, is SIGKILLed; a registration exactly when a service becomes
+/// registered; a deregistration at least when one stops being (the stop hooks deregister
+/// again, idempotently). A step of no allocation (a request, the scheduler, a restart)
+/// records none and the model's implies none.
+fn implied_effects(
+    model: &StopPathModel,
+    before: &State,
+    after: &State,
+    position: Option<usize>,
+    entry: &LogEntry,
+) -> Result<(), String> {
+    let Some(ix) = position else {
+        if let Some(effect) = entry.effects.first() {
+            return Err(format!("{} has an effect: {effect:?}", entry.name()));
+        }
+        // A request changes no runner, but a restart may cut a wait short.
+        for (ix, (b, a)) in before.allocs.iter().zip(&after.allocs).enumerate() {
+            let implied = expected(model, Some(b), a);
+            if let Some(effect) = implied.first() {
+                return Err(format!(
+                    "{} implies {effect:?} for the allocation at position {ix}, and the log \
+                     records none",
+                    entry.name()
+                ));
+            }
+        }
+        return Ok(());
+    };
+    let before = before.allocs.get(ix);
+    let after = &after.allocs[ix];
+    let implied = expected(model, before, after);
+    let recorded = &entry.effects;
+    let count = |list: &[Expected], what: &Expected| list.iter().filter(|e| *e == what).count();
+    for what in implied.iter().collect::<BTreeSet<_>>() {
+        let logged = recorded.iter().filter(|e| what.matches(e)).count();
+        let wanted = count(&implied, what);
+        let ok = if what.kind == Kind::Deregister {
+            logged >= 1
+        } else {
+            logged == wanted
+        };
+        if !ok {
+            return Err(format!(
+                "{} implies {what} and the log records {logged} of it (effects: {recorded:?})",
+                entry.name()
+            ));
+        }
+    }
+    for effect in recorded {
+        let kind = Kind::of(effect);
+        if kind != Kind::Deregister && !implied.iter().any(|what| what.matches(effect)) {
+            return Err(format!(
+                "{} records {effect:?}, which the model's step does not imply",
+                entry.name()
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Launch,
+    Register,
+    Deregister,
+    Signal,
+    SigKill,
+}
+
+impl Kind {
+    fn of(effect: &Effect) -> Kind {
+        match effect {
+            Effect::Launch { .. } => Kind::Launch,
+            Effect::Register { .. } => Kind::Register,
+            Effect::Deregister { .. } => Kind::Deregister,
+            Effect::Signal { .. } => Kind::Signal,
+            Effect::SigKill { .. } => Kind::SigKill,
+        }
+    }
+}
+
+/// An effect the model implies: its kind and owner (a task's name, or `None` for the group).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Expected {
+    kind: Kind,
+    task: Option<String>,
+}
+
+impl Expected {
+    fn matches(&self, effect: &Effect) -> bool {
+        let task = match effect {
+            Effect::Launch { task }
+            | Effect::Signal { task, .. }
+            | Effect::SigKill { task, .. } => Some(task),
+            Effect::Register { task, .. } | Effect::Deregister { task, .. } => task.as_ref(),
+        };
+        Kind::of(effect) == self.kind && task == self.task.as_ref()
+    }
+}
+
+impl std::fmt::Display for Expected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.task {
+            Some(task) => write!(f, "{:?} of task {task:?}", self.kind),
+            None => write!(f, "{:?} of the group's services", self.kind),
+        }
+    }
+}
+
+/// What the model's step did to one allocation's world, as effects.
+fn expected(model: &StopPathModel, before: Option<&Alloc>, after: &Alloc) -> Vec<Expected> {
+    let mut implied = Vec::new();
+    let group_before = before.is_some_and(|b| b.group_service_registered);
+    if group_before != after.group_service_registered {
+        implied.push(Expected {
+            kind: if after.group_service_registered {
+                Kind::Register
+            } else {
+                Kind::Deregister
+            },
+            task: None,
+        });
+    }
+    for (ix, task_cfg) in model.cfg.group.tasks.iter().enumerate() {
+        let task = Some(task_cfg.name.clone());
+        let b = before.map(|b| b.tasks[ix]);
+        let a = after.tasks[ix];
+        let was = |f: fn(&quiesce_model::state::Task) -> bool| b.as_ref().is_some_and(f);
+        if b.is_none_or(|b| b.phase == TaskPhase::NotStarted) && a.phase != TaskPhase::NotStarted {
+            implied.push(Expected {
+                kind: Kind::Launch,
+                task: task.clone(),
+            });
+        }
+        if was(|t| t.service_registered) != a.service_registered {
+            implied.push(Expected {
+                kind: if a.service_registered {
+                    Kind::Register
+                } else {
+                    Kind::Deregister
+                },
+                task: task.clone(),
+            });
+        }
+        if !was(|t| t.signalled) && a.signalled {
+            implied.push(Expected {
+                kind: Kind::Signal,
+                task: task.clone(),
+            });
+        }
+        if !was(|t| t.sigkilled) && a.sigkilled {
+            implied.push(Expected {
+                kind: Kind::SigKill,
+                task,
+            });
+        }
+    }
+    implied
+}
