@@ -51,7 +51,7 @@ fn a_task_runs_gets_its_signal_and_reports_its_exit_code() {
     attached
         .signaller()
         .unwrap()
-        .kill_signal(1, libc::SIGINT)
+        .kill_signal(1, libc::SIGINT, 0)
         .unwrap();
     let (record, reaper) = attached.wait();
     reaper.reap();
@@ -74,7 +74,7 @@ fn a_task_killed_by_a_signal_reports_128_plus_the_signal() {
         .expect("the task starts");
     wait_for_output(&dir, "ready");
     let signaller = attached.signaller().unwrap();
-    signaller.kill_signal(1, libc::SIGINT).unwrap();
+    signaller.kill_signal(1, libc::SIGINT, 0).unwrap();
     signaller.force_kill(1).unwrap();
     let (record, reaper) = attached.wait();
     reaper.reap();
@@ -113,7 +113,7 @@ fn a_restarted_daemon_reattaches_and_still_gets_the_exit_code() {
     again
         .signaller()
         .unwrap()
-        .kill_signal(1, libc::SIGTERM)
+        .kill_signal(1, libc::SIGTERM, 0)
         .unwrap();
     assert_eq!(again.wait().0.exit_code, 7);
     // A later reattach still finds the exit status: on disk once the supervisor has gone,
@@ -211,8 +211,8 @@ fn one_watcher_reports_every_exit_once_and_reaps_the_supervisors() {
     // Tasks 0 and 1 get SIGINT through their supervisors; task 2 has ended on its own
     // (perhaps before it was watched: its exit line waits on the connection); task 3's
     // supervisor is killed outright, before it can say anything.
-    signallers[0].kill_signal(1, libc::SIGINT).unwrap();
-    signallers[1].kill_signal(1, libc::SIGINT).unwrap();
+    signallers[0].kill_signal(1, libc::SIGINT, 0).unwrap();
+    signallers[1].kill_signal(1, libc::SIGINT, 0).unwrap();
     // SAFETY: kill has no memory-safety preconditions; the pid is a supervisor of ours.
     unsafe { libc::kill(supervisors[3] as i32, libc::SIGKILL) };
     let mut reported = std::collections::BTreeMap::new();
@@ -314,7 +314,7 @@ fn a_task_starts_with_no_signal_blocked_or_ignored_and_dies_of_its_kill_signal()
     launched
         .signaller()
         .unwrap()
-        .kill_signal(1, libc::SIGTERM)
+        .kill_signal(1, libc::SIGTERM, 0)
         .unwrap();
     let (record, reaper) = launched.wait();
     reaper.reap();
@@ -343,7 +343,7 @@ fn a_kill_signal_is_delivered_once_across_daemon_restarts() {
     first
         .signaller()
         .unwrap()
-        .kill_signal(1, libc::SIGINT)
+        .kill_signal(1, libc::SIGINT, 0)
         .unwrap();
     wait_for_output(&dir, "INT");
     drop(first);
@@ -360,8 +360,8 @@ fn a_kill_signal_is_delivered_once_across_daemon_restarts() {
         "the hello says kill 1's signal went out"
     );
     let signaller = again.signaller().unwrap();
-    signaller.kill_signal(1, libc::SIGINT).unwrap();
-    signaller.kill_signal(2, libc::SIGTERM).unwrap();
+    signaller.kill_signal(1, libc::SIGINT, 0).unwrap();
+    signaller.kill_signal(2, libc::SIGTERM, 0).unwrap();
     let (record, reaper) = again.wait();
     reaper.reap();
     assert_eq!(record.exit_code, 5, "kill 2's SIGTERM ended it");

@@ -301,7 +301,8 @@ impl DaemonHost {
 
     /// The kill signal of kill number `kill`: asked of the supervisor, which delivers it at
     /// most once — or, if it had delivered it before this host attached, not asked again.
-    fn signal(&mut self, ix: usize, signal: &str, kill: u32) {
+    /// Returns whether it had been delivered so.
+    fn signal(&mut self, ix: usize, signal: &str, kill: u32, timeout_ns: i64) -> bool {
         let now = unix_now_ns();
         match self.tasks.get(ix).cloned().flatten() {
             Some(Handle::Process {
@@ -314,16 +315,16 @@ impl DaemonHost {
                         "quiesce agent: allocation {} task {ix}: unknown signal {signal:?}",
                         self.alloc
                     );
-                    return;
+                    return false;
                 };
                 let before = delivered
                     .iter()
                     .find(|d| d.kill == kill && d.signal != SIGKILL);
                 if let Some(before) = before {
                     self.signalled_before.insert(ix, before.unix_ns);
-                    return;
+                    return true;
                 }
-                if let Err(error) = signaller.kill_signal(kill, number) {
+                if let Err(error) = signaller.kill_signal(kill, number, timeout_ns) {
                     eprintln!(
                         "quiesce agent: allocation {} task {ix}: signal: {error}",
                         self.alloc
@@ -336,6 +337,7 @@ impl DaemonHost {
             }
             None => {}
         }
+        false
     }
 
     fn force_kill(&mut self, ix: usize, kill: u32) {
@@ -555,7 +557,20 @@ impl Host for DaemonHost {
             // restored runner applies it before its tasks' exits (`restore_runner`).
             Command::Signal { task, signal, kill } => {
                 self.apply_services();
-                self.signal(*task, signal, *kill)
+                let timeout_ns = runner.tasks.get(*task).map_or(0, |t| t.kill_timeout_ns);
+                if self.signal(*task, signal, *kill, timeout_ns) {
+                    let effect = self
+                        .pending
+                        .log
+                        .last_mut()
+                        .and_then(|e| e.effects.last_mut());
+                    if let Some(Effect::Signal {
+                        already_delivered, ..
+                    }) = effect.filter(|_| self.recording)
+                    {
+                        *already_delivered = true;
+                    }
+                }
             }
             Command::ForceKill { task, kill } => {
                 self.apply_services();

@@ -333,6 +333,7 @@ mod tests {
                 task: "app".into(),
                 signal: "SIGINT".into(),
                 kill: 1,
+                already_delivered: true,
             },
         ];
         let line = entry.to_json_line();

@@ -194,11 +194,15 @@ pub enum Effect {
         task: Option<String>,
         services: Vec<String>,
     },
-    /// The kill signal of the task's kill number `kill`.
+    /// The kill signal of the task's kill number `kill`. `already_delivered`: the step was
+    /// taken again by a runner restored after a crash, and the task's supervisor had
+    /// delivered this kill's signal before it (so it was not sent again).
     Signal {
         task: String,
         signal: String,
         kill: u32,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        already_delivered: bool,
     },
     /// SIGKILL to the task's process group: kill number `kill`'s timeout fired.
     SigKill { task: String, kill: u32 },
@@ -229,6 +233,7 @@ impl Effect {
                 task: name(*task),
                 signal: signal.clone(),
                 kill: *kill,
+                already_delivered: false,
             },
             Command::ForceKill { task, kill } => Effect::SigKill {
                 task: name(*task),

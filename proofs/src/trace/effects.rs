@@ -60,7 +60,9 @@ impl EffectRules {
                         }
                     }
                 }
-                Effect::Signal { task, signal, kill } => {
+                Effect::Signal {
+                    task, signal, kill, ..
+                } => {
                     let key = (alloc.clone(), task.clone());
                     let last = self.signalled.get(&key).copied().unwrap_or(0);
                     if *kill <= last {

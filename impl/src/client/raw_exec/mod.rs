@@ -24,8 +24,10 @@
 //!
 //! The protocol, one line each way per message:
 //! * supervisor → daemon, on accepting: `{"pid":P,"delivered":[…]}` ([`Hello`]);
-//! * daemon → supervisor: `kill K N` (deliver signal N as kill K's kill signal, once) and
-//!   `force K` (SIGKILL the group: kill K's timeout fired, once) ([`Request`]);
+//! * daemon → supervisor: `kill K N T` (deliver signal N as kill K's kill signal, once; its
+//!   kill timeout is T ns) and `force K` (SIGKILL the group: kill K's timeout fired, once —
+//!   and never sooner than T after the signal as delivered: an early one is held until
+//!   then) ([`Request`]);
 //! * supervisor → daemon, when the task has exited: `exit {…}` ([`ExitRecord`]).
 
 mod supervisor;
@@ -58,6 +60,10 @@ pub const MAX_DELIVERIES: usize = 16;
 /// newline is closed.
 pub const MAX_REQUEST_LINE: usize = 64;
 
+/// The longest kill timeout a request may carry: a day (the client caps kill timeouts far
+/// lower, at its `max_kill_timeout`).
+pub const MAX_KILL_TIMEOUT_NS: i64 = 86_400_000_000_000;
+
 /// A signal the supervisor delivered to the task's process group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Delivery {
@@ -82,8 +88,13 @@ pub struct Hello {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Request {
     /// Deliver `signal` as the kill signal of kill number `kill`, unless that kill (or a
-    /// later one) has had its signal already.
-    Kill { kill: u32, signal: i32 },
+    /// later one) has had its signal already. `timeout_ns` is the kill's timeout: SIGKILL
+    /// is not delivered sooner after this signal.
+    Kill {
+        kill: u32,
+        signal: i32,
+        timeout_ns: i64,
+    },
     /// SIGKILL the process group: kill `kill`'s timeout fired (once per kill).
     Force { kill: u32 },
 }
@@ -91,13 +102,17 @@ pub enum Request {
 impl Request {
     pub fn line(&self) -> String {
         match self {
-            Request::Kill { kill, signal } => format!("kill {kill} {signal}\n"),
+            Request::Kill {
+                kill,
+                signal,
+                timeout_ns,
+            } => format!("kill {kill} {signal} {timeout_ns}\n"),
             Request::Force { kill } => format!("force {kill}\n"),
         }
     }
 
     /// A request line (with or without its newline); `None` for anything else. Kill numbers
-    /// start at 1, signals are 1–64.
+    /// start at 1, signals are 1–64, a kill timeout is at most [`MAX_KILL_TIMEOUT_NS`].
     pub fn parse(line: &str) -> Option<Request> {
         let mut words = line.split_ascii_whitespace();
         let verb = words.next()?;
@@ -110,6 +125,11 @@ impl Request {
                     .parse()
                     .ok()
                     .filter(|s| (1..=64).contains(s))?,
+                timeout_ns: words
+                    .next()?
+                    .parse()
+                    .ok()
+                    .filter(|t| (0..=MAX_KILL_TIMEOUT_NS).contains(t))?,
             },
             "force" => Request::Force { kill },
             _ => return None,
@@ -463,12 +483,18 @@ impl Reaper {
 pub struct Signaller(UnixStream);
 
 impl Signaller {
-    /// Kill `kill`'s kill signal: delivered once, however often it is asked for.
-    pub fn kill_signal(&self, kill: u32, signal: i32) -> io::Result<()> {
-        self.send(Request::Kill { kill, signal })
+    /// Kill `kill`'s kill signal: delivered once, however often it is asked for; SIGKILL
+    /// for this kill is not delivered sooner than `timeout_ns` after it.
+    pub fn kill_signal(&self, kill: u32, signal: i32, timeout_ns: i64) -> io::Result<()> {
+        self.send(Request::Kill {
+            kill,
+            signal,
+            timeout_ns,
+        })
     }
 
-    /// SIGKILL, once kill `kill`'s timeout has fired.
+    /// SIGKILL, once kill `kill`'s timeout has fired (held by the supervisor until that
+    /// timeout has run from the signal as it delivered it).
     pub fn force_kill(&self, kill: u32) -> io::Result<()> {
         self.send(Request::Force { kill })
     }
@@ -506,17 +532,20 @@ mod tests {
             Request::Kill {
                 kill: 3,
                 signal: libc::SIGTERM,
+                timeout_ns: 5_000_000_000,
             },
             Request::Force { kill: 1 },
         ] {
             assert_eq!(Request::parse(&request.line()), Some(request));
         }
         for line in [
-            "kill 0 2",
-            "kill 1 0",
-            "kill 1 65",
-            "kill 1",
-            "kill 1 2 3",
+            "kill 0 2 0",
+            "kill 1 0 0",
+            "kill 1 65 0",
+            "kill 1 2",
+            "kill 1 2 -1",
+            "kill 1 2 86400000000001",
+            "kill 1 2 3 4",
             "signal 2",
             "force -1",
             "",

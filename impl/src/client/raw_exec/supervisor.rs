@@ -113,28 +113,80 @@ struct Deliveries {
     /// numbered from 1, increasing): a request for an older or the same kill is refused.
     last_signalled: u32,
     last_forced: u32,
+    /// When the last kill's signal was delivered (CLOCK_MONOTONIC) and its kill timeout.
+    signalled_at: Option<(i64, i64)>,
+    /// SIGKILL asked for before the kill timeout had run from the signal as delivered (the
+    /// daemon's timer runs from when it asked, a little earlier): held until then.
+    held: Option<(u32, i64)>,
     /// The latest deliveries, oldest first (at most [`MAX_DELIVERIES`]).
     recent: Vec<Delivery>,
     refused: u32,
 }
 
 impl Deliveries {
-    /// Carries out one request on the task's (unreaped) process group `pid`.
-    fn carry_out(&mut self, request: Request, pid: i32) {
-        let (kill, signal, last) = match request {
-            Request::Kill { kill, signal } => (kill, signal, &mut self.last_signalled),
-            Request::Force { kill } => (kill, libc::SIGKILL, &mut self.last_forced),
-        };
-        if kill <= *last {
-            // Asked again for a kill already carried out (a daemon that restarted before it
-            // stored having sent it): the task gets nothing twice.
-            self.refused = self.refused.saturating_add(1);
-            return;
+    /// Carries out one request on the task's (unreaped) process group `pid`, at `now`
+    /// (CLOCK_MONOTONIC).
+    fn carry_out(&mut self, request: Request, pid: i32, now: i64) {
+        match request {
+            Request::Kill {
+                kill,
+                signal,
+                timeout_ns,
+            } => {
+                if kill <= self.last_signalled {
+                    // Asked again for a kill already carried out (a daemon that restarted
+                    // before it stored having sent it): the task gets nothing twice.
+                    self.refused = self.refused.saturating_add(1);
+                    return;
+                }
+                self.last_signalled = kill;
+                let delivered = self.deliver(pid, kill, signal);
+                self.signalled_at = Some((delivered, timeout_ns));
+            }
+            Request::Force { kill } => {
+                let held = self.held.is_some_and(|(k, _)| k >= kill);
+                if kill <= self.last_forced || held {
+                    self.refused = self.refused.saturating_add(1);
+                    return;
+                }
+                // kill_timeout_respected, where the signal is delivered: never sooner than
+                // the kill's timeout after its signal.
+                let due = match self.signalled_at {
+                    Some((at, timeout_ns)) if kill == self.last_signalled => at + timeout_ns,
+                    _ => now,
+                };
+                if due > now {
+                    self.held = Some((kill, due));
+                } else {
+                    self.last_forced = kill;
+                    self.deliver(pid, kill, libc::SIGKILL);
+                }
+            }
         }
-        *last = kill;
+    }
+
+    /// When a held SIGKILL is due.
+    fn due(&self) -> Option<i64> {
+        self.held.map(|(_, due)| due)
+    }
+
+    /// Delivers a held SIGKILL that is due by `now`.
+    fn deliver_due(&mut self, pid: i32, now: i64) {
+        if let Some((kill, due)) = self.held {
+            if due <= now {
+                self.held = None;
+                self.last_forced = kill;
+                self.deliver(pid, kill, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Sends `signal` to the process group and records it; returns when (CLOCK_MONOTONIC).
+    fn deliver(&mut self, pid: i32, kill: u32, signal: i32) -> i64 {
         // SAFETY: killpg has no memory-safety preconditions; the task is not reaped (see
         // `serve_until_exit`), so its pid is still its own.
         unsafe { libc::killpg(pid, signal) };
+        let monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
         if self.recent.len() == MAX_DELIVERIES {
             self.recent.remove(0);
         }
@@ -142,8 +194,9 @@ impl Deliveries {
             kill,
             signal,
             unix_ns: clock_ns(libc::CLOCK_REALTIME),
-            monotonic_ns: clock_ns(libc::CLOCK_MONOTONIC),
+            monotonic_ns,
         });
+        monotonic_ns
     }
 }
 
@@ -280,8 +333,21 @@ fn serve_until_exit(
             .chain(connections.iter().map(|(stream, _)| stream.as_raw_fd()))
             .map(pollfd)
             .collect();
+        // Asleep until a request, a connection or the task's exit — or a held SIGKILL's
+        // moment (rounded up to the millisecond: never early).
+        let timeout_ms = deliveries.due().map_or(-1, |due| {
+            let left = due - clock_ns(libc::CLOCK_MONOTONIC);
+            (left.max(0) + 999_999) / 1_000_000
+        });
         // SAFETY: a valid array of pollfds of the given length.
-        let ready = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, -1) };
+        let ready = unsafe {
+            libc::poll(
+                polled.as_mut_ptr(),
+                polled.len() as libc::nfds_t,
+                timeout_ms.min(i64::from(i32::MAX)) as i32,
+            )
+        };
+        deliveries.deliver_due(pid, clock_ns(libc::CLOCK_MONOTONIC));
         if ready < 0 {
             if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
                 // Out of memory, most likely: try again shortly rather than spin.
@@ -343,7 +409,7 @@ fn read_requests(
                     let line: Vec<u8> = partial.drain(..=end).collect();
                     let request = std::str::from_utf8(&line).ok().and_then(Request::parse);
                     if let Some(request) = request {
-                        deliveries.carry_out(request, pid);
+                        deliveries.carry_out(request, pid, clock_ns(libc::CLOCK_MONOTONIC));
                     }
                 }
                 if partial.len() > MAX_REQUEST_LINE {
@@ -361,34 +427,32 @@ fn read_requests(
 mod tests {
     use super::*;
 
+    /// pid 0x7fff_fff0 does not exist: killpg fails harmlessly, the bookkeeping is real.
+    const NOBODY: i32 = 0x7fff_fff0;
+    const SECOND: i64 = 1_000_000_000;
+
+    fn kill(kill: u32, signal: i32) -> Request {
+        Request::Kill {
+            kill,
+            signal,
+            timeout_ns: 0,
+        }
+    }
+
     /// Each kill's signal goes out once, and SIGKILL once per kill; a request for a kill
     /// already carried out, or an older one, is refused and counted.
     #[test]
     fn a_kill_is_delivered_once_however_often_it_is_asked_for() {
         let mut deliveries = Deliveries::default();
-        // pid 0x7fff_fff0 does not exist: killpg fails harmlessly, the bookkeeping is real.
-        let nobody = 0x7fff_fff0;
         for request in [
-            Request::Kill {
-                kill: 1,
-                signal: libc::SIGINT,
-            },
-            Request::Kill {
-                kill: 1,
-                signal: libc::SIGINT,
-            },
+            kill(1, libc::SIGINT),
+            kill(1, libc::SIGINT),
             Request::Force { kill: 1 },
             Request::Force { kill: 1 },
-            Request::Kill {
-                kill: 2,
-                signal: libc::SIGTERM,
-            },
-            Request::Kill {
-                kill: 1,
-                signal: libc::SIGTERM,
-            },
+            kill(2, libc::SIGTERM),
+            kill(1, libc::SIGTERM),
         ] {
-            deliveries.carry_out(request, nobody);
+            deliveries.carry_out(request, NOBODY, clock_ns(libc::CLOCK_MONOTONIC));
         }
         let delivered: Vec<(u32, i32)> = deliveries
             .recent
@@ -402,17 +466,40 @@ mod tests {
         assert_eq!(deliveries.refused, 3);
     }
 
+    /// SIGKILL asked for before the kill timeout has run from the signal as delivered is
+    /// held until it has, and asked again meanwhile is refused.
+    #[test]
+    fn an_early_sigkill_is_held_until_the_kill_timeout_has_run() {
+        let mut deliveries = Deliveries::default();
+        deliveries.carry_out(
+            Request::Kill {
+                kill: 1,
+                signal: libc::SIGTERM,
+                timeout_ns: SECOND,
+            },
+            NOBODY,
+            0,
+        );
+        let signalled = deliveries.recent[0].monotonic_ns;
+        deliveries.carry_out(Request::Force { kill: 1 }, NOBODY, signalled + SECOND / 2);
+        assert_eq!(deliveries.due(), Some(signalled + SECOND));
+        deliveries.carry_out(Request::Force { kill: 1 }, NOBODY, signalled + SECOND / 2);
+        assert_eq!(deliveries.refused, 1);
+        deliveries.deliver_due(NOBODY, signalled + SECOND - 1);
+        assert_eq!(deliveries.recent.len(), 1, "not yet");
+        deliveries.deliver_due(NOBODY, signalled + SECOND);
+        let sigkill = deliveries.recent[1];
+        assert_eq!((sigkill.kill, sigkill.signal), (1, libc::SIGKILL));
+        assert_eq!(deliveries.due(), None);
+        deliveries.carry_out(Request::Force { kill: 1 }, NOBODY, signalled + 2 * SECOND);
+        assert_eq!(deliveries.recent.len(), 2, "SIGKILL once");
+    }
+
     #[test]
     fn the_record_of_deliveries_is_bounded() {
         let mut deliveries = Deliveries::default();
-        for kill in 1..=100 {
-            deliveries.carry_out(
-                Request::Kill {
-                    kill,
-                    signal: libc::SIGINT,
-                },
-                0x7fff_fff0,
-            );
+        for number in 1..=100 {
+            deliveries.carry_out(kill(number, libc::SIGINT), NOBODY, 0);
         }
         assert_eq!(deliveries.recent.len(), MAX_DELIVERIES);
         assert_eq!(deliveries.recent.last().map(|d| d.kill), Some(100));
