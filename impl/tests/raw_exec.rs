@@ -77,7 +77,6 @@ fn a_task_killed_by_a_signal_reports_128_plus_the_signal() {
     signaller.kill_signal(1, libc::SIGINT, 0).unwrap();
     signaller.force_kill(1).unwrap();
     let (record, reaper) = attached.wait();
-    reaper.reap();
     assert_eq!((record.exit_code, record.signal), (137, Some(9)));
     assert_eq!(
         record
@@ -88,8 +87,14 @@ fn a_task_killed_by_a_signal_reports_128_plus_the_signal() {
         [(1, libc::SIGINT), (1, libc::SIGKILL)],
         "the supervisor records what it delivered"
     );
-    // The supervisor has gone: asking again is not an error.
-    signaller.force_kill(1).unwrap();
+    // The supervisor lingers until its last connection is closed, then goes.
+    let started = Instant::now();
+    drop(signaller);
+    reaper.reap();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the supervisor waited out its linger instead of leaving at the close"
+    );
 }
 
 #[test]
@@ -182,9 +187,9 @@ fn one_watcher_reports_every_exit_once_and_reaps_the_supervisors() {
     let (sender, exits) = std::sync::mpsc::channel();
     let watcher = raw_exec::ExitWatcher::new().unwrap();
     watcher
-        .start(move |exited| {
-            for report in exited {
-                sender.send(report).unwrap();
+        .start(move |found| {
+            for event in found {
+                sender.send(event).unwrap();
             }
         })
         .unwrap();
@@ -215,16 +220,36 @@ fn one_watcher_reports_every_exit_once_and_reaps_the_supervisors() {
     signallers[1].kill_signal(1, libc::SIGINT, 0).unwrap();
     // SAFETY: kill has no memory-safety preconditions; the pid is a supervisor of ours.
     unsafe { libc::kill(supervisors[3] as i32, libc::SIGKILL) };
+    // Each death is reported first; its supervisor sends the exit status once asked.
+    let mut died = std::collections::BTreeSet::new();
     let mut reported = std::collections::BTreeMap::new();
     while reported.len() < 4 {
-        let (ix, record) = exits
+        match exits
             .recv_timeout(Duration::from_secs(20))
-            .expect("every exit is reported");
-        assert!(
-            reported.insert(ix, record).is_none(),
-            "task {ix} reported twice"
-        );
+            .expect("every exit is reported")
+        {
+            raw_exec::Event::Died(ix) => {
+                assert!(died.insert(ix), "task {ix}'s death reported twice");
+                signallers[ix].send(raw_exec::Request::Report).unwrap();
+            }
+            raw_exec::Event::Exited(exited) => {
+                let ix = exited.token;
+                assert!(
+                    reported.insert(ix, exited.record).is_none(),
+                    "task {ix} reported twice"
+                );
+            }
+        }
     }
+    // Task 3's death may come after its exit (its supervisor's end closed the connection).
+    assert!(
+        [0, 1, 2].iter().all(|ix| died.contains(ix)),
+        "every death was seen: {died:?}"
+    );
+    // Task 3's supervisor has gone: asking it again is not an error.
+    signallers[3].kill_signal(2, libc::SIGINT, 0).unwrap();
+    // A supervisor exits once its connections are closed (it lingers until then).
+    drop(signallers);
     assert_eq!(reported[&0].signal, Some(libc::SIGINT));
     assert_eq!(reported[&1].exit_code, 128 + libc::SIGINT);
     assert_eq!((reported[&2].exit_code, reported[&2].signal), (7, None));

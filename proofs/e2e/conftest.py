@@ -145,7 +145,7 @@ class Agent:
         """The task's program runs: the witness has recorded its start, or any other
         program has been started by its supervisor (its exit file is created then)."""
         task_dir = self.task_dir(alloc_id, task)
-        return bool(self.witness(alloc_id, task)) or (task_dir / "exit.tmp").exists()
+        return bool(self.witness(alloc_id, task)) or (task_dir / "exit.json").exists()
 
     def main_tasks(self, alloc_stub):
         return [
@@ -195,7 +195,8 @@ class Agent:
     def exit_record(self, alloc_id, task):
         """The supervisor's exit.json: the exit status and the signals it delivered."""
         path = self.task_dir(alloc_id, task) / "exit.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        text = path.read_text() if path.exists() else ""
+        return json.loads(text) if text else None
 
     def client_status(self, alloc_id):
         return self.get(f"/v1/allocation/{alloc_id}")["ClientStatus"]

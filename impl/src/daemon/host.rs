@@ -83,6 +83,11 @@ struct Pending {
     pulled: Option<u64>,
     /// The runner changed: its state is stored.
     progress: bool,
+    /// Control connections of exited tasks, handed to the client to close.
+    closing: Vec<super::Connection>,
+    /// Kill signals and SIGKILLs for the supervisors, sent in order once the settle's
+    /// critical section has made the services' deregistration visible.
+    requests: Vec<(Arc<raw_exec::Signaller>, raw_exec::Request)>,
 }
 
 impl Pending {
@@ -92,6 +97,8 @@ impl Pending {
             && !self.report
             && self.log.is_empty()
             && !self.progress
+            && self.closing.is_empty()
+            && self.requests.is_empty()
     }
 }
 
@@ -299,9 +306,9 @@ impl DaemonHost {
         self.schedule(0, Due::Exited(ix, exited(-1, None).into()));
     }
 
-    /// The kill signal of kill number `kill`: asked of the supervisor, which delivers it at
-    /// most once — or, if it had delivered it before this host attached, not asked again.
-    /// Returns whether it had been delivered so.
+    /// The kill signal of kill number `kill`: asked of the supervisor (when the shell
+    /// settles), which delivers it at most once — or, if it had delivered it before this
+    /// host attached, not asked again. Returns whether it had been delivered so.
     fn signal(&mut self, ix: usize, signal: &str, kill: u32, timeout_ns: i64) -> bool {
         let now = unix_now_ns();
         match self.tasks.get(ix).cloned().flatten() {
@@ -324,12 +331,12 @@ impl DaemonHost {
                     self.signalled_before.insert(ix, before.unix_ns);
                     return true;
                 }
-                if let Err(error) = signaller.kill_signal(kill, number, timeout_ns) {
-                    eprintln!(
-                        "quiesce agent: allocation {} task {ix}: signal: {error}",
-                        self.alloc
-                    );
-                }
+                let request = raw_exec::Request::Kill {
+                    kill,
+                    signal: number,
+                    timeout_ns,
+                };
+                self.pending.requests.push((signaller, request));
             }
             Some(Handle::Mock(handle)) => {
                 let _ = self.mock.signal(&handle, signal, now);
@@ -340,22 +347,31 @@ impl DaemonHost {
         false
     }
 
+    /// SIGKILL, asked of the supervisor when the shell settles.
     fn force_kill(&mut self, ix: usize, kill: u32) {
         let now = unix_now_ns();
         match self.tasks.get(ix).cloned().flatten() {
             Some(Handle::Process { signaller, .. }) => {
-                if let Err(error) = signaller.force_kill(kill) {
-                    eprintln!(
-                        "quiesce agent: allocation {} task {ix}: SIGKILL: {error}",
-                        self.alloc
-                    );
-                }
+                let request = raw_exec::Request::Force { kill };
+                self.pending.requests.push((signaller, request));
             }
             Some(Handle::Mock(handle)) => {
                 let _ = self.mock.force_kill(&handle, now);
                 self.schedule_mock_check(ix, now);
             }
             None => {}
+        }
+    }
+
+    /// Asks the supervisor of a task whose process has died for its exit status.
+    pub fn request_exit(&self, ix: usize) {
+        if let Some(Some(Handle::Process { signaller, .. })) = self.tasks.get(ix) {
+            if let Err(error) = signaller.send(raw_exec::Request::Report) {
+                eprintln!(
+                    "quiesce agent: allocation {} task {ix}: asking for the exit: {error}",
+                    self.alloc
+                );
+            }
         }
     }
 
@@ -367,10 +383,9 @@ impl DaemonHost {
         self.pending.services.push((on, owner, names.to_vec()));
     }
 
-    /// Makes the pending services' changes visible on the server now, before a command
-    /// that acts outside the agent (a signal must come after the deregistration is
-    /// visible), and holds their records for the settle's commit, which stores them with
-    /// the runner's progress and the steps' log entries.
+    /// Makes the pending services' changes visible on the server now, before a launch, and
+    /// holds their records for the settle's commit, which stores them with the runner's
+    /// progress and the steps' log entries.
     fn apply_services(&mut self) {
         if self.pending.services.is_empty() {
             return;
@@ -392,6 +407,9 @@ impl DaemonHost {
     /// Carries out what is pending on the server, in one critical section of the core when
     /// the shell settles: the services' changes not yet applied, the report, the log
     /// entries, and one commit holding them, the services' records and the runner's state.
+    /// Then, the deregistrations visible, the kill signals and SIGKILLs go to the
+    /// supervisors (prestop_hooks_always_run: a flagged stop's pull so takes two critical
+    /// sections of the core, the read of the record and this one).
     fn flush(&mut self, runner: &AllocRunner) {
         if self.pending.is_empty() {
             return;
@@ -428,8 +446,18 @@ impl DaemonHost {
         for entry in pending.log {
             core.log(entry);
         }
+        core.closing.extend(pending.closing);
         core.commit(stored, writes);
         shared.notify(&core);
+        drop(core);
+        for (signaller, request) in pending.requests {
+            if let Err(error) = signaller.send(request) {
+                eprintln!(
+                    "quiesce agent: allocation {}: {request:?}: {error}",
+                    self.alloc
+                );
+            }
+        }
     }
 }
 
@@ -551,12 +579,12 @@ impl Host for DaemonHost {
             Command::CancelTimer { timer } => {
                 self.deadlines.remove(timer);
             }
-            // The deregistration is visible before the signal. The step itself is stored
-            // when the shell settles; a crash before that is safe because the stop it
-            // follows is durable (an API write's plan, see `Core::process_evals`), and a
-            // restored runner applies it before its tasks' exits (`restore_runner`).
+            // Sent when the shell settles, after the deregistration is visible and the step
+            // stored (not durably: a crash can lose the step after the signal went out,
+            // which is safe because the stop it follows is durable — an API write's plan,
+            // see `Core::process_evals` — a restored runner applies it before its tasks'
+            // exits, and the supervisor does not deliver the signal twice).
             Command::Signal { task, signal, kill } => {
-                self.apply_services();
                 let timeout_ns = runner.tasks.get(*task).map_or(0, |t| t.kill_timeout_ns);
                 if self.signal(*task, signal, *kill, timeout_ns) {
                     let effect = self
@@ -572,10 +600,7 @@ impl Host for DaemonHost {
                     }
                 }
             }
-            Command::ForceKill { task, kill } => {
-                self.apply_services();
-                self.force_kill(*task, *kill)
-            }
+            Command::ForceKill { task, kill } => self.force_kill(*task, *kill),
             Command::Report => self.pending.report = true,
         }
     }
@@ -663,10 +688,13 @@ impl Host for DaemonHost {
             Applied::Timer(timer) => {
                 self.deadlines.remove(&timer);
             }
-            // The control connection of an exited task goes (one socket per task otherwise).
+            // The control connection of an exited task goes (one socket per task otherwise),
+            // with the client's other closed connections, once the kill path is quiet.
             Applied::Exit { task, .. } => {
-                if let Some(handle) = self.tasks.get_mut(task) {
-                    *handle = None;
+                if let Some(Handle::Process { signaller, .. }) =
+                    self.tasks.get_mut(task).and_then(Option::take)
+                {
+                    self.pending.closing.push(Box::new(signaller));
                 }
             }
             _ => {}

@@ -24,7 +24,7 @@ pub mod http;
 pub mod persist;
 pub mod timers;
 
-use crate::client::raw_exec::ExitWatcher;
+use crate::client::raw_exec::{Event, ExitWatcher};
 use crate::client::shell::{Applied, RunnerShell};
 use crate::client::{AllocRunner, Command, ExitResult, RunnerPhase, DEFAULT_MAX_KILL_TIMEOUT_NS};
 use crate::server::store::{Record, StateStore};
@@ -84,6 +84,10 @@ pub struct Core {
     pending_pulls: BTreeSet<AllocId>,
     /// Task exits the exit watcher reported and the client workers have not applied yet.
     pending_exits: std::collections::VecDeque<(AllocId, usize, ExitResult)>,
+    /// Tasks whose process has died and whose exit status the client has not asked their
+    /// supervisors for yet: it asks once no pull is waiting (the kill path first; a
+    /// supervisor reaps and records its task only when asked, see `raw_exec::Request`).
+    pending_deaths: Vec<(AllocId, usize)>,
     /// Threads asleep on the agent's condition variables: a write wakes only those that
     /// are (a wake-up is a system call, and most writes have nobody to wake).
     asleep: Asleep,
@@ -91,7 +95,30 @@ pub struct Core {
     /// will: its entry is stored with the runner's progress after the pull, by its host).
     logged_pulls: BTreeMap<AllocId, u64>,
     node: NodeId,
+    /// Control connections of exited tasks, closed by the client workers once no pull has
+    /// been taken for [`CLOSE_AFTER`]: a supervisor exits when its connections close, and
+    /// its exit — tearing down a process — then comes after a stop's kill path rather than
+    /// in the middle of it, where it would delay the signals still to be sent.
+    closing: Vec<Connection>,
+    /// When the client workers last took a pull.
+    last_pull: std::time::Instant,
 }
+
+/// What keeps a supervisor's control connection open (its drop closes it).
+pub(crate) type Connection = Box<dyn Send>;
+
+/// How long the client must have taken no pull before it closes exited tasks' control
+/// connections (see [`Core::closing`]).
+const CLOSE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// How long the client must have taken no pull before it asks the supervisors of dead tasks
+/// for their exits (see [`Core::pending_deaths`]): the signals of a stop of many
+/// allocations go out first, and the tasks die of them, before any supervisor reaps and
+/// records its task.
+const REPORT_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The most closed connections a worker gathers before it closes them whatever the pulls.
+const MAX_CLOSING: usize = 4096;
 
 impl Core {
     /// Appends an entry to the event log; it is stored with the next commit. An entry whose
@@ -274,7 +301,9 @@ impl Shared {
             self.evals.notify_one();
         }
         if core.asleep.workers > 0
-            && (!core.pending_pulls.is_empty() || !core.pending_exits.is_empty())
+            && (!core.pending_pulls.is_empty()
+                || !core.pending_exits.is_empty()
+                || !core.pending_deaths.is_empty())
         {
             self.work.notify_all();
         }
@@ -362,9 +391,12 @@ impl Agent {
             pending_log: Vec::new(),
             pending_pulls: BTreeSet::new(),
             pending_exits: std::collections::VecDeque::new(),
+            pending_deaths: Vec::new(),
             asleep: Asleep::default(),
             logged_pulls: loaded.logged_pulls,
             node: config.node_name.clone(),
+            closing: Vec::new(),
+            last_pull: std::time::Instant::now(),
         };
         // Pulls the client had not taken when the agent stopped.
         let pulled: BTreeMap<&AllocId, u64> = loaded
@@ -413,16 +445,28 @@ impl Agent {
             let weak = Arc::downgrade(&shared);
             shared
                 .exits
-                .start(move |exited| {
+                .start(move |found| {
                     let Some(shared) = weak.upgrade() else {
                         return;
                     };
                     let mut core = shared.core();
-                    for ((alloc, task), record) in exited {
-                        if let Some(error) = &record.error {
+                    for event in found {
+                        let exited = match event {
+                            Event::Died(task) => {
+                                core.pending_deaths.push(task);
+                                continue;
+                            }
+                            Event::Exited(exited) => exited,
+                        };
+                        let (alloc, task) = exited.token;
+                        if let Some(error) = &exited.record.error {
                             eprintln!("quiesce agent: allocation {alloc} task {task}: {error}");
                         }
-                        core.pending_exits.push_back((alloc, task, record.result()));
+                        core.pending_exits
+                            .push_back((alloc, task, exited.record.result()));
+                        if let Some(connection) = exited.connection {
+                            core.closing.push(Box::new(connection));
+                        }
                     }
                     shared.notify(&core);
                 })
@@ -642,12 +686,17 @@ fn client_loop(shared: Arc<Shared>) {
 
 enum Work {
     Pull(AllocId),
+    /// Ask the supervisor of a task that has died for its exit status.
+    Report(AllocId, usize),
     Exit(AllocId, usize, ExitResult),
 }
 
 fn client_worker(shared: &Arc<Shared>) {
     let mut batch = Vec::new();
+    let mut closing = Vec::new();
     loop {
+        // Closed outside the core lock.
+        closing.clear();
         {
             let mut core = shared.core();
             loop {
@@ -659,9 +708,20 @@ fn client_worker(shared: &Arc<Shared>) {
                 // the exits a share at a time.
                 if !core.server.eval_pending() {
                     if let Some(id) = core.pending_pulls.pop_first() {
+                        core.last_pull = std::time::Instant::now();
                         batch.push(Work::Pull(id));
                         break;
                     }
+                }
+                // Exits are asked for once the kill path is quiet (see `Core::pending_deaths`).
+                let quiet = core.last_pull.elapsed();
+                if !core.pending_deaths.is_empty() && quiet >= REPORT_AFTER {
+                    batch.extend(
+                        std::mem::take(&mut core.pending_deaths)
+                            .into_iter()
+                            .map(|(alloc, task)| Work::Report(alloc, task)),
+                    );
+                    break;
                 }
                 if !core.pending_exits.is_empty() {
                     let share = core.pending_exits.len().div_ceil(CLIENT_WORKERS).min(8);
@@ -672,17 +732,46 @@ fn client_worker(shared: &Arc<Shared>) {
                     );
                     break;
                 }
+                // Connections close once the kill path is quiet (see `Core::closing`).
+                if quiet >= CLOSE_AFTER || core.closing.len() >= MAX_CLOSING {
+                    if !core.closing.is_empty() {
+                        closing = std::mem::take(&mut core.closing);
+                        break;
+                    }
+                }
+                // Asleep until there is work, or until deaths or connections are due.
+                let due = [
+                    (!core.pending_deaths.is_empty()).then_some(REPORT_AFTER),
+                    (!core.closing.is_empty()).then_some(CLOSE_AFTER),
+                ]
+                .into_iter()
+                .flatten()
+                .min();
                 core.asleep.workers += 1;
-                core = shared
-                    .work
-                    .wait(core)
-                    .expect("the core lock is never poisoned");
+                core = match due {
+                    None => shared
+                        .work
+                        .wait(core)
+                        .expect("the core lock is never poisoned"),
+                    Some(after) => {
+                        shared
+                            .work
+                            .wait_timeout(core, after.saturating_sub(quiet))
+                            .expect("the core lock is never poisoned")
+                            .0
+                    }
+                };
                 core.asleep.workers -= 1;
             }
         }
         for work in batch.drain(..) {
             match work {
                 Work::Pull(id) => pull(shared, id),
+                Work::Report(alloc, task) => {
+                    if let Some(shell) = shared.runner(&alloc) {
+                        shell.inspect(|_, host| host.request_exit(task));
+                    }
+                }
                 Work::Exit(alloc, task, exit) => {
                     if let Some(shell) = shared.runner(&alloc) {
                         shell.task_exited(task, exit);

@@ -140,7 +140,9 @@ pub struct Allocation {
     #[serde(rename = "JobID")]
     pub job_id: JobId,
     /// The job version it was placed from (not updated by a stop, §6.3); shared, since
-    /// every allocation of a version holds the same one.
+    /// every allocation of a version holds the same one (and written once per version, see
+    /// [`shared_job`]).
+    #[serde(serialize_with = "shared_job::serialize")]
     pub job: Arc<Job>,
     pub job_version: u64,
     pub task_group: String,
@@ -212,4 +214,46 @@ pub struct ServiceRegistration {
     /// Empty for a group service.
     pub task: String,
     pub create_index: u64,
+}
+
+/// Writes an allocation's job, which every allocation of a job version shares, once per
+/// version and thread: the JSON of the last few jobs written is kept, by the `Arc` they
+/// share, and copied in as a raw value. A stop of many allocations writes every record
+/// several times (to the store, the runner's state, the API); the job is most of each.
+mod shared_job {
+    use super::Job;
+    use serde::Serializer;
+    use serde_json::value::RawValue;
+    use std::cell::RefCell;
+    use std::sync::{Arc, Weak};
+
+    /// How many jobs' JSON each thread keeps.
+    const KEPT: usize = 8;
+
+    thread_local! {
+        static WRITTEN: RefCell<Vec<(Weak<Job>, Box<RawValue>)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub fn serialize<S: Serializer>(job: &Arc<Job>, serializer: S) -> Result<S::Ok, S::Error> {
+        let raw = WRITTEN.with_borrow_mut(|written| {
+            // The same `Arc` (a `Weak` keeps its allocation, so no other job can take the
+            // address while the entry lives).
+            if let Some((_, raw)) = written
+                .iter()
+                .find(|(kept, _)| std::ptr::eq(kept.as_ptr(), Arc::as_ptr(job)))
+            {
+                return Some(raw.clone());
+            }
+            let raw = serde_json::value::to_raw_value(&**job).ok()?;
+            if written.len() == KEPT {
+                written.remove(0);
+            }
+            written.push((Arc::downgrade(job), raw.clone()));
+            Some(raw)
+        });
+        match raw {
+            Some(raw) => serde::Serialize::serialize(&raw, serializer),
+            None => serde::Serialize::serialize(&**job, serializer),
+        }
+    }
 }

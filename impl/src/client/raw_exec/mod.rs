@@ -27,14 +27,14 @@
 //! * daemon → supervisor: `kill K N T` (deliver signal N as kill K's kill signal, once; its
 //!   kill timeout is T ns) and `force K` (SIGKILL the group: kill K's timeout fired, once —
 //!   and never sooner than T after the signal as delivered: an early one is held until
-//!   then) ([`Request`]);
+//!   then), and `report` (send the task's exit once it has exited) ([`Request`]);
 //! * supervisor → daemon, when the task has exited: `exit {…}` ([`ExitRecord`]).
 
 mod supervisor;
 mod watcher;
 
 pub use supervisor::supervise;
-pub use watcher::ExitWatcher;
+pub use watcher::{Event, ExitWatcher, Exited};
 
 use super::task_runner::ExitResult;
 use serde::{Deserialize, Serialize};
@@ -97,6 +97,11 @@ pub enum Request {
     },
     /// SIGKILL the process group: kill `kill`'s timeout fired (once per kill).
     Force { kill: u32 },
+    /// Reap the task once it has exited, record its exit and send it (the `exit` line).
+    /// The supervisor waits for this (or for its daemon to go) before it does that work, so
+    /// that in a stop of many tasks the daemon asks for the exits once it has sent its
+    /// signals, and the reaping and recording do not compete with them for the CPU.
+    Report,
 }
 
 impl Request {
@@ -108,6 +113,7 @@ impl Request {
                 timeout_ns,
             } => format!("kill {kill} {signal} {timeout_ns}\n"),
             Request::Force { kill } => format!("force {kill}\n"),
+            Request::Report => "report\n".to_string(),
         }
     }
 
@@ -116,6 +122,9 @@ impl Request {
     pub fn parse(line: &str) -> Option<Request> {
         let mut words = line.split_ascii_whitespace();
         let verb = words.next()?;
+        if verb == "report" {
+            return words.next().is_none().then_some(Request::Report);
+        }
         let kill: u32 = words.next()?.parse().ok().filter(|&k| k > 0)?;
         let request = match verb {
             "kill" => Request::Kill {
@@ -404,6 +413,9 @@ fn attach(
 
 fn read_exit(dir: &Path) -> io::Result<Option<ExitRecord>> {
     match fs::read_to_string(dir.join(EXIT_FILE)) {
+        // Created empty when the supervisor starts: the task has not exited (or its
+        // supervisor was killed before it could say how).
+        Ok(text) if text.is_empty() => Ok(None),
         Ok(text) => serde_json::from_str(&text)
             .map(Some)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
@@ -428,10 +440,12 @@ impl Attached {
     }
 
     /// Blocks until the task has exited, and returns its exit status — from the supervisor's
-    /// `exit` line, or, if the supervisor went without one, from `exit.json` — and what is
-    /// left to reap of the supervisor (reap it after acting on the exit).
+    /// `exit` line (asked for with `report`), or, if the supervisor went without one, from
+    /// `exit.json` — and what is left to reap of the supervisor (reap it after acting on
+    /// the exit).
     pub fn wait(mut self) -> (ExitRecord, Reaper) {
         if let Some(stream) = self.stream.take() {
+            let _ = (&stream).write_all(Request::Report.line().as_bytes());
             for line in BufReader::new(stream).lines() {
                 // End-of-stream (or a reset) when the supervisor exits.
                 let Ok(line) = line else { break };
@@ -499,7 +513,8 @@ impl Signaller {
         self.send(Request::Force { kill })
     }
 
-    fn send(&self, request: Request) -> io::Result<()> {
+    /// Sends one request.
+    pub fn send(&self, request: Request) -> io::Result<()> {
         match (&self.0).write_all(request.line().as_bytes()) {
             Ok(()) => Ok(()),
             Err(error)
@@ -535,6 +550,7 @@ mod tests {
                 timeout_ns: 5_000_000_000,
             },
             Request::Force { kill: 1 },
+            Request::Report,
         ] {
             assert_eq!(Request::parse(&request.line()), Some(request));
         }
@@ -548,6 +564,7 @@ mod tests {
             "kill 1 2 3 4",
             "signal 2",
             "force -1",
+            "report 1",
             "",
         ] {
             assert_eq!(Request::parse(line), None, "{line:?}");

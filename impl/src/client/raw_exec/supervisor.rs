@@ -11,27 +11,29 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// Where the supervisor will write the task's exit status: a temporary file created when
-/// the supervisor starts, written and renamed to `exit.json` when the task exits, so that a
-/// reader never sees half a record. Creating it early matters: a new file is a new inode,
-/// and on a file system that has seen many files come and go (every task leaves some),
-/// ext4's search for a free inode that was not recently deleted costs about half a
-/// millisecond of CPU — per supervisor, in the middle of a stop of many tasks. Not synced to
-/// disk: it must survive the daemon's crash, not the machine's (which ends the task too),
-/// and 100 tasks exiting at once would otherwise queue 100 disk syncs.
+/// Where the supervisor writes the task's exit status: `exit.json`, created empty when the
+/// supervisor starts and written once, in one write, when the task has exited. Nobody
+/// reads it before the supervisor has gone (a daemon reads it only once the supervisor's
+/// socket refuses it or its connection ends), so it needs no temporary file and rename —
+/// and creating it early matters: a new file is a new inode, and on a file system that has
+/// seen many files come and go (every task leaves some), ext4's search for a free inode that
+/// was not recently deleted costs about half a millisecond of CPU — per supervisor, in the
+/// middle of a stop of many tasks. Not synced to disk: it must survive the daemon's crash,
+/// not the machine's (which ends the task too), and 100 tasks exiting at once would
+/// otherwise queue 100 disk syncs. Empty, it says the task has not exited (or its
+/// supervisor was killed first).
 struct ExitFile {
-    temporary: PathBuf,
     file: io::Result<fs::File>,
 }
 
 impl ExitFile {
     fn create(dir: &Path) -> ExitFile {
-        let temporary = dir.join(EXIT_FILE).with_extension("tmp");
-        let file = fs::File::create(&temporary);
-        ExitFile { temporary, file }
+        ExitFile {
+            file: fs::File::create(dir.join(EXIT_FILE)),
+        }
     }
 
     fn write(&mut self, contents: &[u8]) -> io::Result<()> {
@@ -39,8 +41,7 @@ impl ExitFile {
             .file
             .as_mut()
             .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
-        file.write_all(contents)?;
-        fs::rename(&self.temporary, self.temporary.with_extension("json"))
+        file.write_all(contents)
     }
 }
 
@@ -121,6 +122,8 @@ struct Deliveries {
     /// The latest deliveries, oldest first (at most [`MAX_DELIVERIES`]).
     recent: Vec<Delivery>,
     refused: u32,
+    /// A daemon asked for the task's exit (`report`).
+    report: bool,
 }
 
 impl Deliveries {
@@ -143,6 +146,7 @@ impl Deliveries {
                 let delivered = self.deliver(pid, kill, signal);
                 self.signalled_at = Some((delivered, timeout_ns));
             }
+            Request::Report => self.report = true,
             Request::Force { kill } => {
                 let held = self.held.is_some_and(|(k, _)| k >= kill);
                 if kill <= self.last_forced || held {
@@ -265,9 +269,6 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
     let mut deliveries = Deliveries::default();
     let mut connections = serve_until_exit(&listener, &pidfd, pid, &mut deliveries);
-    // What the task left running in its group goes with it, as Nomad's executor does.
-    // SAFETY: killpg has no memory-safety preconditions; the pid is not reaped yet.
-    unsafe { libc::killpg(pid, libc::SIGKILL) };
     let status = match child.wait() {
         Ok(status) => status,
         Err(error) => {
@@ -301,6 +302,7 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
         let _ = stream.set_nonblocking(false);
         let _ = stream.write_all(line.as_bytes());
     }
+    linger(&connections);
     // Nothing is left to flush: the status is on disk and sent. Skipping the C library's
     // exit handlers and the loader's finalizers spares each supervisor's exit the page
     // faults they cost, while a stop of many tasks still has signals to deliver.
@@ -308,10 +310,70 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
     unsafe { libc::_exit(code) }
 }
 
-/// The supervisor's one thread, until the task exits: accepts control connections (each
-/// gets the hello: the task's pid and what was delivered so far), and carries out the
-/// requests they send. The task is not reaped before this returns, so a signal never reaches
-/// a process that reused its pid. Returns the connections still open, for the `exit` line.
+/// How long a supervisor waits, once it has sent its task's exit, for its daemon to close the
+/// control connection before it exits anyway.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits until every daemon connected has closed its connection (it has applied the exit),
+/// or [`LINGER`]: the supervisor's own exit — tearing down its address space, the largest
+/// part of its work in a stop — then comes after the daemon's kill path rather than in the
+/// middle of it, when a stop of many tasks still has signals to send.
+fn linger(connections: &[(UnixStream, Vec<u8>)]) {
+    let deadline = std::time::Instant::now() + LINGER;
+    let mut open: Vec<libc::pollfd> = connections
+        .iter()
+        .map(|(stream, _)| libc::pollfd {
+            fd: stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    while !open.is_empty() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        // SAFETY: a valid array of pollfds of the given length.
+        let ready = unsafe {
+            libc::poll(
+                open.as_mut_ptr(),
+                open.len() as libc::nfds_t,
+                left.as_millis().min(i32::MAX as u128) as i32 + 1,
+            )
+        };
+        if ready < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return;
+        }
+        // A connection is done once it reports end-of-stream, an error or a hang-up; what
+        // else a daemon sends now is of no use any more.
+        let mut buffer = [0u8; 64];
+        open.retain(|fd| {
+            if fd.revents == 0 {
+                return true;
+            }
+            // SAFETY: a valid socket and a buffer of the given length.
+            let read = unsafe {
+                libc::recv(fd.fd, buffer.as_mut_ptr().cast(), buffer.len(), libc::MSG_DONTWAIT)
+            };
+            read > 0 || (read < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock)
+        });
+        for fd in &mut open {
+            fd.revents = 0;
+        }
+    }
+}
+
+/// How long a supervisor whose task has exited waits for a connected daemon's `report`
+/// before it reaps and records the task anyway.
+const REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The supervisor's one thread, until the task has exited and a daemon has asked for its
+/// exit (`report`) — or no daemon is connected, or [`REPORT_WAIT`] has passed since: accepts
+/// control connections (each gets the hello: the task's pid and what was delivered so
+/// far), and carries out the requests they send. When the task exits, whatever is left of
+/// its process group is SIGKILLed at once, as Nomad's executor does; the task itself is not
+/// reaped before this returns, so a signal never reaches a process that reused its pid.
+/// Returns the connections still open, for the `exit` line.
 fn serve_until_exit(
     listener: &UnixListener,
     pidfd: &OwnedFd,
@@ -325,20 +387,33 @@ fn serve_until_exit(
         events: libc::POLLIN,
         revents: 0,
     };
-    // A listener in error is polled no more (-1 is skipped): it would wake every poll.
+    // A listener in error is polled no more (-1 is skipped): it would wake every poll; nor
+    // is the task's pidfd once it has exited.
     let mut listening = listener.as_raw_fd();
+    let mut watching = pidfd.as_raw_fd();
+    let mut exited: Option<std::time::Instant> = None;
     loop {
-        let mut polled: Vec<libc::pollfd> = [pidfd.as_raw_fd(), listening]
+        if let Some(at) = exited {
+            if deliveries.report || connections.is_empty() || at.elapsed() >= REPORT_WAIT {
+                return connections;
+            }
+        }
+        let mut polled: Vec<libc::pollfd> = [watching, listening]
             .into_iter()
             .chain(connections.iter().map(|(stream, _)| stream.as_raw_fd()))
             .map(pollfd)
             .collect();
         // Asleep until a request, a connection or the task's exit — or a held SIGKILL's
-        // moment (rounded up to the millisecond: never early).
-        let timeout_ms = deliveries.due().map_or(-1, |due| {
+        // moment (rounded up to the millisecond: never early), or the end of the wait for
+        // a report.
+        let mut timeout_ms = deliveries.due().map_or(-1, |due| {
             let left = due - clock_ns(libc::CLOCK_MONOTONIC);
             (left.max(0) + 999_999) / 1_000_000
         });
+        if let Some(at) = exited {
+            let left = REPORT_WAIT.saturating_sub(at.elapsed()).as_millis() as i64 + 1;
+            timeout_ms = if timeout_ms < 0 { left } else { timeout_ms.min(left) };
+        }
         // SAFETY: a valid array of pollfds of the given length.
         let ready = unsafe {
             libc::poll(
@@ -383,8 +458,12 @@ fn serve_until_exit(
                 }
             }
         }
-        if polled[0].revents != 0 {
-            return connections;
+        if polled[0].revents != 0 && exited.is_none() {
+            // What the task left running in its group goes with it.
+            // SAFETY: killpg has no memory-safety preconditions; the pid is not reaped yet.
+            unsafe { libc::killpg(pid, libc::SIGKILL) };
+            exited = Some(std::time::Instant::now());
+            watching = -1;
         }
     }
 }

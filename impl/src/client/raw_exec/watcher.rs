@@ -1,12 +1,31 @@
-//! One thread that watches every supervised task for its exit (epoll over the control
-//! connections and the supervisors' pidfds).
+//! One thread that watches every supervised task for its exit (epoll over the tasks'
+//! pidfds, the control connections and the supervisors' pidfds).
 
-use super::{exit_left_on_disk, Attached, ExitRecord};
-use std::io;
+use super::{exit_left_on_disk, Attached, ExitRecord, Request};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::Child;
+
+/// What the watcher reports about a task.
+pub enum Event<T> {
+    /// The task's process has exited (its pidfd says so). Its supervisor reaps it and sends
+    /// its exit status when asked (`report`): the daemon asks once its kill path is done.
+    Died(T),
+    /// The task's exit status, as its supervisor sent it (or left it on disk).
+    Exited(Exited<T>),
+}
+
+/// One task's exit, as the watcher reports it.
+pub struct Exited<T> {
+    pub token: T,
+    pub record: ExitRecord,
+    /// The control connection it was read from: the supervisor exits once every connection
+    /// to it is closed (see `supervisor::linger`), so the daemon closes it when it is done
+    /// with the task — after the kill path, not in the middle of it.
+    pub connection: Option<UnixStream>,
+}
 
 /// Watches many supervised tasks for their exits on one thread (epoll over the control
 /// connections), instead of a blocked thread per task: when a stop kills many tasks at
@@ -36,12 +55,14 @@ struct Watched<T> {
     entries: std::collections::HashMap<u64, Watch<T>>,
 }
 
-/// One task being watched. Its epoll keys: `2 × id` for the control connection, `2 × id + 1`
-/// for the supervisor's pidfd.
+/// One task being watched. Its epoll keys: `3 × id` for the control connection, `3 × id + 1`
+/// for the supervisor's pidfd, `3 × id + 2` for the task's pidfd.
 struct Watch<T> {
     /// Taken when the exit is reported (once).
     token: Option<T>,
     stream: Option<UnixStream>,
+    /// The task's pidfd, until it has reported the task's death.
+    task: Option<OwnedFd>,
     /// What has been read of the connection and not yet ended by a newline.
     partial: Vec<u8>,
     supervisor: Option<(Child, OwnedFd)>,
@@ -105,7 +126,10 @@ fn epoll_ctl(epoll: &OwnedFd, op: i32, fd: i32, key: u64) -> io::Result<()> {
     Ok(())
 }
 
-impl<T: Send + 'static> ExitWatcher<T> {
+/// The keys of one watched task in the epoll set.
+const KEYS: u64 = 3;
+
+impl<T: Clone + Send + 'static> ExitWatcher<T> {
     pub fn new() -> io::Result<Self> {
         // SAFETY: epoll_create1 has no preconditions; the descriptor it returns is ours.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -131,38 +155,46 @@ impl<T: Send + 'static> ExitWatcher<T> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Watches a task: its token and exit status are reported once, on the watcher's
-    /// thread, when the task has exited (see [`ExitWatcher::start`]). On failure (out of descriptors) the task is handed back, to be
-    /// waited for otherwise ([`Attached::wait`]).
+    /// Watches a task: its death and then its exit status are reported once each, on the
+    /// watcher's thread (see [`ExitWatcher::start`]). On failure (out of descriptors) the
+    /// task is handed back, to be waited for otherwise ([`Attached::wait`]).
     pub fn watch(&self, attached: Attached, token: T) -> Result<(), (io::Error, Attached)> {
         let Some(stream) = attached.stream.as_ref() else {
             let error = io::Error::new(io::ErrorKind::NotConnected, "no control connection");
             return Err((error, attached));
         };
         let pidfd = match &attached.child {
-            Some(child) => {
-                // SAFETY: pidfd_open on our own unreaped child (a zombie's pid stays ours).
-                let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as i32, 0) };
-                if fd < 0 {
-                    return Err((io::Error::last_os_error(), attached));
-                }
-                // SAFETY: a new descriptor, owned by nothing else.
-                Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-            }
+            Some(child) => match pidfd_open(child.id() as i32) {
+                // Our own unreaped child: a zombie's pid stays ours.
+                Ok(fd) => Some(fd),
+                Err(error) => return Err((error, attached)),
+            },
             None => None,
         };
+        // The task is its supervisor's child, which reaps it only once asked (or once no
+        // daemon is connected: this one is), so its pid is still its own. If it cannot be
+        // watched, its exit is asked for at once: the supervisor sends it when it comes.
+        let task = pidfd_open(attached.pid).ok();
+        if task.is_none() {
+            let _ = (&*stream).write_all(Request::Report.line().as_bytes());
+        }
         let mut watched = self.watched();
         let id = watched.next;
         let epoll = &self.inner.epoll;
-        if let Err(error) = epoll_ctl(epoll, libc::EPOLL_CTL_ADD, stream.as_raw_fd(), 2 * id) {
-            return Err((error, attached));
-        }
-        if let Some(pidfd) = &pidfd {
-            if let Err(error) = epoll_ctl(epoll, libc::EPOLL_CTL_ADD, pidfd.as_raw_fd(), 2 * id + 1)
-            {
-                let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, stream.as_raw_fd(), 2 * id);
+        let mut added: Vec<(i32, u64)> = Vec::new();
+        let descriptors = [
+            Some((stream.as_raw_fd(), KEYS * id)),
+            pidfd.as_ref().map(|fd| (fd.as_raw_fd(), KEYS * id + 1)),
+            task.as_ref().map(|fd| (fd.as_raw_fd(), KEYS * id + 2)),
+        ];
+        for (fd, key) in descriptors.into_iter().flatten() {
+            if let Err(error) = epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, key) {
+                for (fd, key) in added {
+                    let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, fd, key);
+                }
                 return Err((error, attached));
             }
+            added.push((fd, key));
         }
         watched.next += 1;
         let mut attached = attached;
@@ -172,6 +204,7 @@ impl<T: Send + 'static> ExitWatcher<T> {
             Watch {
                 token: Some(token),
                 stream: attached.stream.take(),
+                task,
                 partial: Vec::new(),
                 supervisor,
                 dir: attached.dir.clone(),
@@ -180,28 +213,25 @@ impl<T: Send + 'static> ExitWatcher<T> {
         Ok(())
     }
 
-    /// Starts the watcher's thread, which hands `report` the exits it finds, those that
-    /// came together at once.
-    pub fn start(
-        &self,
-        mut report: impl FnMut(Vec<(T, ExitRecord)>) + Send + 'static,
-    ) -> io::Result<()> {
+    /// Starts the watcher's thread, which hands `report` what it finds, what came together
+    /// at once.
+    pub fn start(&self, mut report: impl FnMut(Vec<Event<T>>) + Send + 'static) -> io::Result<()> {
         let watcher = self.clone();
         std::thread::Builder::new()
             .name("exits".into())
             .spawn(move || loop {
-                let mut exited = Vec::new();
-                watcher.wait_once(&mut exited);
+                let mut found = Vec::new();
+                watcher.wait_once(&mut found);
                 // Reported outside the watcher's lock: `report` may start a task, which
                 // registers it here.
-                if !exited.is_empty() {
-                    report(exited);
+                if !found.is_empty() {
+                    report(found);
                 }
             })
             .map(|_| ())
     }
 
-    fn wait_once(&self, exited: &mut Vec<(T, ExitRecord)>) {
+    fn wait_once(&self, found: &mut Vec<Event<T>>) {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
         // SAFETY: a valid epoll descriptor and event buffer of the given length.
         let count = unsafe {
@@ -216,40 +246,65 @@ impl<T: Send + 'static> ExitWatcher<T> {
             // EINTR: wait again.
             return;
         }
+        let epoll = &self.inner.epoll;
         let mut watched = self.watched();
         for event in &events[..count as usize] {
             let key = event.u64;
-            let id = key / 2;
+            let id = key / KEYS;
             let Some(watch) = watched.entries.get_mut(&id) else {
                 continue;
             };
-            if key % 2 == 0 {
-                if let Some(record) = watch.read() {
-                    if let Some(stream) = watch.stream.take() {
-                        let _ = epoll_ctl(
-                            &self.inner.epoll,
-                            libc::EPOLL_CTL_DEL,
-                            stream.as_raw_fd(),
-                            key,
-                        );
-                    }
-                    if let Some(token) = watch.token.take() {
-                        exited.push((token, record));
+            match key % KEYS {
+                0 => {
+                    if let Some(record) = watch.read() {
+                        let connection = watch.stream.take();
+                        if let Some(stream) = &connection {
+                            let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, stream.as_raw_fd(), key);
+                        }
+                        // Its death, if the exit came first (the task could not be watched).
+                        if let Some(task) = watch.task.take() {
+                            let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, task.as_raw_fd(), key);
+                        }
+                        if let Some(token) = watch.token.take() {
+                            found.push(Event::Exited(Exited {
+                                token,
+                                record,
+                                connection,
+                            }));
+                        }
                     }
                 }
-            } else if let Some((mut child, pidfd)) = watch.supervisor.take() {
-                // The supervisor has exited: reaped at once (no zombie).
-                let _ = epoll_ctl(
-                    &self.inner.epoll,
-                    libc::EPOLL_CTL_DEL,
-                    pidfd.as_raw_fd(),
-                    key,
-                );
-                let _ = child.wait();
+                1 => {
+                    if let Some((mut child, pidfd)) = watch.supervisor.take() {
+                        // The supervisor has exited: reaped at once (no zombie).
+                        let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, pidfd.as_raw_fd(), key);
+                        let _ = child.wait();
+                    }
+                }
+                _ => {
+                    if let Some(task) = watch.task.take() {
+                        let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, task.as_raw_fd(), key);
+                        if let Some(token) = watch.token.clone() {
+                            found.push(Event::Died(token));
+                        }
+                    }
+                }
             }
-            if watch.stream.is_none() && watch.supervisor.is_none() {
+            if watch.stream.is_none() && watch.supervisor.is_none() && watch.task.is_none() {
                 watched.entries.remove(&id);
             }
         }
     }
+}
+
+/// A pidfd of `pid`, owned.
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open has no memory-safety preconditions; the descriptor it returns is
+    // ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
