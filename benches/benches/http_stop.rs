@@ -229,7 +229,10 @@ fn job_processes(job: &str) -> usize {
 /// CPU time spent so far by this process's threads, by thread name (ns, from schedstat).
 fn thread_cpu() -> std::collections::BTreeMap<String, u64> {
     let mut spent = std::collections::BTreeMap::new();
-    for entry in std::fs::read_dir("/proc/self/task").expect("/proc/self/task").flatten() {
+    for entry in std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .flatten()
+    {
         let path = entry.path();
         let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
         let ns: u64 = std::fs::read_to_string(path.join("schedstat"))
@@ -292,10 +295,7 @@ fn direct_processes(count: usize) -> Vec<Child> {
     let children: Vec<Child> = (0..count)
         .map(|_| {
             let mut command = Command::new(PROGRAM);
-            command
-                .args(ARGS)
-                .stdin(Stdio::null())
-                .process_group(0);
+            command.args(ARGS).stdin(Stdio::null()).process_group(0);
             // As the agent's supervisor does: the task's SIGINT at its default, whatever
             // this benchmark inherited (a shell's background job ignores SIGINT).
             // SAFETY: signal() is async-signal-safe.
@@ -373,7 +373,10 @@ fn main() {
                     format!("{name} {:.1}", spent as f64 / 1e6)
                 })
                 .collect();
-            println!("CPU of the agent's threads until every task died (ms): {}", cpu.join(", "));
+            println!(
+                "CPU of the agent's threads until every task died (ms): {}",
+                cpu.join(", ")
+            );
             let direct = direct_kill(direct_processes(count));
             println!(
                 "{count} allocations: {:.2} ms (direct kill {:.2} ms)",

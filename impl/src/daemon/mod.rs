@@ -733,11 +733,11 @@ fn client_worker(shared: &Arc<Shared>) {
                     break;
                 }
                 // Connections close once the kill path is quiet (see `Core::closing`).
-                if quiet >= CLOSE_AFTER || core.closing.len() >= MAX_CLOSING {
-                    if !core.closing.is_empty() {
-                        closing = std::mem::take(&mut core.closing);
-                        break;
-                    }
+                if !core.closing.is_empty()
+                    && (quiet >= CLOSE_AFTER || core.closing.len() >= MAX_CLOSING)
+                {
+                    closing = std::mem::take(&mut core.closing);
+                    break;
                 }
                 // Asleep until there is work, or until deaths or connections are due.
                 let due = [

@@ -185,19 +185,21 @@ impl Deliveries {
         }
     }
 
-    /// Sends `signal` to the process group and records it; returns when (CLOCK_MONOTONIC).
+    /// Sends `signal` to the process group and records it; returns when (CLOCK_MONOTONIC),
+    /// read just before it is sent: no process of the group can have it earlier.
     fn deliver(&mut self, pid: i32, kill: u32, signal: i32) -> i64 {
+        let monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
+        let unix_ns = clock_ns(libc::CLOCK_REALTIME);
         // SAFETY: killpg has no memory-safety preconditions; the task is not reaped (see
         // `serve_until_exit`), so its pid is still its own.
         unsafe { libc::killpg(pid, signal) };
-        let monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
         if self.recent.len() == MAX_DELIVERIES {
             self.recent.remove(0);
         }
         self.recent.push(Delivery {
             kill,
             signal,
-            unix_ns: clock_ns(libc::CLOCK_REALTIME),
+            unix_ns,
             monotonic_ns,
         });
         monotonic_ns
@@ -353,7 +355,12 @@ fn linger(connections: &[(UnixStream, Vec<u8>)]) {
             }
             // SAFETY: a valid socket and a buffer of the given length.
             let read = unsafe {
-                libc::recv(fd.fd, buffer.as_mut_ptr().cast(), buffer.len(), libc::MSG_DONTWAIT)
+                libc::recv(
+                    fd.fd,
+                    buffer.as_mut_ptr().cast(),
+                    buffer.len(),
+                    libc::MSG_DONTWAIT,
+                )
             };
             read > 0 || (read < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock)
         });
@@ -412,7 +419,11 @@ fn serve_until_exit(
         });
         if let Some(at) = exited {
             let left = REPORT_WAIT.saturating_sub(at.elapsed()).as_millis() as i64 + 1;
-            timeout_ms = if timeout_ms < 0 { left } else { timeout_ms.min(left) };
+            timeout_ms = if timeout_ms < 0 {
+                left
+            } else {
+                timeout_ms.min(left)
+            };
         }
         // SAFETY: a valid array of pollfds of the given length.
         let ready = unsafe {
