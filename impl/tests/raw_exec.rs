@@ -75,7 +75,7 @@ fn a_task_killed_by_a_signal_reports_128_plus_the_signal() {
     wait_for_output(&dir, "ready");
     let signaller = attached.signaller().unwrap();
     signaller.kill_signal(1, libc::SIGINT, 0).unwrap();
-    signaller.force_kill(1).unwrap();
+    signaller.force_kill(1, libc::SIGINT, 0).unwrap();
     let (record, reaper) = attached.wait();
     assert_eq!((record.exit_code, record.signal), (137, Some(9)));
     assert_eq!(

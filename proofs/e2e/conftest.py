@@ -223,6 +223,8 @@ def agent(tmp_path):
     yield running
     running.close()
     validate_log(running)
+    bugs = [line for line in running.stderr().splitlines() if "bug:" in line]
+    assert not bugs, bugs
 
 
 def task(name, address, services=(), watch=(), delay_s=0, leader=False, kill_timeout_s=None,

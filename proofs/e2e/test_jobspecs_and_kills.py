@@ -110,7 +110,7 @@ def test_a_task_that_ignores_its_signal_is_killed_after_kill_timeout(agent):
     signals = [line for line in agent.task_log(alloc["ID"], "t") if line[0] == "signal"]
     assert [line[1] for line in signals] == ["INT"], signals
     delivered = agent.exit_record(alloc["ID"], "t")["delivered"]
-    assert [(d["kill"], d["signal"]) for d in delivered] == [(1, 2), (1, 9)], delivered
+    assert [(d["kill"], d["signal"], d["forced"]) for d in delivered] == [(1, 2, False), (1, 9, True)], delivered
     gap = (delivered[1]["monotonic_ns"] - delivered[0]["monotonic_ns"]) / SECOND
     assert 1.0 <= gap < 10, f"SIGKILL {gap:.3f}s after the kill signal; kill_timeout is 1 s"
     assert delivered[0]["monotonic_ns"] / SECOND <= signals[0][2], "the witness got what was sent"

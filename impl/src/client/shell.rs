@@ -168,14 +168,18 @@ impl<H: Host> RunnerShell<H> {
     /// host's [`Host::applied`], carries out its commands, and takes the steps that are
     /// ready. For a shell made by [`RunnerShell::unstarted`].
     pub fn start(&self, initial: Vec<Command>, what: Applied) {
-        let mut state = self.lock();
-        let State { runner, host, .. } = &mut *state;
-        host.applied(runner, what);
-        state.carry_out(&initial);
-        state.started = true;
-        state.take_ready_steps();
-        state.settle();
-        self.shared.1.notify_all();
+        self.starting().start(initial, what);
+    }
+
+    /// The shell's lock, taken to start it: what needs the shell registered before it starts
+    /// (and so shared) does that while holding it, and no event from another thread is
+    /// applied before [`Starting::start`] — the runner's creation comes first, as its pull
+    /// came first. For a shell made by [`RunnerShell::unstarted`].
+    pub fn starting(&self) -> Starting<'_, H> {
+        Starting {
+            state: self.lock(),
+            condvar: &self.shared.1,
+        }
     }
 
     /// A pulled update (the client's workers). A flag in it cancels the delays at once,
@@ -222,18 +226,7 @@ impl<H: Host> RunnerShell<H> {
         initial: Vec<Command>,
         fetch: impl FnOnce(&AllocRunner, &mut H) -> Option<Allocation>,
     ) {
-        let mut state = self.lock();
-        let State { runner, host, .. } = &mut *state;
-        host.applied(runner, Applied::Restored);
-        state.carry_out(&initial);
-        let State { runner, host, .. } = &mut *state;
-        if let Some(alloc) = fetch(runner, host) {
-            state.apply_update(alloc);
-        }
-        state.started = true;
-        state.take_ready_steps();
-        state.settle();
-        self.shared.1.notify_all();
+        self.starting().restore(initial, fetch);
     }
 
     /// A timer fired. `false`, changing nothing, if it is not armed (cancelled, or fired).
@@ -311,6 +304,46 @@ impl<H: Host> RunnerShell<H> {
     pub fn inspect<T>(&self, look: impl FnOnce(&AllocRunner, &H) -> T) -> T {
         let state = self.lock();
         look(&state.runner, &state.host)
+    }
+}
+
+/// A shell locked to be started (see [`RunnerShell::starting`]).
+pub struct Starting<'a, H> {
+    state: MutexGuard<'a, State<H>>,
+    condvar: &'a Condvar,
+}
+
+impl<H: Host> Starting<'_, H> {
+    /// See [`RunnerShell::restore`].
+    pub fn restore(
+        mut self,
+        initial: Vec<Command>,
+        fetch: impl FnOnce(&AllocRunner, &mut H) -> Option<Allocation>,
+    ) {
+        let state = &mut *self.state;
+        let State { runner, host, .. } = &mut *state;
+        host.applied(runner, Applied::Restored);
+        state.carry_out(&initial);
+        let State { runner, host, .. } = &mut *state;
+        if let Some(alloc) = fetch(runner, host) {
+            state.apply_update(alloc);
+        }
+        state.started = true;
+        state.take_ready_steps();
+        state.settle();
+        self.condvar.notify_all();
+    }
+
+    /// See [`RunnerShell::start`].
+    pub fn start(mut self, initial: Vec<Command>, what: Applied) {
+        let state = &mut *self.state;
+        let State { runner, host, .. } = &mut *state;
+        host.applied(runner, what);
+        state.carry_out(&initial);
+        state.started = true;
+        state.take_ready_steps();
+        state.settle();
+        self.condvar.notify_all();
     }
 }
 

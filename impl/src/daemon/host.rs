@@ -4,7 +4,7 @@
 
 use super::timers::Due;
 use super::{unix_now_ns, Shared};
-use crate::client::driver::{Driver, MockDriver, SIGKILL};
+use crate::client::driver::{Driver, MockDriver};
 use crate::client::raw_exec::{self, Launch, Reattach};
 use crate::client::shell::{Applied, Host};
 use crate::client::{AllocRunner, Command, ExitResult, RunnerStep, Timer};
@@ -56,6 +56,8 @@ pub struct DaemonHost {
     /// or to no step: a restore's (reattaching is not a launch) or a forced exit's (the
     /// model merges it into its kill timeout; its commands are idempotent deregistrations).
     recording: bool,
+    /// The commands carried out now are a restore's.
+    restoring: bool,
 }
 
 /// The server's side of a runner's steps, gathered while the runner's lock is held and
@@ -123,6 +125,7 @@ impl DaemonHost {
             signalled_before: BTreeMap::new(),
             pull: None,
             recording: false,
+            restoring: false,
         }
     }
 
@@ -324,9 +327,7 @@ impl DaemonHost {
                     );
                     return false;
                 };
-                let before = delivered
-                    .iter()
-                    .find(|d| d.kill == kill && d.signal != SIGKILL);
+                let before = delivered.iter().find(|d| d.kill == kill && !d.forced);
                 if let Some(before) = before {
                     self.signalled_before.insert(ix, before.unix_ns);
                     return true;
@@ -348,11 +349,18 @@ impl DaemonHost {
     }
 
     /// SIGKILL, asked of the supervisor when the shell settles.
-    fn force_kill(&mut self, ix: usize, kill: u32) {
+    fn force_kill(&mut self, ix: usize, kill: u32, runner: &AllocRunner) {
         let now = unix_now_ns();
         match self.tasks.get(ix).cloned().flatten() {
             Some(Handle::Process { signaller, .. }) => {
-                let request = raw_exec::Request::Force { kill };
+                let task = runner.tasks.get(ix);
+                let request = raw_exec::Request::Force {
+                    kill,
+                    signal: task
+                        .and_then(|t| raw_exec::signal_number(&t.kill_signal))
+                        .unwrap_or(libc::SIGINT),
+                    timeout_ns: task.map_or(0, |t| t.kill_timeout_ns),
+                };
                 self.pending.requests.push((signaller, request));
             }
             Some(Handle::Mock(handle)) => {
@@ -558,11 +566,24 @@ impl Host for DaemonHost {
         if let Some(effect) = Effect::of(command, runner) {
             match self.pending.log.last_mut().filter(|_| self.recording) {
                 Some(entry) => entry.effects.push(effect),
-                // A restore's reattachment, or a forced exit's stop hooks.
-                None => debug_assert!(
-                    matches!(effect, Effect::Launch { .. } | Effect::Deregister { .. }),
-                    "an effect outside any step: {effect:?}"
-                ),
+                // A restore's reattachment and the kill requests it sends again (the steps
+                // that did them are logged already), or a forced exit's stop hooks.
+                None => {
+                    let expected = match effect {
+                        Effect::Launch { .. } | Effect::Signal { .. } | Effect::SigKill { .. } => {
+                            self.restoring
+                        }
+                        Effect::Deregister { .. } => true,
+                        Effect::Register { .. } => false,
+                    };
+                    if !expected {
+                        eprintln!(
+                            "quiesce agent: bug: allocation {}: an effect outside any step: \
+                             {effect:?}",
+                            self.alloc
+                        );
+                    }
+                }
             }
         }
         match command {
@@ -600,7 +621,7 @@ impl Host for DaemonHost {
                     }
                 }
             }
-            Command::ForceKill { task, kill } => self.force_kill(*task, *kill),
+            Command::ForceKill { task, kill } => self.force_kill(*task, *kill, runner),
             Command::Report => self.pending.report = true,
         }
     }
@@ -700,6 +721,7 @@ impl Host for DaemonHost {
             _ => {}
         }
         self.recording = step.is_some();
+        self.restoring = what == Applied::Restored;
         if let Some((step, reserved)) = step {
             let job = Some(runner.alloc.job_id.clone());
             let group = Some(runner.alloc.task_group.clone());

@@ -87,7 +87,7 @@ pub struct Core {
     /// Tasks whose process has died and whose exit status the client has not asked their
     /// supervisors for yet: it asks once no pull is waiting (the kill path first; a
     /// supervisor reaps and records its task only when asked, see `raw_exec::Request`).
-    pending_deaths: Vec<(AllocId, usize)>,
+    pending_deaths: Vec<(AllocId, usize, std::time::Instant)>,
     /// Threads asleep on the agent's condition variables: a write wakes only those that
     /// are (a wake-up is a system call, and most writes have nobody to wake).
     asleep: Asleep,
@@ -116,6 +116,10 @@ const CLOSE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 /// allocations go out first, and the tasks die of them, before any supervisor reaps and
 /// records its task.
 const REPORT_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The longest a dead task's exit waits for the client to be quiet: a steady stream of
+/// pulls does not defer it further.
+const REPORT_LATEST: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The most closed connections a worker gathers before it closes them whatever the pulls.
 const MAX_CLOSING: usize = 4096;
@@ -303,7 +307,8 @@ impl Shared {
         if core.asleep.workers > 0
             && (!core.pending_pulls.is_empty()
                 || !core.pending_exits.is_empty()
-                || !core.pending_deaths.is_empty())
+                || !core.pending_deaths.is_empty()
+                || !core.closing.is_empty())
         {
             self.work.notify_all();
         }
@@ -374,6 +379,7 @@ impl Agent {
     /// and starts the scheduler, client and timer threads. The HTTP listener is separate
     /// ([`http::serve`]).
     pub fn start(config: AgentConfig) -> Result<Agent, String> {
+        raise_open_files_limit();
         let (persist, loaded) = Persist::open(&config.data_dir)?;
         let seed = unix_now_ns() as u64 ^ u64::from(std::process::id()).rotate_left(32);
         let store = StateStore::restore(
@@ -452,8 +458,9 @@ impl Agent {
                     let mut core = shared.core();
                     for event in found {
                         let exited = match event {
-                            Event::Died(task) => {
-                                core.pending_deaths.push(task);
+                            Event::Died((alloc, task)) => {
+                                let at = std::time::Instant::now();
+                                core.pending_deaths.push((alloc, task, at));
                                 continue;
                             }
                             Event::Exited(exited) => exited,
@@ -500,6 +507,24 @@ impl Agent {
                 .map_err(|e| e.to_string())?;
         }
         Ok(Agent { shared })
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, as Go's runtime does for Nomad:
+/// the agent holds descriptors for every task (its control connection, the pidfds of the
+/// task and its supervisor), and 1,024 — a common default — would stop it at a few hundred.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit with a valid rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
     }
 }
 
@@ -572,9 +597,32 @@ fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
         .filter(|(_, task)| task.phase != crate::client::TaskPhase::Dead)
         .map(|(ix, _)| Command::StartTask { task: ix })
         .collect();
+    // The kill requests of tasks stored as signalled (or SIGKILLed) go again: a step is
+    // stored before its requests are sent (they go once it is committed, see
+    // `DaemonHost::flush`), so a crash in between leaves a step the task never felt. The
+    // supervisor refuses what it has carried out, and its hello says so.
+    let resend: Vec<Command> = restored
+        .tasks
+        .iter()
+        .enumerate()
+        .filter(|(_, task)| task.phase == crate::client::TaskPhase::Signalled)
+        .flat_map(|(ix, task)| {
+            let signal = Command::Signal {
+                task: ix,
+                signal: task.kill_signal.clone(),
+                kill: task.kills,
+            };
+            let force = task.sigkilled.then_some(Command::ForceKill {
+                task: ix,
+                kill: task.kills,
+            });
+            std::iter::once(signal).chain(force)
+        })
+        .collect();
     // Registered first, its commands carried out after the registry's lock is released: a
     // reattach (or launch) must not hold up every other runner's timers and exits.
     let shell = RunnerShell::unstarted(restored, host);
+    let starting = shell.starting();
     registry.insert(id.clone(), shell.clone());
     drop(registry);
     // A newer record of the allocation (a stop whose pull, or the steps after it, a crash
@@ -582,7 +630,7 @@ fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
     // the reattached tasks' exits can be delivered: a task signalled before the crash must
     // not look as if it had ended on its own. The stop itself is durable (an API write's
     // plan).
-    shell.restore([reattach, commands].concat(), |runner, host| {
+    starting.restore([reattach, resend, commands].concat(), |runner, host| {
         fetch_newer(shared, &id, runner, host)
     });
 }
@@ -714,12 +762,14 @@ fn client_worker(shared: &Arc<Shared>) {
                     }
                 }
                 // Exits are asked for once the kill path is quiet (see `Core::pending_deaths`).
+                // A steady stream of pulls defers them no longer than REPORT_LATEST.
                 let quiet = core.last_pull.elapsed();
-                if !core.pending_deaths.is_empty() && quiet >= REPORT_AFTER {
+                let oldest = core.pending_deaths.first().map(|(_, _, at)| at.elapsed());
+                if oldest.is_some_and(|waited| quiet >= REPORT_AFTER || waited >= REPORT_LATEST) {
                     batch.extend(
                         std::mem::take(&mut core.pending_deaths)
                             .into_iter()
-                            .map(|(alloc, task)| Work::Report(alloc, task)),
+                            .map(|(alloc, task, _)| Work::Report(alloc, task)),
                     );
                     break;
                 }
@@ -741,8 +791,12 @@ fn client_worker(shared: &Arc<Shared>) {
                 }
                 // Asleep until there is work, or until deaths or connections are due.
                 let due = [
-                    (!core.pending_deaths.is_empty()).then_some(REPORT_AFTER),
-                    (!core.closing.is_empty()).then_some(CLOSE_AFTER),
+                    oldest.map(|waited| {
+                        REPORT_AFTER
+                            .saturating_sub(quiet)
+                            .min(REPORT_LATEST.saturating_sub(waited))
+                    }),
+                    (!core.closing.is_empty()).then(|| CLOSE_AFTER.saturating_sub(quiet)),
                 ]
                 .into_iter()
                 .flatten()
@@ -753,10 +807,10 @@ fn client_worker(shared: &Arc<Shared>) {
                         .work
                         .wait(core)
                         .expect("the core lock is never poisoned"),
-                    Some(after) => {
+                    Some(left) => {
                         shared
                             .work
-                            .wait_timeout(core, after.saturating_sub(quiet))
+                            .wait_timeout(core, left.max(std::time::Duration::from_millis(1)))
                             .expect("the core lock is never poisoned")
                             .0
                     }
@@ -816,11 +870,12 @@ fn pull(shared: &Arc<Shared>, id: AllocId) {
     }
     // Registered under the registry's lock (one runner per allocation); its first commands
     // — launching the tasks — are carried out once that lock is released, so launches run
-    // in parallel and never hold up other runners' timers and exits. An event that reaches
-    // the shell in between is applied after the runner's creation, before its launches,
-    // and no step is taken before `start`: a kill step waits for the tasks' launches.
+    // in parallel and never hold up other runners' timers and exits. The shell's own lock
+    // is taken before it is registered: an event that reaches it in between (a second pull,
+    // a timer) waits for the creation — its log entry, launches and steps come first.
     let shell = RunnerShell::unstarted(runner, host);
+    let starting = shell.starting();
     registry.insert(id, shell.clone());
     drop(registry);
-    shell.start(commands, Applied::Update);
+    starting.start(commands, Applied::Update);
 }

@@ -225,6 +225,22 @@ impl Instance {
             return Ok(());
         }
         let model = self.model.as_ref().expect("a judging instance has a model");
+        let out_of_requests = step.is_request()
+            && self
+                .candidates
+                .iter()
+                .any(|c| c.state.requests_made == u8::MAX);
+        if out_of_requests {
+            self.stop_judging(
+                entry.seq,
+                format!(
+                    "more than {} requests: past the model's bound on requests",
+                    u8::MAX
+                ),
+            );
+            self.unjudged += 1;
+            return Ok(());
+        }
         let task = match step.task() {
             None => None,
             Some(name) => match model.cfg.group.tasks.iter().position(|t| &t.name == name) {

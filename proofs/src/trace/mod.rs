@@ -239,20 +239,29 @@ impl Trace {
             ));
         };
         let mut first_error = None;
-        let candidates: Vec<usize> = (0..self.instances.len())
+        let of_group: Vec<usize> = (0..self.instances.len())
             .rev()
             .filter(|&ix| &self.instances[ix].job == job && &self.instances[ix].group == group)
             .collect();
-        if candidates.is_empty() {
+        // The instances the model still follows, newest first: one that does not (cannot
+        // judge any more) may take the allocation only if none does, so that it cannot
+        // excuse a step a judging instance refuses.
+        let judging: Vec<usize> = of_group
+            .iter()
+            .copied()
+            .filter(|&ix| self.instances[ix].judging())
+            .collect();
+        let Some(&newest) = of_group.first() else {
             self.unknown(job, entry);
             return Ok(());
+        };
+        if judging.is_empty() {
+            let instance = &mut self.instances[newest];
+            instance.route(alloc);
+            return instance.replay(entry, step);
         }
-        for ix in candidates {
+        for ix in judging {
             let instance = &mut self.instances[ix];
-            if !instance.judging() {
-                instance.route(alloc);
-                return instance.replay(entry, step);
-            }
             let mut trial = instance.clone();
             match trial.replay(entry, step) {
                 Ok(()) => {

@@ -25,9 +25,10 @@
 //! The protocol, one line each way per message:
 //! * supervisor → daemon, on accepting: `{"pid":P,"delivered":[…]}` ([`Hello`]);
 //! * daemon → supervisor: `kill K N T` (deliver signal N as kill K's kill signal, once; its
-//!   kill timeout is T ns) and `force K` (SIGKILL the group: kill K's timeout fired, once —
-//!   and never sooner than T after the signal as delivered: an early one is held until
-//!   then), and `report` (send the task's exit once it has exited) ([`Request`]);
+//!   kill timeout is T ns), `force K N T` (SIGKILL the group: kill K's timeout fired, once —
+//!   never sooner than T after the kill's signal as delivered, an early one held until then;
+//!   and if kill K's signal N never went out, it goes out first), and `report` (send the
+//!   task's exit once it has exited) ([`Request`]);
 //! * supervisor → daemon, when the task has exited: `exit {…}` ([`ExitRecord`]).
 
 mod supervisor;
@@ -70,6 +71,10 @@ pub struct Delivery {
     /// The kill it belongs to (numbered from 1 for each task).
     pub kill: u32,
     pub signal: i32,
+    /// The SIGKILL of a kill whose timeout fired, not its kill signal (a kill signal may be
+    /// SIGKILL too).
+    #[serde(default)]
+    pub forced: bool,
     /// When, on CLOCK_REALTIME (the daemon's timers) and on CLOCK_MONOTONIC (a task's own
     /// record, such as the witness's).
     pub unix_ns: i64,
@@ -95,8 +100,15 @@ pub enum Request {
         signal: i32,
         timeout_ns: i64,
     },
-    /// SIGKILL the process group: kill `kill`'s timeout fired (once per kill).
-    Force { kill: u32 },
+    /// SIGKILL the process group: kill `kill`'s timeout fired (once per kill). `signal` and
+    /// `timeout_ns` are the kill's: should its signal never have gone out (a daemon that
+    /// crashed after storing the step, before sending it), it goes out now and SIGKILL
+    /// follows `timeout_ns` later.
+    Force {
+        kill: u32,
+        signal: i32,
+        timeout_ns: i64,
+    },
     /// Reap the task once it has exited, record its exit and send it (the `exit` line).
     /// The supervisor waits for this (or for its daemon to go) before it does that work, so
     /// that in a stop of many tasks the daemon asks for the exits once it has sent its
@@ -112,7 +124,11 @@ impl Request {
                 signal,
                 timeout_ns,
             } => format!("kill {kill} {signal} {timeout_ns}\n"),
-            Request::Force { kill } => format!("force {kill}\n"),
+            Request::Force {
+                kill,
+                signal,
+                timeout_ns,
+            } => format!("force {kill} {signal} {timeout_ns}\n"),
             Request::Report => "report\n".to_string(),
         }
     }
@@ -126,21 +142,27 @@ impl Request {
             return words.next().is_none().then_some(Request::Report);
         }
         let kill: u32 = words.next()?.parse().ok().filter(|&k| k > 0)?;
+        let signal: i32 = words
+            .next()?
+            .parse()
+            .ok()
+            .filter(|s| (1..=64).contains(s))?;
+        let timeout_ns: i64 = words
+            .next()?
+            .parse()
+            .ok()
+            .filter(|t| (0..=MAX_KILL_TIMEOUT_NS).contains(t))?;
         let request = match verb {
             "kill" => Request::Kill {
                 kill,
-                signal: words
-                    .next()?
-                    .parse()
-                    .ok()
-                    .filter(|s| (1..=64).contains(s))?,
-                timeout_ns: words
-                    .next()?
-                    .parse()
-                    .ok()
-                    .filter(|t| (0..=MAX_KILL_TIMEOUT_NS).contains(t))?,
+                signal,
+                timeout_ns,
             },
-            "force" => Request::Force { kill },
+            "force" => Request::Force {
+                kill,
+                signal,
+                timeout_ns,
+            },
             _ => return None,
         };
         words.next().is_none().then_some(request)
@@ -377,18 +399,16 @@ fn attach(
 ) -> io::Result<Result<Attached, ExitRecord>> {
     check_peer(&stream)?;
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    match reader.read_line(&mut line) {
-        Ok(_) => {}
-        Err(error) if error.kind() == io::ErrorKind::ConnectionReset => line.clear(),
+    let line = match read_hello(&stream) {
+        Ok(line) => line,
+        Err(error) if error.kind() == io::ErrorKind::ConnectionReset => String::new(),
         Err(error) => return Err(error),
-    }
-    reader.get_ref().set_read_timeout(None)?;
+    };
+    stream.set_read_timeout(None)?;
     match serde_json::from_str::<Hello>(line.trim()) {
         Ok(hello) if hello.pid > 0 => Ok(Ok(Attached {
             pid: hello.pid,
-            stream: Some(reader.into_inner()),
+            stream: Some(stream),
             child,
             dir: dir.to_path_buf(),
             delivered: hello.delivered,
@@ -408,6 +428,54 @@ fn attach(
                 )
             })))
         }
+    }
+}
+
+/// The longest hello a supervisor sends (a pid and at most [`MAX_DELIVERIES`] deliveries).
+const MAX_HELLO: usize = 4096;
+
+/// Reads the hello line — and not a byte past it: what follows (an `exit` line that comes
+/// at once) is left on the connection for whoever reads it next. Empty at end-of-stream.
+fn read_hello(stream: &UnixStream) -> io::Result<String> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    let mut peeked = vec![0u8; MAX_HELLO];
+    loop {
+        // SAFETY: a valid socket and a buffer of the given length; MSG_PEEK leaves the data.
+        let seen = unsafe {
+            libc::recv(
+                stream.as_raw_fd(),
+                peeked.as_mut_ptr().cast(),
+                peeked.len(),
+                libc::MSG_PEEK,
+            )
+        };
+        if seen < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error);
+        }
+        let seen = seen as usize;
+        if seen == 0 {
+            return Ok(String::new());
+        }
+        if let Some(end) = peeked[..seen].iter().position(|&b| b == b'\n') {
+            let mut line = vec![0u8; end + 1];
+            (&*stream).read_exact(&mut line)?;
+            return String::from_utf8(line)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        if seen == MAX_HELLO || std::time::Instant::now() > deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the task's supervisor sent no hello line",
+            ));
+        }
+        // Part of the line: the rest follows.
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
@@ -508,9 +576,14 @@ impl Signaller {
     }
 
     /// SIGKILL, once kill `kill`'s timeout has fired (held by the supervisor until that
-    /// timeout has run from the signal as it delivered it).
-    pub fn force_kill(&self, kill: u32) -> io::Result<()> {
-        self.send(Request::Force { kill })
+    /// timeout has run from the signal as it delivered it; the kill's `signal` first if it
+    /// never went out).
+    pub fn force_kill(&self, kill: u32, signal: i32, timeout_ns: i64) -> io::Result<()> {
+        self.send(Request::Force {
+            kill,
+            signal,
+            timeout_ns,
+        })
     }
 
     /// Sends one request.
@@ -549,7 +622,11 @@ mod tests {
                 signal: libc::SIGTERM,
                 timeout_ns: 5_000_000_000,
             },
-            Request::Force { kill: 1 },
+            Request::Force {
+                kill: 1,
+                signal: libc::SIGINT,
+                timeout_ns: 0,
+            },
             Request::Report,
         ] {
             assert_eq!(Request::parse(&request.line()), Some(request));
@@ -563,7 +640,8 @@ mod tests {
             "kill 1 2 86400000000001",
             "kill 1 2 3 4",
             "signal 2",
-            "force -1",
+            "force -1 2 0",
+            "force 1",
             "report 1",
             "",
         ] {

@@ -124,13 +124,22 @@ struct Deliveries {
     refused: u32,
     /// A daemon asked for the task's exit (`report`).
     report: bool,
+    /// The task has exited.
+    exited: bool,
 }
 
 impl Deliveries {
     /// Carries out one request on the task's (unreaped) process group `pid`, at `now`
     /// (CLOCK_MONOTONIC).
     fn carry_out(&mut self, request: Request, pid: i32, now: i64) {
+        if self.exited && request != Request::Report {
+            // The task has exited: nothing reaches it any more, and nothing is recorded as
+            // delivered that it did not get.
+            self.refused = self.refused.saturating_add(1);
+            return;
+        }
         match request {
+            Request::Report => self.report = true,
             Request::Kill {
                 kill,
                 signal,
@@ -142,16 +151,22 @@ impl Deliveries {
                     self.refused = self.refused.saturating_add(1);
                     return;
                 }
-                self.last_signalled = kill;
-                let delivered = self.deliver(pid, kill, signal);
-                self.signalled_at = Some((delivered, timeout_ns));
+                self.signal(pid, kill, signal, timeout_ns);
             }
-            Request::Report => self.report = true,
-            Request::Force { kill } => {
+            Request::Force {
+                kill,
+                signal,
+                timeout_ns,
+            } => {
                 let held = self.held.is_some_and(|(k, _)| k >= kill);
                 if kill <= self.last_forced || held {
                     self.refused = self.refused.saturating_add(1);
                     return;
+                }
+                // A kill whose signal never went out (its daemon crashed between storing the
+                // step and sending it) gets it now, and SIGKILL its timeout later.
+                if kill > self.last_signalled {
+                    self.signal(pid, kill, signal, timeout_ns);
                 }
                 // kill_timeout_respected, where the signal is delivered: never sooner than
                 // the kill's timeout after its signal.
@@ -163,10 +178,23 @@ impl Deliveries {
                     self.held = Some((kill, due));
                 } else {
                     self.last_forced = kill;
-                    self.deliver(pid, kill, libc::SIGKILL);
+                    self.deliver(pid, kill, libc::SIGKILL, true);
                 }
             }
         }
+    }
+
+    /// Delivers kill `kill`'s signal and notes when, with its timeout.
+    fn signal(&mut self, pid: i32, kill: u32, signal: i32, timeout_ns: i64) {
+        self.last_signalled = kill;
+        let delivered = self.deliver(pid, kill, signal, false);
+        self.signalled_at = Some((delivered, timeout_ns));
+    }
+
+    /// The task has exited: a held SIGKILL is dropped, later requests are refused.
+    fn task_exited(&mut self) {
+        self.exited = true;
+        self.held = None;
     }
 
     /// When a held SIGKILL is due.
@@ -180,14 +208,14 @@ impl Deliveries {
             if due <= now {
                 self.held = None;
                 self.last_forced = kill;
-                self.deliver(pid, kill, libc::SIGKILL);
+                self.deliver(pid, kill, libc::SIGKILL, true);
             }
         }
     }
 
     /// Sends `signal` to the process group and records it; returns when (CLOCK_MONOTONIC),
     /// read just before it is sent: no process of the group can have it earlier.
-    fn deliver(&mut self, pid: i32, kill: u32, signal: i32) -> i64 {
+    fn deliver(&mut self, pid: i32, kill: u32, signal: i32, forced: bool) -> i64 {
         let monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
         let unix_ns = clock_ns(libc::CLOCK_REALTIME);
         // SAFETY: killpg has no memory-safety preconditions; the task is not reaped (see
@@ -199,6 +227,7 @@ impl Deliveries {
         self.recent.push(Delivery {
             kill,
             signal,
+            forced,
             unix_ns,
             monotonic_ns,
         });
@@ -459,6 +488,11 @@ fn serve_until_exit(
             listening = -1;
         } else if polled[1].revents != 0 {
             while let Ok((mut stream, _)) = listener.accept() {
+                // Only this user's daemon may ask for signals (an abstract socket has no
+                // file permissions to keep others out).
+                if super::check_peer(&stream).is_err() {
+                    continue;
+                }
                 let hello = Hello {
                     pid,
                     delivered: deliveries.recent.clone(),
@@ -474,6 +508,7 @@ fn serve_until_exit(
             // SAFETY: killpg has no memory-safety preconditions; the pid is not reaped yet.
             unsafe { libc::killpg(pid, libc::SIGKILL) };
             exited = Some(std::time::Instant::now());
+            deliveries.task_exited();
             watching = -1;
         }
     }
@@ -529,6 +564,14 @@ mod tests {
         }
     }
 
+    fn force(kill: u32) -> Request {
+        Request::Force {
+            kill,
+            signal: libc::SIGINT,
+            timeout_ns: SECOND,
+        }
+    }
+
     /// Each kill's signal goes out once, and SIGKILL once per kill; a request for a kill
     /// already carried out, or an older one, is refused and counted.
     #[test]
@@ -537,8 +580,8 @@ mod tests {
         for request in [
             kill(1, libc::SIGINT),
             kill(1, libc::SIGINT),
-            Request::Force { kill: 1 },
-            Request::Force { kill: 1 },
+            force(1),
+            force(1),
             kill(2, libc::SIGTERM),
             kill(1, libc::SIGTERM),
         ] {
@@ -571,9 +614,9 @@ mod tests {
             0,
         );
         let signalled = deliveries.recent[0].monotonic_ns;
-        deliveries.carry_out(Request::Force { kill: 1 }, NOBODY, signalled + SECOND / 2);
+        deliveries.carry_out(force(1), NOBODY, signalled + SECOND / 2);
         assert_eq!(deliveries.due(), Some(signalled + SECOND));
-        deliveries.carry_out(Request::Force { kill: 1 }, NOBODY, signalled + SECOND / 2);
+        deliveries.carry_out(force(1), NOBODY, signalled + SECOND / 2);
         assert_eq!(deliveries.refused, 1);
         deliveries.deliver_due(NOBODY, signalled + SECOND - 1);
         assert_eq!(deliveries.recent.len(), 1, "not yet");
@@ -581,8 +624,33 @@ mod tests {
         let sigkill = deliveries.recent[1];
         assert_eq!((sigkill.kill, sigkill.signal), (1, libc::SIGKILL));
         assert_eq!(deliveries.due(), None);
-        deliveries.carry_out(Request::Force { kill: 1 }, NOBODY, signalled + 2 * SECOND);
+        deliveries.carry_out(force(1), NOBODY, signalled + 2 * SECOND);
         assert_eq!(deliveries.recent.len(), 2, "SIGKILL once");
+    }
+
+    /// SIGKILL for a kill whose signal never went out (its daemon crashed between storing
+    /// the step and sending it) brings the signal first, and SIGKILL a kill timeout later;
+    /// once the task has exited, nothing more is delivered or recorded.
+    #[test]
+    fn a_sigkill_for_an_unsignalled_kill_sends_the_signal_first() {
+        let mut deliveries = Deliveries::default();
+        let now = clock_ns(libc::CLOCK_MONOTONIC);
+        deliveries.carry_out(force(1), NOBODY, now);
+        assert_eq!(
+            deliveries
+                .recent
+                .iter()
+                .map(|d| (d.kill, d.signal, d.forced))
+                .collect::<Vec<_>>(),
+            [(1, libc::SIGINT, false)]
+        );
+        let signalled = deliveries.recent[0].monotonic_ns;
+        assert_eq!(deliveries.due(), Some(signalled + SECOND));
+        deliveries.task_exited();
+        assert_eq!(deliveries.due(), None, "a held SIGKILL goes with the task");
+        deliveries.carry_out(kill(2, libc::SIGTERM), NOBODY, now);
+        assert_eq!(deliveries.recent.len(), 1);
+        assert_eq!(deliveries.refused, 1);
     }
 
     #[test]
