@@ -89,7 +89,8 @@ struct Pending {
     closing: Vec<super::Connection>,
     /// Kill signals and SIGKILLs for the supervisors, sent in order once the settle's
     /// critical section has made the services' deregistration visible.
-    requests: Vec<(Arc<raw_exec::Signaller>, raw_exec::Request)>,
+    /// Each with its task's index.
+    requests: Vec<(usize, Arc<raw_exec::Signaller>, raw_exec::Request)>,
 }
 
 impl Pending {
@@ -337,7 +338,7 @@ impl DaemonHost {
                     signal: number,
                     timeout_ns,
                 };
-                self.pending.requests.push((signaller, request));
+                self.pending.requests.push((ix, signaller, request));
             }
             Some(Handle::Mock(handle)) => {
                 let _ = self.mock.signal(&handle, signal, now);
@@ -361,7 +362,7 @@ impl DaemonHost {
                         .unwrap_or(libc::SIGINT),
                     timeout_ns: task.map_or(0, |t| t.kill_timeout_ns),
                 };
-                self.pending.requests.push((signaller, request));
+                self.pending.requests.push((ix, signaller, request));
             }
             Some(Handle::Mock(handle)) => {
                 let _ = self.mock.force_kill(&handle, now);
@@ -455,10 +456,16 @@ impl DaemonHost {
             core.log(entry);
         }
         core.closing.extend(pending.closing);
+        if !pending.requests.is_empty() {
+            core.last_kill = std::time::Instant::now();
+            for (ix, ..) in &pending.requests {
+                core.kills_in_flight.insert((self.alloc.clone(), *ix));
+            }
+        }
         core.commit(stored, writes);
         shared.notify(&core);
         drop(core);
-        for (signaller, request) in pending.requests {
+        for (_, signaller, request) in pending.requests {
             if let Err(error) = signaller.send(request) {
                 eprintln!(
                     "quiesce agent: allocation {}: {request:?}: {error}",

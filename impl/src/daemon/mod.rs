@@ -102,6 +102,12 @@ pub struct Core {
     closing: Vec<Connection>,
     /// When the client workers last took a pull.
     last_pull: std::time::Instant,
+    /// Tasks sent a kill signal or SIGKILL whose death has not been seen yet, and when the
+    /// last such request went out: while the kill path's requests are still being carried
+    /// out, the supervisors that have done theirs are not asked to reap and exit (that
+    /// would take the CPU from those still to deliver; see [`KILL_SETTLE`]).
+    kills_in_flight: BTreeSet<(AllocId, usize)>,
+    last_kill: std::time::Instant,
 }
 
 /// What keeps a supervisor's control connection open (its drop closes it).
@@ -120,6 +126,13 @@ const REPORT_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
 /// The longest a dead task's exit waits for the client to be quiet: a steady stream of
 /// pulls does not defer it further.
 const REPORT_LATEST: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// How long after the last kill request the client waits for the deaths of the tasks
+/// still in flight before it asks for exits and closes connections anyway (a task that
+/// drains, or ignores its signal, holds up the others' bookkeeping no longer than this).
+/// On a busy machine the deaths of a stop of many allocations trail its last request by
+/// tens of milliseconds: the supervisors' reaps and exits in that time doubled the stop.
+const KILL_SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The most closed connections a worker gathers before it closes them whatever the pulls.
 const MAX_CLOSING: usize = 4096;
@@ -403,6 +416,8 @@ impl Agent {
             node: config.node_name.clone(),
             closing: Vec::new(),
             last_pull: std::time::Instant::now(),
+            kills_in_flight: BTreeSet::new(),
+            last_kill: std::time::Instant::now(),
         };
         // Pulls the client had not taken when the agent stopped.
         let pulled: BTreeMap<&AllocId, u64> = loaded
@@ -456,15 +471,22 @@ impl Agent {
                         return;
                     };
                     let mut core = shared.core();
+                    // Deaths alone wake the workers only when they change what is due:
+                    // the first one (a worker arms its timer), or the last task in flight.
+                    let mut wake = core.pending_deaths.is_empty();
                     for event in found {
                         let exited = match event {
-                            Event::Died((alloc, task)) => {
+                            Event::Died(token) => {
                                 let at = std::time::Instant::now();
-                                core.pending_deaths.push((alloc, task, at));
+                                wake |= core.kills_in_flight.remove(&token)
+                                    && core.kills_in_flight.is_empty();
+                                core.pending_deaths.push((token.0, token.1, at));
                                 continue;
                             }
                             Event::Exited(exited) => exited,
                         };
+                        wake = true;
+                        core.kills_in_flight.remove(&exited.token);
                         let (alloc, task) = exited.token;
                         if let Some(error) = &exited.record.error {
                             eprintln!("quiesce agent: allocation {alloc} task {task}: {error}");
@@ -475,7 +497,9 @@ impl Agent {
                             core.closing.push(Box::new(connection));
                         }
                     }
-                    shared.notify(&core);
+                    if wake {
+                        shared.notify(&core);
+                    }
                 })
                 .map_err(|e| format!("starting the exit watcher: {e}"))?;
         }
@@ -765,7 +789,16 @@ fn client_worker(shared: &Arc<Shared>) {
                 // A steady stream of pulls defers them no longer than REPORT_LATEST.
                 let quiet = core.last_pull.elapsed();
                 let oldest = core.pending_deaths.first().map(|(_, _, at)| at.elapsed());
-                if oldest.is_some_and(|waited| quiet >= REPORT_AFTER || waited >= REPORT_LATEST) {
+                // Until the tasks signalled last have died (or KILL_SETTLE has passed).
+                let unsettled = if core.kills_in_flight.is_empty() {
+                    std::time::Duration::ZERO
+                } else {
+                    KILL_SETTLE.saturating_sub(core.last_kill.elapsed())
+                };
+                let settled = unsettled.is_zero();
+                if oldest.is_some_and(|waited| {
+                    (quiet >= REPORT_AFTER && settled) || waited >= REPORT_LATEST
+                }) {
                     batch.extend(
                         std::mem::take(&mut core.pending_deaths)
                             .into_iter()
@@ -784,7 +817,7 @@ fn client_worker(shared: &Arc<Shared>) {
                 }
                 // Connections close once the kill path is quiet (see `Core::closing`).
                 if !core.closing.is_empty()
-                    && (quiet >= CLOSE_AFTER || core.closing.len() >= MAX_CLOSING)
+                    && ((quiet >= CLOSE_AFTER && settled) || core.closing.len() >= MAX_CLOSING)
                 {
                     closing = std::mem::take(&mut core.closing);
                     break;
@@ -794,9 +827,11 @@ fn client_worker(shared: &Arc<Shared>) {
                     oldest.map(|waited| {
                         REPORT_AFTER
                             .saturating_sub(quiet)
+                            .max(unsettled)
                             .min(REPORT_LATEST.saturating_sub(waited))
                     }),
-                    (!core.closing.is_empty()).then(|| CLOSE_AFTER.saturating_sub(quiet)),
+                    (!core.closing.is_empty())
+                        .then(|| CLOSE_AFTER.saturating_sub(quiet).max(unsettled)),
                 ]
                 .into_iter()
                 .flatten()

@@ -64,9 +64,18 @@ impl Timers {
         let (queue, wake) = &*self.shared;
         let mut queue = queue.lock().expect("the timer queue is never poisoned");
         queue.seq += 1;
-        let entry = (Instant::now() + after, queue.seq, alloc.to_string(), due);
+        let at = Instant::now() + after;
+        // The thread sleeps until the earliest entry: only a new earliest one wakes it (a
+        // stop of many allocations arms a kill timeout for each, all later than the first).
+        let earliest = queue
+            .heap
+            .peek()
+            .is_none_or(|Reverse((first, ..))| at < *first);
+        let entry = (at, queue.seq, alloc.to_string(), due);
         queue.heap.push(Reverse(entry));
-        wake.notify_one();
+        if earliest {
+            wake.notify_one();
+        }
     }
 
     /// The timer thread: hands each entry to `dispatch` once it is due. Never returns.

@@ -161,6 +161,18 @@ const USAGE: &str = "usage: quiesce-witness [--services A,B] [--agent URL] [--ki
 [--drain DURATION] [--ignore-kill-signal] [--exit-after DURATION] [--exit-code N] \
 [--crash-agent PID:FILE]";
 
+const HELP: &str = "A raw_exec task that records, as JSON lines on its stdout, the signals it
+inherited blocked and ignored, every signal it receives (when, on CLOCK_MONOTONIC, and how
+many registrations of each --services name for its allocation, $NOMAD_ALLOC_ID, the agent
+at --agent ($QUIESCE_AGENT, $NOMAD_ADDR) listed), and how it ended.
+  --kill-signal SIG       its kill signal (default SIGINT): it dies of it, at once or
+                          after --drain; other signals are recorded and ignored
+  --drain DURATION        keep running (and recording) this long after the kill signal
+  --ignore-kill-signal    record the kill signal and run on
+  --exit-after DURATION   end on its own after this long, with --exit-code (default 0)
+  --crash-agent PID:FILE  the first witness to get its kill signal (the one that creates
+                          FILE) kill -9s PID, the agent";
+
 fn parse_options(args: &[String]) -> Result<Options, String> {
     let mut options = Options {
         services: Vec::new(),
@@ -216,6 +228,10 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                     .and_then(|(pid, file)| Some((pid.parse().ok()?, file)))
                     .ok_or_else(|| format!("--crash-agent: {text:?} is not PID:FILE"))?;
                 options.crash_agent = Some((pid, file.into()));
+            }
+            "--help" | "-h" => {
+                println!("{USAGE}\n\n{HELP}");
+                std::process::exit(0);
             }
             other => return Err(format!("unknown option {other:?}\n{USAGE}")),
         }
