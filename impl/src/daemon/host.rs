@@ -91,6 +91,8 @@ struct Pending {
     /// critical section has made the services' deregistration visible.
     /// Each with its task's index.
     requests: Vec<(usize, Arc<raw_exec::Signaller>, raw_exec::Request)>,
+    /// Tasks whose exit was applied: no kill of theirs is in flight any more.
+    exited: Vec<usize>,
 }
 
 impl Pending {
@@ -102,6 +104,7 @@ impl Pending {
             && !self.progress
             && self.closing.is_empty()
             && self.requests.is_empty()
+            && self.exited.is_empty()
     }
 }
 
@@ -459,8 +462,16 @@ impl DaemonHost {
         if !pending.requests.is_empty() {
             core.last_kill = std::time::Instant::now();
             for (ix, ..) in &pending.requests {
-                core.kills_in_flight.insert((self.alloc.clone(), *ix));
+                let task = (self.alloc.clone(), *ix);
+                if !core.dead.contains(&task) {
+                    core.kills_in_flight.insert(task);
+                }
             }
+        }
+        for ix in &pending.exited {
+            let task = (self.alloc.clone(), *ix);
+            core.kills_in_flight.remove(&task);
+            core.dead.remove(&task);
         }
         core.commit(stored, writes);
         shared.notify(&core);
@@ -719,6 +730,7 @@ impl Host for DaemonHost {
             // The control connection of an exited task goes (one socket per task otherwise),
             // with the client's other closed connections, once the kill path is quiet.
             Applied::Exit { task, .. } => {
+                self.pending.exited.push(task);
                 if let Some(Handle::Process { signaller, .. }) =
                     self.tasks.get_mut(task).and_then(Option::take)
                 {

@@ -108,6 +108,9 @@ pub struct Core {
     /// would take the CPU from those still to deliver; see [`KILL_SETTLE`]).
     kills_in_flight: BTreeSet<(AllocId, usize)>,
     last_kill: std::time::Instant,
+    /// Tasks whose death the exit watcher has seen and whose exit their runner has not
+    /// applied yet: a kill request sent to one of them is not in flight (no death follows).
+    dead: BTreeSet<(AllocId, usize)>,
 }
 
 /// What keeps a supervisor's control connection open (its drop closes it).
@@ -138,6 +141,12 @@ const KILL_SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 const MAX_CLOSING: usize = 4096;
 
 impl Core {
+    /// Drops what the client tracks of a forgotten allocation's tasks.
+    fn forget_tasks(&mut self, alloc: &AllocId) {
+        self.kills_in_flight.retain(|(id, _)| id != alloc);
+        self.dead.retain(|(id, _)| id != alloc);
+    }
+
     /// Appends an entry to the event log; it is stored with the next commit. An entry whose
     /// sequence number was reserved ([`Core::log_pull`]) keeps it, and its time.
     pub fn log(&mut self, mut entry: LogEntry) {
@@ -418,6 +427,7 @@ impl Agent {
             last_pull: std::time::Instant::now(),
             kills_in_flight: BTreeSet::new(),
             last_kill: std::time::Instant::now(),
+            dead: BTreeSet::new(),
         };
         // Pulls the client had not taken when the agent stopped.
         let pulled: BTreeMap<&AllocId, u64> = loaded
@@ -480,6 +490,7 @@ impl Agent {
                                 let at = std::time::Instant::now();
                                 wake |= core.kills_in_flight.remove(&token)
                                     && core.kills_in_flight.is_empty();
+                                core.dead.insert(token.clone());
                                 core.pending_deaths.push((token.0, token.1, at));
                                 continue;
                             }
@@ -487,6 +498,7 @@ impl Agent {
                         };
                         wake = true;
                         core.kills_in_flight.remove(&exited.token);
+                        core.dead.remove(&exited.token);
                         let (alloc, task) = exited.token;
                         if let Some(error) = &exited.record.error {
                             eprintln!("quiesce agent: allocation {alloc} task {task}: {error}");
@@ -694,6 +706,7 @@ fn forget_if_gone(shared: &Arc<Shared>, id: &AllocId, shell: &RunnerShell<Daemon
     }
     registry.remove(id);
     core.logged_pulls.remove(id);
+    core.forget_tasks(id);
     let forget = vec![
         (Table::Runners, id.clone(), None),
         (Table::Pulls, id.clone(), None),

@@ -432,12 +432,6 @@ impl Committer {
     }
 
     fn run(&self, persist: Persist) {
-        // The committer's work is bookkeeping: on a machine busy with a stop of many
-        // allocations it yields to the kill path (an API write it holds up waits a little
-        // longer; it never waits for its turn behind more than its share).
-        // SAFETY: setpriority on this thread (Linux: a thread's id names it) has no
-        // memory-safety preconditions.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
         // When the oldest commit that is not durable yet was made.
         let mut undurable: Option<Instant> = None;
         loop {
