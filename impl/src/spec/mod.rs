@@ -1,9 +1,13 @@
 //! Jobspecs in Nomad's JSON API shape (`{"Job": {...}}`, PascalCase keys, durations as
 //! integer nanoseconds; `reference/http-api.md` §4), Nomad's defaults, and a validation pass
-//! whose errors name the field and the problem.
+//! whose errors name the field and the problem (`validate.rs`).
+
+mod validate;
+
+pub use validate::{MAX_ALLOCS_PER_JOB, MAX_NAME_BYTES, MAX_TASKS_PER_GROUP};
 
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// Nomad's default task `kill_timeout`: 5 s.
@@ -265,13 +269,6 @@ pub fn parse_go_duration(text: &str) -> Option<i64> {
     Some(total as i64)
 }
 
-const JOB_TYPES: [&str; 4] = ["service", "batch", "system", "sysbatch"];
-const HOOKS: [&str; 3] = ["prestart", "poststart", "poststop"];
-const SIGNALS: [&str; 12] = [
-    "SIGHUP", "SIGINT", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2", "SIGTERM", "SIGCONT",
-    "SIGSTOP", "SIGTSTP", "SIGWINCH", "SIGABRT",
-];
-
 impl Job {
     /// Nomad's defaults (`reference/http-api.md` §4.2). Idempotent.
     pub fn canonicalize(&mut self) {
@@ -298,131 +295,6 @@ impl Job {
             for task in &mut group.tasks {
                 task.kill_timeout_ns.get_or_insert(DEFAULT_KILL_TIMEOUT_NS);
             }
-        }
-    }
-
-    /// Every problem, each naming its field. Run after [`Job::canonicalize`].
-    pub fn validate(&self) -> Result<(), SpecErrors> {
-        let mut errors = Vec::new();
-        let mut fail = |field: String, problem: String| errors.push(SpecError { field, problem });
-        if self.id.is_empty() {
-            fail("ID".into(), "is required".into());
-        } else if self.id.contains(' ') || self.id.contains('\0') {
-            fail(
-                "ID".into(),
-                format!("must contain no spaces or NUL (got {:?})", self.id),
-            );
-        }
-        if !JOB_TYPES.contains(&self.job_type.as_str()) {
-            fail(
-                "Type".into(),
-                format!(
-                    "must be one of {} (got {:?})",
-                    JOB_TYPES.join(", "),
-                    self.job_type
-                ),
-            );
-        }
-        if !(1..=100).contains(&self.priority) {
-            fail(
-                "Priority".into(),
-                format!("must be between 1 and 100 (got {})", self.priority),
-            );
-        }
-        if self.task_groups.is_empty() {
-            fail(
-                "TaskGroups".into(),
-                "must have at least one task group".into(),
-            );
-        }
-        let mut group_names = BTreeSet::new();
-        for (g, group) in self.task_groups.iter().enumerate() {
-            let at = format!("TaskGroups[{g}]");
-            if group.name.is_empty() {
-                fail(format!("{at}.Name"), "is required".into());
-            } else if !group_names.insert(group.name.as_str()) {
-                fail(
-                    format!("{at}.Name"),
-                    format!("duplicate task group name {:?}", group.name),
-                );
-            }
-            if let Some(count) = group.count.filter(|count| *count < 0) {
-                fail(
-                    format!("{at}.Count"),
-                    format!("must not be negative (got {count})"),
-                );
-            }
-            if let Some(delay) = group.shutdown_delay_ns.filter(|delay| *delay < 0) {
-                fail(
-                    format!("{at}.ShutdownDelay"),
-                    format!("must not be negative (got {delay} ns)"),
-                );
-            }
-            if group.tasks.is_empty() {
-                fail(format!("{at}.Tasks"), "must have at least one task".into());
-            }
-            let leaders = group.tasks.iter().filter(|task| task.leader).count();
-            if leaders > 1 {
-                fail(
-                    format!("{at}.Tasks"),
-                    format!("at most one task may be the leader (got {leaders})"),
-                );
-            }
-            let mut task_names = BTreeSet::new();
-            for (t, task) in group.tasks.iter().enumerate() {
-                let at = format!("{at}.Tasks[{t}]");
-                if task.name.is_empty() {
-                    fail(format!("{at}.Name"), "is required".into());
-                } else if !task_names.insert(task.name.as_str()) {
-                    fail(
-                        format!("{at}.Name"),
-                        format!("duplicate task name {:?}", task.name),
-                    );
-                }
-                if task.driver.is_empty() {
-                    fail(format!("{at}.Driver"), "is required".into());
-                }
-                if let Some(timeout) = task.kill_timeout_ns.filter(|timeout| *timeout < 0) {
-                    fail(
-                        format!("{at}.KillTimeout"),
-                        format!("must not be negative (got {timeout} ns)"),
-                    );
-                }
-                if task.shutdown_delay_ns < 0 {
-                    fail(
-                        format!("{at}.ShutdownDelay"),
-                        format!("must not be negative (got {} ns)", task.shutdown_delay_ns),
-                    );
-                }
-                if !task.kill_signal.is_empty() && !SIGNALS.contains(&task.kill_signal.as_str()) {
-                    fail(
-                        format!("{at}.KillSignal"),
-                        format!("unknown signal {:?}", task.kill_signal),
-                    );
-                }
-                if let Some(lifecycle) = &task.lifecycle {
-                    if !HOOKS.contains(&lifecycle.hook.as_str()) {
-                        fail(
-                            format!("{at}.Lifecycle.Hook"),
-                            format!(
-                                "must be one of {} (got {:?})",
-                                HOOKS.join(", "),
-                                lifecycle.hook
-                            ),
-                        );
-                    } else if lifecycle.hook == "poststop" && lifecycle.sidecar {
-                        fail(
-                            format!("{at}.Lifecycle.Sidecar"),
-                            "a poststop task cannot be a sidecar".into(),
-                        );
-                    }
-                }
-            }
-        }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(SpecErrors(errors))
         }
     }
 }
@@ -480,34 +352,6 @@ mod tests {
     }
 
     #[test]
-    fn every_problem_names_its_field() {
-        let body = r#"{"Job": {"ID": "my job", "Priority": 101, "TaskGroups": [
-            {"Name": "g", "ShutdownDelay": -1, "Tasks": [
-                {"Name": "a", "Driver": "raw_exec", "Leader": true, "KillSignal": "SIGNOPE"},
-                {"Name": "a", "Leader": true, "KillTimeout": -5,
-                 "Lifecycle": {"Hook": "poststop", "Sidecar": true}}]}]}}"#;
-        let errors = parse_register_body(body.as_bytes()).unwrap_err();
-        let fields: Vec<_> = errors.0.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(
-            fields,
-            [
-                "ID",
-                "Priority",
-                "TaskGroups[0].ShutdownDelay",
-                "TaskGroups[0].Tasks",
-                "TaskGroups[0].Tasks[0].KillSignal",
-                "TaskGroups[0].Tasks[1].Name",
-                "TaskGroups[0].Tasks[1].Driver",
-                "TaskGroups[0].Tasks[1].KillTimeout",
-                "TaskGroups[0].Tasks[1].Lifecycle.Sidecar",
-            ]
-        );
-        assert!(errors
-            .to_string()
-            .contains("Priority: must be between 1 and 100 (got 101)"));
-    }
-
-    #[test]
     fn a_duration_given_as_a_string_is_a_decode_error() {
         let body = MINIMAL.replace(
             r#""Driver": "raw_exec""#,
@@ -541,14 +385,5 @@ mod tests {
             "user keys kept: {config:?}"
         );
         assert_eq!(group.tasks[0].name, "t");
-    }
-
-    #[test]
-    fn missing_groups_are_reported() {
-        let errors = parse_register_body(br#"{"Job": {"ID": "x"}}"#).unwrap_err();
-        assert_eq!(
-            errors.to_string(),
-            "invalid job: TaskGroups: must have at least one task group"
-        );
     }
 }

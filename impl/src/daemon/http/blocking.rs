@@ -1,0 +1,67 @@
+//! Blocking queries (`index`, `wait`), as Nomad's.
+
+use super::*;
+
+/// Blocks a read until the result's index (`index_of`: the object's `ModifyIndex`, or the
+/// store's index for lists) passes the query's `index`, or `wait` passes (default 5 min, at
+/// most 10), as Nomad's blocking queries do; returns the core, locked.
+pub(super) fn blocking_on<'a>(
+    shared: &'a Shared,
+    query: &Query,
+    index_of: impl Fn(&Core) -> u64,
+) -> Result<std::sync::MutexGuard<'a, Core>, ApiError> {
+    let index = match query.get("index") {
+        None => None,
+        Some(value) => Some(
+            value
+                .parse::<u64>()
+                .map_err(|_| error(400, "Invalid index"))?,
+        ),
+    };
+    let wait = match query.get("wait") {
+        None => Duration::from_secs(300),
+        Some(value) => Duration::from_nanos(
+            spec::parse_go_duration(value)
+                .filter(|ns| *ns >= 0)
+                .ok_or_else(|| error(400, "Invalid wait time"))? as u64,
+        ),
+    }
+    .min(Duration::from_secs(600));
+    let mut core = shared.core();
+    if let Some(index) = index {
+        let deadline = Instant::now() + wait;
+        while index_of(&core) <= index && Instant::now() < deadline {
+            core = shared.wait_changed(core, deadline);
+        }
+    }
+    Ok(core)
+}
+
+/// A blocking read of one object: waits on its index (`modify_index`; the store's index while
+/// it does not exist), then answers it, rendered, or Nomad's 404 text.
+pub(super) fn read_one<T>(
+    shared: &Shared,
+    query: &Query,
+    find: impl for<'a> Fn(&'a StateStore) -> Option<&'a T>,
+    modify_index: impl Fn(&StateStore, &T) -> u64,
+    missing: &str,
+    render: impl Fn(&Core, &T) -> Value,
+) -> Result<Reply, ApiError> {
+    let core = blocking_on(shared, query, |core| {
+        let store = &core.server.store;
+        find(store).map_or(store.index(), |object| modify_index(store, object))
+    })?;
+    let object = find(&core.server.store).ok_or_else(|| error(404, missing))?;
+    ok(
+        render(&core, object),
+        modify_index(&core.server.store, object),
+    )
+}
+
+/// A blocking read of a list: its index is the store's.
+pub(super) fn blocking<'a>(
+    shared: &'a Shared,
+    query: &Query,
+) -> Result<std::sync::MutexGuard<'a, Core>, ApiError> {
+    blocking_on(shared, query, |core| core.server.store.index())
+}

@@ -1,0 +1,394 @@
+//! `/v1/jobs` and `/v1/job/:id[/…]`: reads, registration, HCL parsing, stops.
+
+use super::*;
+
+/// A job's index for blocking reads: its own `ModifyIndex` or its allocations', whichever is
+/// later — its `Status` and summary follow its allocations (in Nomad a status change bumps
+/// the job's index).
+pub(super) fn job_index(store: &StateStore, job: &Job) -> u64 {
+    store
+        .allocs_by_job(&job.id)
+        .map(|alloc| alloc.modify_index)
+        .fold(job.modify_index, u64::max)
+}
+
+pub(super) fn get_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    let index = job_index;
+    read_one(
+        shared,
+        query,
+        |s| s.job(id),
+        index,
+        "job not found",
+        job_json,
+    )
+}
+
+pub(super) fn job_summary(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    let index = job_index;
+    read_one(
+        shared,
+        query,
+        |s| s.job(id),
+        index,
+        "job not found",
+        summary,
+    )
+}
+
+/// Nomad's job status: `running` while an allocation runs, `dead` once stopped (or done)
+/// with none running, `pending` before any ran.
+pub(super) fn job_status(core: &Core, job: &Job) -> &'static str {
+    let mut allocs = core
+        .server
+        .store
+        .allocs_by_job(&job.id)
+        .filter(|a| !a.tombstone);
+    let mut any = false;
+    let mut live = false;
+    for alloc in allocs.by_ref() {
+        any = true;
+        live |= !alloc.client_status.is_terminal();
+    }
+    match (live, job.stop, any) {
+        (true, _, _) => "running",
+        (false, true, _) | (false, false, true) => "dead",
+        (false, false, false) => "pending",
+    }
+}
+
+pub(super) fn job_json(core: &Core, job: &Job) -> Value {
+    let mut value = serde_json::to_value(job).expect("jobs serialize");
+    let object = value.as_object_mut().expect("a job is an object");
+    object.insert("Status".into(), json!(job_status(core, job)));
+    object.insert("StatusDescription".into(), json!(""));
+    object.insert("Stable".into(), json!(false));
+    value
+}
+
+pub(super) fn summary(core: &Core, job: &Job) -> Value {
+    let mut groups = Map::new();
+    for group in &job.task_groups {
+        let mut counts = BTreeMap::from([
+            ("Queued", 0),
+            ("Complete", 0),
+            ("Failed", 0),
+            ("Running", 0),
+            ("Starting", 0),
+            ("Lost", 0),
+            ("Unknown", 0),
+        ]);
+        for alloc in core.server.store.allocs_by_job(&job.id) {
+            if alloc.tombstone || alloc.task_group != group.name {
+                continue;
+            }
+            let key = match alloc.client_status {
+                ClientStatus::Pending => "Starting",
+                ClientStatus::Running => "Running",
+                ClientStatus::Complete => "Complete",
+                ClientStatus::Failed => "Failed",
+                ClientStatus::Lost => "Lost",
+            };
+            *counts.get_mut(key).expect("listed") += 1;
+        }
+        groups.insert(group.name.clone(), json!(counts));
+    }
+    json!({
+        "JobID": job.id, "Namespace": job.namespace, "Summary": groups,
+        "Children": {"Pending": 0, "Running": 0, "Dead": 0},
+        "CreateIndex": job.create_index, "ModifyIndex": job.modify_index,
+    })
+}
+
+pub(super) fn list_jobs(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
+    let meta = query.bool("meta")?;
+    let _ = meta;
+    let core = blocking(shared, query)?;
+    let prefix = query.get("prefix").unwrap_or("");
+    let jobs: Vec<Value> = core
+        .server
+        .store
+        .jobs()
+        .filter(|job| job.id.starts_with(prefix))
+        .map(|job| {
+            json!({
+                "ID": job.id, "ParentID": "", "Name": job.name, "Namespace": job.namespace,
+                "Datacenters": job.datacenters, "Type": job.job_type, "Priority": job.priority,
+                "Periodic": false, "ParameterizedJob": false, "Stop": job.stop,
+                "Status": job_status(&core, job), "StatusDescription": "",
+                "JobSummary": summary(&core, job), "CreateIndex": job.create_index,
+                "ModifyIndex": job.modify_index, "JobModifyIndex": job.job_modify_index,
+                "Version": job.version, "SubmitTime": 0,
+            })
+        })
+        .collect();
+    ok(json!(jobs), core.server.store.index())
+}
+
+pub(super) fn job_versions(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    query.bool("diffs")?;
+    let core = blocking_on(shared, query, |core| {
+        let store = &core.server.store;
+        store.job_versions(id).map_or(store.index(), |versions| {
+            versions.iter().map(|j| j.modify_index).max().unwrap_or(0)
+        })
+    })?;
+    let versions = core
+        .server
+        .store
+        .job_versions(id)
+        .ok_or_else(|| error(404, "job versions not found"))?;
+    let newest_first: Vec<Value> = versions
+        .iter()
+        .rev()
+        .map(|job| {
+            let mut value = serde_json::to_value(job).expect("jobs serialize");
+            value["Status"] = json!(job_status(&core, job));
+            value
+        })
+        .collect();
+    let index = versions.iter().map(|j| j.modify_index).max().unwrap_or(0);
+    ok(
+        json!({"Versions": newest_first, "Diffs": null, "Index": index, "LastContact": 0,
+               "KnownLeader": true, "NextToken": ""}),
+        index,
+    )
+}
+
+pub(super) fn job_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    let core = blocking(shared, query)?;
+    let chosen = stubs(
+        &core,
+        core.server.store.allocs_by_job(id).filter(|a| !a.tombstone),
+    );
+    drop(core);
+    stub_reply(chosen)
+}
+
+pub(super) fn job_evals(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    let core = blocking(shared, query)?;
+    let evals: Vec<Value> = core
+        .server
+        .store
+        .evals()
+        .filter(|e| e.job_id == id)
+        .map(eval_json)
+        .collect();
+    ok(json!(evals), core.server.store.index())
+}
+
+/// The most arguments a raw_exec task's command takes.
+pub(super) const MAX_ARGS: usize = 4096;
+
+/// Checks what the daemon's drivers need of each task: a known driver, and for `raw_exec`
+/// a `command`.
+pub(super) fn driver_errors(job: &Job) -> Vec<SpecError> {
+    let mut errors = Vec::new();
+    for (g, group) in job.task_groups.iter().enumerate() {
+        for (t, task) in group.tasks.iter().enumerate() {
+            let at = format!("TaskGroups[{g}].Tasks[{t}]");
+            if !DRIVERS.contains(&task.driver.as_str()) {
+                errors.push(SpecError {
+                    field: format!("{at}.Driver"),
+                    problem: format!(
+                        "unknown driver {:?} (this agent runs {})",
+                        task.driver,
+                        DRIVERS.join(", ")
+                    ),
+                });
+                continue;
+            }
+            if task.driver != "raw_exec" {
+                continue;
+            }
+            let config = task.config.clone().unwrap_or_default();
+            let no_nul = |v: &Value| v.as_str().is_some_and(|text| !text.contains('\0'));
+            match config.get("command") {
+                Some(Value::String(command)) if !command.is_empty() && !command.contains('\0') => {}
+                _ => errors.push(SpecError {
+                    field: format!("{at}.Config.command"),
+                    problem: "raw_exec needs a command (a non-empty string with no NUL)".into(),
+                }),
+            }
+            match config.get("args") {
+                None => {}
+                Some(Value::Array(args)) if args.len() <= MAX_ARGS && args.iter().all(no_nul) => {}
+                Some(_) => errors.push(SpecError {
+                    field: format!("{at}.Config.args"),
+                    problem: format!("must be a list of at most {MAX_ARGS} strings with no NUL"),
+                }),
+            }
+        }
+    }
+    errors
+}
+
+pub(super) fn register(
+    shared: &Shared,
+    path_id: Option<&str>,
+    body: &[u8],
+) -> Result<Reply, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(error(400, "Request body is empty"));
+    }
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| error(400, format!("invalid JSON: {e}")))?;
+    let has_job = value.as_object().is_some_and(|o| {
+        o.iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case("job") && !v.is_null())
+    });
+    if !has_job {
+        return Err(error(400, "Job must be specified"));
+    }
+    let eval_priority = value
+        .as_object()
+        .and_then(|o| {
+            o.iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("EvalPriority"))
+        })
+        .and_then(|(_, v)| v.as_i64())
+        .unwrap_or(0);
+    if eval_priority != 0 && !(1..=100).contains(&eval_priority) {
+        return Err(error(
+            400,
+            "Eval priority must be between 1 and 100 inclusively",
+        ));
+    }
+    let job = spec::parse_register_body(body).map_err(|e| error(400, e.to_string()))?;
+    if let Some(id) = path_id {
+        if id != job.id {
+            return Err(error(400, "Job ID does not match name"));
+        }
+    }
+    let errors = driver_errors(&job);
+    if !errors.is_empty() {
+        return Err(error(400, SpecErrors(errors).to_string()));
+    }
+    let mut core = shared.core();
+    let starts = core
+        .server
+        .store
+        .job(&job.id)
+        .is_some_and(|old| old.stop && !job.stop && old.spec_only() == job.spec_only());
+    let existing = core.server.store.job(&job.id).map(|j| j.modify_index);
+    let response = core
+        .server
+        .register_job(job.clone())
+        .map_err(|e| error(400, e.to_string()))?;
+    if starts {
+        // Re-registering a stopped job unchanged is `job start`, a step of the alphabet.
+        core.log(LogEntry::step(
+            Step::StartJob {
+                job: job.id.clone(),
+            },
+            None,
+            None,
+        ));
+    } else if let Some(stored) = core.server.store.job(&job.id) {
+        // Any other registration is logged with the spec as stored, from which a validator
+        // builds its model of the job (unchanged, it only made an evaluation).
+        let entry = LogEntry::register_job(stored);
+        core.log(entry);
+    }
+    commit(shared, &mut core)?;
+    let job_modify_index = core
+        .server
+        .store
+        .job(&job.id)
+        .map(|j| j.job_modify_index)
+        .or(existing)
+        .unwrap_or(0);
+    ok(
+        json!({"EvalID": response.eval_id, "EvalCreateIndex": response.index,
+               "JobModifyIndex": job_modify_index, "Warnings": "", "Index": response.index,
+               "LastContact": 0, "KnownLeader": true, "NextToken": ""}),
+        response.index,
+    )
+}
+
+/// `/v1/jobs/parse`: HCL to the API's Job, unwrapped; with `Canonicalize`, Nomad's
+/// defaults applied.
+pub(super) fn parse_hcl(body: &[u8]) -> Result<Reply, ApiError> {
+    let request: Value =
+        serde_json::from_slice(body).map_err(|e| error(400, format!("invalid JSON: {e}")))?;
+    let field = |name: &str| {
+        request
+            .as_object()
+            .and_then(|o| o.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)))
+            .map(|(_, v)| v.clone())
+    };
+    let text = match field("JobHCL") {
+        Some(Value::String(text)) if !text.trim().is_empty() => text,
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            return Err(error(400, "Job spec is empty"))
+        }
+        Some(_) => return Err(error(400, "JobHCL must be a string")),
+    };
+    let canonicalize = matches!(field("Canonicalize"), Some(Value::Bool(true)));
+    let job = crate::hcl_jobspec::parse_job(&text).map_err(|e| error(400, e))?;
+    if !canonicalize {
+        return Ok(Reply {
+            status: 200,
+            body: job,
+            index: None,
+        });
+    }
+    let wrapped = serde_json::to_vec(&json!({ "Job": job })).expect("JSON values serialize");
+    let job = spec::parse_register_body(&wrapped).map_err(|e| error(400, e.to_string()))?;
+    Ok(Reply {
+        status: 200,
+        body: serde_json::to_value(job).expect("jobs serialize"),
+        index: None,
+    })
+}
+
+pub(super) fn commit(shared: &Shared, core: &mut Core) -> Result<(), ApiError> {
+    core.process_evals();
+    core.commit_durably()
+        .map_err(|e| error(500, format!("storing the write: {e}")))?;
+    shared.notify(core);
+    Ok(())
+}
+
+pub(super) fn stop_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    let purge = query.bool("purge")?;
+    query.bool("global")?;
+    let no_shutdown_delay = query.bool("no_shutdown_delay")?;
+    let eval_priority = query.int("eval_priority")?.filter(|p| *p != 0);
+    let options = StopJobOptions {
+        purge,
+        no_shutdown_delay,
+        eval_priority,
+    };
+    let mut core = shared.core();
+    let known = core.server.store.job(id).is_some();
+    let response = core.server.stop_job(id, options).map_err(|e| match e {
+        ServerError::EvalPriorityOutOfRange(_) => {
+            error(400, "Eval priority must be between 1 and 100 inclusively")
+        }
+        other => error(500, other.to_string()),
+    })?;
+    if !known {
+        // Nomad answers an unknown job's deregistration with an all-zero body.
+        return ok(
+            json!({"EvalID": "", "EvalCreateIndex": 0, "JobModifyIndex": 0, "VolumeEvalID": "",
+                   "VolumeEvalIndex": 0, "Index": 0, "LastContact": 0, "KnownLeader": false,
+                   "NextToken": ""}),
+            0,
+        );
+    }
+    let step = Step::StopJob {
+        job: id.to_string(),
+        purge,
+        no_shutdown_delay,
+    };
+    core.log(LogEntry::step(step, None, None));
+    commit(shared, &mut core)?;
+    ok(
+        json!({"EvalID": response.eval_id, "EvalCreateIndex": response.index,
+               "JobModifyIndex": response.index, "VolumeEvalID": "", "VolumeEvalIndex": 0,
+               "Index": response.index, "LastContact": 0, "KnownLeader": true,
+               "NextToken": ""}),
+        response.index,
+    )
+}

@@ -1,0 +1,250 @@
+//! Nomad's HTTP API, the subset in `reference/http-api.md`: what python-nomad, nomadpy and
+//! the `quiesce` CLI send, answered as Nomad answers it — JSON bodies on every success,
+//! `X-Nomad-Index` headers, blocking queries (`index`, `wait`), Nomad's 404 texts, no
+//! Content-Type required. Where quiesce deliberately differs (DESIGN.md): a malformed boolean
+//! or number is a 400 naming the parameter (Nomad answers 500), and so is a jobspec that
+//! fails validation, naming the field; nothing is changed by a request that fails.
+//!
+//! Paths are percent-decoded, and `/v1/job/...` is routed by its suffix, as Nomad does, so a
+//! job ID may contain `/`.
+
+mod allocs;
+mod blocking;
+mod guard;
+mod jobs;
+mod request;
+mod services;
+
+use allocs::*;
+use blocking::*;
+use guard::browser_guard;
+use jobs::*;
+use request::*;
+use services::*;
+
+use super::host::DRIVERS;
+use super::{Core, Shared};
+use crate::server::store::StateStore;
+use crate::server::structs::{Allocation, ClientStatus, Evaluation};
+use crate::server::{ServerError, StopJobOptions};
+use crate::spec::{self, Job, SpecError, SpecErrors};
+use crate::step::log::LogEntry;
+use crate::step::Step;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tiny_http::{Header, Method, Response};
+
+/// An answer: status, body, and the index for `X-Nomad-Index`.
+pub struct Reply {
+    status: u16,
+    body: Value,
+    index: Option<u64>,
+}
+
+/// An error answer: status and Nomad's plain-text message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+}
+
+fn error(status: u16, message: impl Into<String>) -> ApiError {
+    ApiError {
+        status,
+        message: message.into(),
+    }
+}
+
+fn ok(body: Value, index: u64) -> Result<Reply, ApiError> {
+    Ok(Reply {
+        status: 200,
+        body,
+        index: Some(index),
+    })
+}
+
+/// Serves HTTP on `server` until the process exits: one thread per request, so a blocking
+/// query does not hold up the others.
+pub fn serve(shared: Arc<Shared>, server: tiny_http::Server) {
+    for request in server.incoming_requests() {
+        let shared = Arc::clone(&shared);
+        super::spawn_named("request", move || handle(&shared, request));
+    }
+}
+
+/// The largest request body the agent reads (a jobspec of the largest job it takes is well
+/// under it); a larger one is refused with 413 before it is read.
+pub const MAX_BODY_BYTES: usize = 8 << 20;
+
+fn handle(shared: &Shared, mut request: tiny_http::Request) {
+    let find = |name: &'static str| {
+        request
+            .headers()
+            .iter()
+            .find(|h| h.field.equiv(name))
+            .map(|h| h.value.as_str().to_string())
+    };
+    let (host, origin) = (find("Host"), find("Origin"));
+    let guard = browser_guard(
+        shared.config.bind,
+        request.method(),
+        host.as_deref(),
+        origin.as_deref(),
+    );
+    let too_large = error(
+        413,
+        format!("Request body too large: at most {MAX_BODY_BYTES} bytes"),
+    );
+    let mut body = Vec::new();
+    let read = match guard {
+        Err(refused) => Err(refused),
+        Ok(()) if request.body_length().is_some_and(|n| n > MAX_BODY_BYTES) => Err(too_large),
+        Ok(()) => {
+            let limit = MAX_BODY_BYTES as u64 + 1;
+            match request.as_reader().take(limit).read_to_end(&mut body) {
+                Ok(_) if body.len() > MAX_BODY_BYTES => Err(too_large),
+                Ok(_) => Ok(()),
+                Err(e) => Err(error(400, format!("reading the request body: {e}"))),
+            }
+        }
+    };
+    let answer = match read {
+        Ok(()) => {
+            let (path, query) = split_url(request.url());
+            match Query::parse(&query) {
+                Ok(query) => route(shared, request.method(), &path, &query, &body),
+                Err(e) => Err(e),
+            }
+        }
+        Err(refused) => Err(refused),
+    };
+    let response = match answer {
+        Ok(reply) => {
+            let mut text = serde_json::to_vec(&reply.body).expect("JSON values serialize");
+            text.push(b'\n');
+            let mut response = Response::from_data(text)
+                .with_status_code(reply.status)
+                .with_header(header("Content-Type", "application/json"));
+            if let Some(index) = reply.index {
+                response = response
+                    .with_header(header("X-Nomad-Index", &index.to_string()))
+                    .with_header(header("X-Nomad-KnownLeader", "true"))
+                    .with_header(header("X-Nomad-LastContact", "0"));
+            }
+            response
+        }
+        Err(e) => Response::from_data(e.message.into_bytes())
+            .with_status_code(e.status)
+            .with_header(header("Content-Type", "text/plain; charset=utf-8")),
+    };
+    let _ = request.respond(response);
+}
+
+fn header(name: &str, value: &str) -> Header {
+    Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("valid header")
+}
+
+fn route(
+    shared: &Shared,
+    method: &Method,
+    path: &str,
+    query: &Query,
+    body: &[u8],
+) -> Result<Reply, ApiError> {
+    let Some(rest) = path.strip_prefix("/v1/") else {
+        return Err(error(404, ""));
+    };
+    let is_get = *method == Method::Get;
+    let is_write = matches!(method, Method::Post | Method::Put);
+    let invalid = || Err(error(405, "Invalid method"));
+    match rest {
+        "jobs" if is_get => list_jobs(shared, query),
+        "jobs" if is_write => register(shared, None, body),
+        "jobs" => invalid(),
+        "jobs/parse" if is_write => parse_hcl(body),
+        "jobs/parse" => invalid(),
+        "allocations" if is_get => list_allocs(shared, query),
+        "evaluations" if is_get => list_evals(shared, query),
+        "services" if is_get => list_services(shared, query),
+        "agent/self" if is_get => agent_self(shared),
+        "status/leader" if is_get => Ok(Reply {
+            status: 200,
+            body: json!(shared.config.bind.to_string()),
+            index: None,
+        }),
+        "status/peers" if is_get => Ok(Reply {
+            status: 200,
+            body: json!([shared.config.bind.to_string()]),
+            index: None,
+        }),
+        "regions" if is_get => Ok(Reply {
+            status: 200,
+            body: json!(["global"]),
+            index: None,
+        }),
+        "allocations" | "evaluations" | "services" | "agent/self" | "status/leader"
+        | "status/peers" | "regions" => invalid(),
+        _ => {
+            if let Some(job) = rest.strip_prefix("job/") {
+                return job_routes(shared, method, job, query, body);
+            }
+            if let Some(alloc) = rest.strip_prefix("allocation/") {
+                return match alloc.split_once('/') {
+                    None if is_get => get_alloc(shared, alloc, query),
+                    Some((id, "stop")) if is_write => stop_alloc(shared, id, query),
+                    None | Some((_, "stop")) => invalid(),
+                    Some(_) => Err(error(404, "resource not found")),
+                };
+            }
+            if let Some(eval) = rest.strip_prefix("evaluation/") {
+                return match eval.split_once('/') {
+                    None if is_get => get_eval(shared, eval, query),
+                    Some((id, "allocations")) if is_get => eval_allocs(shared, id, query),
+                    None | Some((_, "allocations")) => invalid(),
+                    Some(_) => Err(error(404, "resource not found")),
+                };
+            }
+            if let Some(name) = rest.strip_prefix("service/") {
+                return if is_get {
+                    get_service(shared, name, query)
+                } else {
+                    invalid()
+                };
+            }
+            Err(error(404, ""))
+        }
+    }
+}
+
+/// `/v1/job/:id[/suffix]`, routed by suffix on the decoded path (IDs may contain `/`).
+fn job_routes(
+    shared: &Shared,
+    method: &Method,
+    rest: &str,
+    query: &Query,
+    body: &[u8],
+) -> Result<Reply, ApiError> {
+    let is_get = *method == Method::Get;
+    for suffix in ["allocations", "versions", "evaluations", "summary"] {
+        if let Some(id) = rest.strip_suffix(&format!("/{suffix}")) {
+            if !is_get {
+                return Err(error(405, "Invalid method"));
+            }
+            return match suffix {
+                "allocations" => job_allocs(shared, id, query),
+                "versions" => job_versions(shared, id, query),
+                "evaluations" => job_evals(shared, id, query),
+                _ => job_summary(shared, id, query),
+            };
+        }
+    }
+    match method {
+        Method::Get => get_job(shared, rest, query),
+        Method::Post | Method::Put => register(shared, Some(rest), body),
+        Method::Delete => stop_job(shared, rest, query),
+        _ => Err(error(405, "Invalid method")),
+    }
+}

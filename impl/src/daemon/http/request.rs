@@ -1,0 +1,128 @@
+//! A request's URL: the path and the query string, percent-decoded, and the query's
+//! parameters as Nomad parses them.
+
+use super::*;
+
+pub(super) fn split_url(url: &str) -> (String, String) {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    (percent_decode(path, false), query.to_string())
+}
+
+/// Percent-decoding; `plus` turns `+` into a space (query strings).
+pub(super) fn percent_decode(text: &str, plus: bool) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(byte) => {
+                        out.push(byte);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' if plus => out.push(b' '),
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The query string's parameters (the last of a repeated one wins).
+pub struct Query(BTreeMap<String, String>);
+
+impl Query {
+    pub(super) fn parse(query: &str) -> Result<Query, ApiError> {
+        let mut params = BTreeMap::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            params.insert(percent_decode(key, true), percent_decode(value, true));
+        }
+        Ok(Query(params))
+    }
+
+    pub(super) fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    /// A boolean the way Go's `strconv.ParseBool` reads it; absent is `false`.
+    pub(super) fn bool(&self, name: &str) -> Result<bool, ApiError> {
+        match self.get(name) {
+            None => Ok(false),
+            Some(value) => parse_bool(value).ok_or_else(|| {
+                error(
+                    400,
+                    format!(
+                        "Failed to parse value of {name:?} ({value}) as a bool: expected one of \
+                         1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False"
+                    ),
+                )
+            }),
+        }
+    }
+
+    pub(super) fn int(&self, name: &str) -> Result<Option<i64>, ApiError> {
+        match self.get(name) {
+            None | Some("") => Ok(None),
+            Some(value) => value.parse().map(Some).map_err(|_| {
+                error(
+                    400,
+                    format!("Failed to parse value of {name:?} ({value}) as an integer"),
+                )
+            }),
+        }
+    }
+}
+
+pub(super) fn parse_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn booleans_parse_as_go_does_and_name_the_parameter_otherwise() {
+        let query = Query::parse("purge=True&global=0&no_shutdown_delay=yes").unwrap();
+        assert_eq!(query.bool("purge"), Ok(true));
+        assert_eq!(query.bool("global"), Ok(false));
+        assert_eq!(query.bool("absent"), Ok(false));
+        let bad = query.bool("no_shutdown_delay").unwrap_err();
+        assert_eq!(bad.status, 400);
+        assert!(
+            bad.message.contains("\"no_shutdown_delay\" (yes)"),
+            "{}",
+            bad.message
+        );
+    }
+
+    #[test]
+    fn go_durations_parse() {
+        use spec::parse_go_duration;
+        assert_eq!(parse_go_duration("2000ms"), Some(2_000_000_000));
+        assert_eq!(parse_go_duration("1m30s"), Some(90_000_000_000));
+        assert_eq!(parse_go_duration("1.5s"), Some(1_500_000_000));
+        assert_eq!(parse_go_duration("0"), Some(0));
+        assert_eq!(parse_go_duration("5"), None);
+        assert_eq!(parse_go_duration("soon"), None);
+    }
+
+    #[test]
+    fn paths_and_queries_are_percent_decoded() {
+        assert_eq!(split_url("/v1/job/my%20job?x=1").0, "/v1/job/my job");
+        let query = Query::parse("namespace=%2A&filter=a+b").unwrap();
+        assert_eq!(query.get("namespace"), Some("*"));
+        assert_eq!(query.get("filter"), Some("a b"));
+    }
+}

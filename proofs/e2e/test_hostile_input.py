@@ -1,0 +1,129 @@
+"""Hostile input, as an attacker on the same host sends it (issue 12): each request is
+refused with a status and a message that names what was wrong, nothing stored changes, no
+file appears outside the data dir, and the agent serves on."""
+
+import http.client
+import json
+import pathlib
+
+from conftest import web_job
+
+
+def index_of(agent):
+    return int(agent.http("GET", "/v1/jobs")[2]["X-Nomad-Index"])
+
+
+def raw(agent, method, path, body=b"", headers=None, send_length=None):
+    """One request on a fresh connection, with exactly these headers: (status, text)."""
+    connection = http.client.HTTPConnection("127.0.0.1", agent.port, timeout=30)
+    connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+    for name, value in (headers or {}).items():
+        connection.putheader(name, value)
+    connection.putheader("Content-Length", str(len(body) if send_length is None else send_length))
+    connection.endheaders()
+    connection.send(body)
+    answer = connection.getresponse()
+    text = answer.read().decode(errors="replace")
+    connection.close()
+    return answer.status, text
+
+
+def test_a_web_page_cannot_start_or_stop_anything(agent):
+    agent.http("PUT", "/v1/jobs", web_job(agent.address, job_id="other"))
+    agent.running("other", 1)
+    before = index_of(agent)
+    job = json.dumps(web_job(agent.address)).encode()
+    own_host = f"127.0.0.1:{agent.port}"
+    cases = [
+        # A cross-site form post: text/plain needs no CORS preflight.
+        ({"Host": own_host, "Origin": "http://evil.example", "Content-Type": "text/plain"},
+         "POST", "/v1/jobs", job, '"http://evil.example"'),
+        ({"Host": own_host, "Origin": "null"}, "DELETE", "/v1/job/other", b"", '"null"'),
+        ({"Host": own_host, "Origin": "http://127.0.0.1:1"}, "PUT", "/v1/jobs", job, "cross-site"),
+        # DNS rebinding: the page's own origin is the agent, under the attacker's name.
+        ({"Host": "evil.example", "Origin": "http://evil.example"}, "POST", "/v1/jobs", job,
+         '"evil.example"'),
+        ({"Host": f"evil.example:{agent.port}"}, "GET", "/v1/jobs", b"", "Host"),
+    ]
+    for headers, method, path, body, named in cases:
+        status, text = raw(agent, method, path, body, headers)
+        assert status == 403 and named in text and "Forbidden" in text, (headers, status, text)
+    assert index_of(agent) == before, "a refused request wrote something"
+    assert agent.http("GET", "/v1/job/web")[0] == 404
+    assert agent.get("/v1/job/other")["Stop"] is False
+    # Clients that send their own Host and no Origin (urllib here, as python-nomad) pass.
+    status, _, _ = agent.http("GET", "/v1/jobs", headers={"Host": f"localhost:{agent.port}"})
+    assert status == 200
+
+
+def test_names_never_become_paths(agent):
+    before = index_of(agent)
+    outside = [pathlib.Path("/stdout.log"), pathlib.Path("/tmp/quiesce-escape"),
+               pathlib.Path("/tmp/quiesce-abs")]
+    existed = {path: path.exists() for path in outside}
+    names = [
+        ("/", "TaskGroups[0].Tasks[0].Name"),
+        ("../" * 10 + "tmp/quiesce-escape", "TaskGroups[0].Tasks[0].Name"),
+        ("/tmp/quiesce-abs", "TaskGroups[0].Tasks[0].Name"),
+        ("..", "TaskGroups[0].Tasks[0].Name"),
+        ("x" * 300, "at most 128 bytes"),
+        ("a\u0000b", "control characters"),
+    ]
+    for name, named in names:
+        job = web_job(agent.address)
+        job["Job"]["TaskGroups"][0]["Tasks"][0]["Name"] = name
+        status, text, _ = agent.http("PUT", "/v1/jobs", job)
+        assert status == 400 and named in text, (name, status, text)
+    group = web_job(agent.address)
+    group["Job"]["TaskGroups"][0]["Name"] = "a/b"
+    status, text, _ = agent.http("PUT", "/v1/jobs", group)
+    assert status == 400 and "TaskGroups[0].Name" in text, text
+    assert index_of(agent) == before
+    assert {path: path.exists() for path in outside} == existed, "a file appeared outside"
+    assert not list(agent.data_dir.glob("alloc/*")), "an allocation was made"
+
+
+def test_a_job_id_cannot_shadow_another_jobs_endpoint(agent):
+    agent.http("PUT", "/v1/jobs", web_job(agent.address))
+    agent.running("web", 1)
+    shadow = web_job(agent.address, job_id="web/allocations")
+    status, text, _ = agent.http("PUT", "/v1/jobs", shadow)
+    assert status == 400 and '"allocations" endpoint of job "web"' in text, text
+    for job_id in ["web?x=1", "p%20q", "a//b"]:
+        status, text, _ = agent.http("PUT", "/v1/jobs", web_job(agent.address, job_id=job_id))
+        assert status == 400 and text.startswith("invalid job: ID:"), (job_id, text)
+    # A job ID with a slash is addressable, and its suffixed endpoints are its own.
+    slashed = web_job(agent.address, job_id="team/web")
+    group = slashed["Job"]["TaskGroups"][0]
+    group["Services"] = [{"Name": "team-web", "Provider": "nomad"}]
+    group["Tasks"][0]["Services"] = None
+    assert agent.http("PUT", "/v1/jobs", slashed)[0] == 200
+    agent.running("team/web", 1)
+    assert agent.get("/v1/job/team/web")["ID"] == "team/web"
+    assert [a["JobID"] for a in agent.get("/v1/job/team/web/allocations")] == ["team/web"]
+    assert agent.http("DELETE", "/v1/job/team/web?purge=true")[0] == 200
+    assert agent.get("/v1/job/web")["Stop"] is False
+
+
+def test_sizes_have_limits_and_the_agent_survives_them(agent):
+    agent.http("PUT", "/v1/jobs", web_job(agent.address))
+    agent.running("web", 1)
+    before = index_of(agent)
+    huge = web_job(agent.address, job_id="huge")
+    huge["Job"]["TaskGroups"][0]["Count"] = 1_000_000_000
+    status, text, _ = agent.http("PUT", "/v1/jobs", huge)
+    assert status == 400 and "at most 10000 per job" in text, text
+    # A body announced as 1 GiB is refused before it is read.
+    status, text = raw(agent, "PUT", "/v1/jobs", b"{" * 4096,
+                       {"Host": f"127.0.0.1:{agent.port}"}, send_length=1 << 30)
+    assert status == 413 and "at most 8388608 bytes" in text, (status, text)
+    # And one that is really larger than the cap is not read past it.
+    status, text = raw(agent, "PUT", "/v1/jobs", b" " * ((8 << 20) + 1),
+                       {"Host": f"127.0.0.1:{agent.port}"})
+    assert status == 413, (status, text)
+    assert index_of(agent) == before
+    rss_kb = int(next(line.split()[1] for line in
+                      pathlib.Path(f"/proc/{agent.proc.pid}/status").read_text().splitlines()
+                      if line.startswith("VmRSS:")))
+    assert rss_kb < 200_000, f"the agent holds {rss_kb} kB after the refused bodies"
+    assert agent.get("/v1/job/web")["Version"] == 0
