@@ -41,6 +41,9 @@ pub enum Top {
     #[command(hide = true)]
     Supervise {
         dir: PathBuf,
+        /// The user to run the task as.
+        #[arg(long)]
+        user: Option<String>,
         #[arg(last = true, required = true)]
         argv: Vec<String>,
     },
@@ -166,9 +169,16 @@ pub fn main(args: Vec<String>) -> i32 {
     // `supervise DIR -- COMMAND…` runs once per task: it skips clap, whose parsing would
     // touch memory that the supervisor's exit then has to tear down again, in the middle
     // of a stop of many tasks. Any other shape goes to clap, for its errors.
-    if let [_, supervise, dir, dash, argv @ ..] = args.as_slice() {
-        if supervise == "supervise" && dash == "--" && !argv.is_empty() {
-            return crate::client::raw_exec::supervise(std::path::Path::new(dir), argv);
+    if let [_, supervise, dir, rest @ ..] = args.as_slice() {
+        let (user, rest) = match rest {
+            [flag, user, rest @ ..] if flag == "--user" => (Some(user.as_str()), rest),
+            _ => (None, rest),
+        };
+        if let [dash, argv @ ..] = rest {
+            if supervise == "supervise" && dash == "--" && !argv.is_empty() {
+                let dir = std::path::Path::new(dir);
+                return crate::client::raw_exec::supervise(dir, user, argv);
+            }
         }
     }
     let cli = match Cli::try_parse_from(double_dash(args)) {
@@ -179,7 +189,9 @@ pub fn main(args: Vec<String>) -> i32 {
         }
     };
     let result = match cli.command {
-        Top::Supervise { dir, argv } => return crate::client::raw_exec::supervise(&dir, &argv),
+        Top::Supervise { dir, user, argv } => {
+            return crate::client::raw_exec::supervise(&dir, user.as_deref(), &argv)
+        }
         Top::Agent(args) => agent(args),
         Top::Job(command) => job(command),
         Top::Alloc(command) => alloc(command),

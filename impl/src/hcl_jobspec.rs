@@ -5,7 +5,7 @@
 //!   `priority`, `datacenters`, `region`, `namespace`, `name`;
 //! * `group "<name>"` with `count`, `shutdown_delay`, `service`, `task`; a `task` directly
 //!   under `job` becomes its own group, as in Nomad;
-//! * `task "<name>"` with `driver`, `leader`, `kill_timeout`, `kill_signal`,
+//! * `task "<name>"` with `driver`, `user`, `leader`, `kill_timeout`, `kill_signal`,
 //!   `shutdown_delay`, `config {}` (free-form), `env {}`, `lifecycle {}`, `service {}`;
 //! * durations as Go duration strings (`"30s"`), converted to integer nanoseconds;
 //! * `${...}` in strings is kept as text; the agent interpolates `${NOMAD_*}` and the task's
@@ -195,7 +195,8 @@ fn task(block: &hcl::Block, parent: &str) -> Result<Value, String> {
             "kill_signal" => out.insert("KillSignal".into(), value(expr, &path)?),
             "kill_timeout" => out.insert("KillTimeout".into(), duration(expr, &path)?),
             "shutdown_delay" => out.insert("ShutdownDelay".into(), duration(expr, &path)?),
-            "user" | "kind" => None,
+            "user" => out.insert("User".into(), value(expr, &path)?),
+            "kind" => None,
             other => return Err(unknown_attribute(&at, other)),
         };
     }

@@ -17,6 +17,7 @@ fn task_dir(name: &str) -> PathBuf {
 
 fn shell(dir: &Path, script: &str) -> Launch {
     Launch {
+        user: None,
         dir: dir.to_path_buf(),
         command: "/bin/sh".into(),
         args: vec!["-c".into(), script.into()],
@@ -134,6 +135,7 @@ fn a_restarted_daemon_reattaches_and_still_gets_the_exit_code() {
 fn a_task_that_cannot_start_says_why() {
     let dir = task_dir("missing");
     let launch = Launch {
+        user: None,
         dir: dir.clone(),
         command: "/no/such/program".into(),
         args: Vec::new(),
@@ -312,6 +314,7 @@ fn a_task_starts_with_no_signal_blocked_or_ignored_and_dies_of_its_kill_signal()
             libc::signal(libc::SIGUSR2, libc::SIG_IGN);
         }
         let launch = Launch {
+            user: None,
             dir: dir.clone(),
             command: "/bin/sleep".into(),
             args: vec!["60".into()],
@@ -393,4 +396,91 @@ fn a_kill_signal_is_delivered_once_across_daemon_restarts() {
     assert_eq!(record.refused, 1, "the repeated kill 1 was refused");
     let output = std::fs::read_to_string(dir.join(raw_exec::STDOUT_FILE)).unwrap();
     assert_eq!(output.matches("INT").count(), 1, "{output}");
+}
+
+/// The `Uid`, `Gid` and `Groups` lines of a process's status.
+fn credentials(pid: i32) -> (String, String, String) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|rest| rest.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    (line("Uid:"), line("Gid:"), line("Groups:"))
+}
+
+#[test]
+fn a_task_runs_as_its_user_with_that_users_groups() {
+    let nobody = nix::unistd::User::from_name("nobody")
+        .unwrap()
+        .expect("a user nobody");
+    let dir = task_dir("user");
+    let launch = Launch {
+        user: Some("nobody".into()),
+        dir: dir.clone(),
+        command: "/bin/sleep".into(),
+        args: vec!["60".into()],
+        env: Vec::new(),
+    };
+    let launched = raw_exec::launch(supervisor(), &["supervise"], &launch).unwrap();
+    if !nix::unistd::geteuid().is_root() {
+        // Only root may switch users: the supervisor says so, and nothing runs as the agent.
+        let record = launched.expect_err("refused");
+        assert!(record.error.unwrap().contains("not permitted"));
+        return;
+    }
+    let launched = launched.expect("the task starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(format!("/proc/{}/comm", launched.pid)).unwrap_or_default()
+        != "sleep\n"
+    {
+        assert!(Instant::now() < deadline, "the task never became sleep");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let groups = nix::unistd::getgrouplist(c"nobody", nobody.gid).unwrap();
+    let mut groups: Vec<String> = groups.iter().map(ToString::to_string).collect();
+    groups.sort();
+    groups.dedup();
+    let (uid, gid) = (nobody.uid.to_string(), nobody.gid.to_string());
+    assert_eq!(
+        credentials(launched.pid),
+        (
+            [uid.as_str(); 4].join(" "),
+            [gid.as_str(); 4].join(" "),
+            groups.join(" ")
+        ),
+        "real, effective, saved and filesystem ids, and groups"
+    );
+    // The supervisor (still root) signals it; it dies of its kill signal.
+    launched
+        .signaller()
+        .unwrap()
+        .kill_signal(1, libc::SIGINT, 0)
+        .unwrap();
+    let (record, reaper) = launched.wait();
+    reaper.reap();
+    assert_eq!(record.signal, Some(libc::SIGINT));
+}
+
+#[test]
+fn a_task_whose_user_does_not_exist_does_not_start() {
+    let dir = task_dir("no-user");
+    let launch = Launch {
+        user: Some("quiesce-no-such-user".into()),
+        dir: dir.clone(),
+        command: "/bin/sleep".into(),
+        args: vec!["60".into()],
+        env: Vec::new(),
+    };
+    let record = raw_exec::launch(supervisor(), &["supervise"], &launch)
+        .unwrap()
+        .expect_err("not started");
+    assert_eq!(record.exit_code, 127);
+    let error = record.error.unwrap();
+    assert!(
+        error.contains("no user \"quiesce-no-such-user\""),
+        "{error}"
+    );
 }

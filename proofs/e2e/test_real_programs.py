@@ -138,3 +138,56 @@ def test_a_draining_witness_runs_its_drain_and_gets_one_signal(agent):
     assert 1.0 <= drained < 10, drained
     events = agent.get(f"/v1/allocation/{alloc['ID']}")["TaskStates"]["main"]["Events"]
     assert [e["DisplayMessage"] for e in events if e["Type"] == "Terminated"] == ["Exit Code: 130, Signal: 2"]
+
+
+def credentials(pid):
+    """(uids, gids, groups) from /proc/PID/status, each a list of integers."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            fields[name] = [int(x) for x in value.split()] if name in ("Uid", "Gid", "Groups") else None
+    return fields["Uid"], fields["Gid"], fields["Groups"]
+
+
+def test_a_task_runs_as_its_user_and_an_unknown_user_is_refused(agent, tmp_path):
+    """`User` is honoured (issue 12: `User = "nobody"` ran the task as root): the task's
+    real, effective, saved and filesystem ids are the user's, its groups the user's, and it
+    still dies of its kill signal; an HCL jobspec's `user` says the same; a user this host
+    does not have is a 400 naming the field, at registration."""
+    import grp
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+    hcl = tmp_path / "user.nomad.hcl"
+    hcl.write_text("""
+job "as-nobody" {
+  group "g" {
+    task "main" {
+      driver = "raw_exec"
+      user   = "nobody"
+      config {
+        command = "/bin/sleep"
+        args    = ["1000"]
+      }
+    }
+  }
+}
+""")
+    agent.cli("job", "run", "-detach", str(hcl))
+    [alloc] = agent.running("as-nobody", 1)
+    assert agent.get("/v1/job/as-nobody")["TaskGroups"][0]["Tasks"][0]["User"] == "nobody"
+    pid = agent.wait_until("the task to be sleep", lambda: ready(agent, alloc["ID"], "sleep") and task_pid(alloc["ID"]))
+    uids, gids, groups = credentials(pid)
+    member_of = {g.gr_gid for g in grp.getgrall() if "nobody" in g.gr_mem} | {nobody.pw_gid}
+    assert (uids, gids, set(groups)) == ([nobody.pw_uid] * 4, [nobody.pw_gid] * 4, member_of)
+    out = agent.cli("job", "stop", "-no-shutdown-delay", "as-nobody").stdout
+    assert "Stop complete" in out, out
+    events = agent.get(f"/v1/allocation/{alloc['ID']}")["TaskStates"]["main"]["Events"]
+    assert [e["DisplayMessage"] for e in events if e["Type"] == "Terminated"] == ["Exit Code: 130, Signal: 2"]
+
+    unknown = {"Job": {"ID": "ghost", "TaskGroups": [{"Name": "g", "Tasks": [{
+        "Name": "main", "Driver": "raw_exec", "User": "quiesce-no-such-user",
+        "Config": {"command": "/bin/sleep", "args": ["1"]}}]}]}}
+    status, text, _ = agent.http("PUT", "/v1/jobs", unknown)
+    assert status == 400 and 'TaskGroups[0].Tasks[0].User: no user "quiesce-no-such-user"' in text, text
+    assert agent.http("GET", "/v1/job/ghost")[0] == 404

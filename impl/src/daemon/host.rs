@@ -547,6 +547,7 @@ fn launch_of(task: &Task, runner: &AllocRunner, dir: &std::path::Path) -> Launch
         command: interpolate(&command, &env),
         args: args.iter().map(|arg| interpolate(arg, &env)).collect(),
         env,
+        user: (!task.user.is_empty()).then(|| task.user.clone()),
     }
 }
 

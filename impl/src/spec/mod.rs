@@ -92,6 +92,10 @@ pub struct Task {
     pub lifecycle: Option<Lifecycle>,
     pub leader: bool,
     pub services: Option<Vec<Service>>,
+    /// The user the task runs as; `""` means the agent's own. raw_exec honours it as Nomad's
+    /// does when the agent runs as root (the supervisor takes on the user's uid, gid and
+    /// groups before it executes the task).
+    pub user: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -175,7 +179,7 @@ pub fn parse_register_body(body: &[u8]) -> Result<Job, SpecErrors> {
 }
 
 /// Every field name of the jobspec types, as Nomad spells it.
-const FIELDS: [&str; 28] = [
+const FIELDS: [&str; 29] = [
     "Job",
     "ID",
     "Name",
@@ -204,6 +208,7 @@ const FIELDS: [&str; 28] = [
     "Hook",
     "Sidecar",
     "Provider",
+    "User",
 ];
 
 /// Fields whose values are the user's own maps: their keys are data, never renamed.

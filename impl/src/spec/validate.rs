@@ -164,6 +164,9 @@ impl Job {
                 if task.driver.is_empty() {
                     fail(format!("{at}.Driver"), "is required".into());
                 }
+                if let Err(problem) = user_problem(&task.user) {
+                    fail(format!("{at}.User"), problem);
+                }
                 if let Some(problem) = task.kill_timeout_ns.and_then(duration_problem) {
                     fail(format!("{at}.KillTimeout"), problem);
                 }
@@ -281,6 +284,21 @@ fn job_id_problem(id: &str) -> Result<(), String> {
              of job {:?}",
             &id[..id.len() - suffix.len() - 1]
         ));
+    }
+    Ok(())
+}
+
+/// A user's name, if any: at most 32 bytes (Linux's limit), no control characters, `:` or
+/// `/` (whether the user exists is the client's question: the driver's, at registration).
+fn user_problem(user: &str) -> Result<(), String> {
+    if user.is_empty() {
+        return Ok(());
+    }
+    if user.len() > 32 {
+        return Err(format!("at most 32 bytes (got {})", user.len()));
+    }
+    if user.chars().any(|c| c.is_control() || c == ':' || c == '/') {
+        return Err(format!("{user:?} is not a user name"));
     }
     Ok(())
 }

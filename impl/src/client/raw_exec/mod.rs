@@ -249,6 +249,8 @@ pub struct Launch {
     pub command: String,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// The user to run the task as (`None`: the agent's own).
+    pub user: Option<String>,
 }
 
 /// A running (or finished) supervised task, as the daemon holds it.
@@ -297,6 +299,12 @@ pub fn launch(
     command
         .args(supervisor_args)
         .arg(&launch.dir)
+        .args(
+            launch
+                .user
+                .iter()
+                .flat_map(|user| ["--user", user.as_str()]),
+        )
         .arg("--")
         .arg(&launch.command)
         .args(&launch.args)
@@ -324,10 +332,15 @@ pub fn launch(
             Ok(Err(record))
         }
         Err(error) => {
-            // No answer from it: it goes, and is reaped (no zombie).
+            // No answer from it: it goes, and is reaped (no zombie). A supervisor that could
+            // not start its task records why and exits at once, and may be gone before the
+            // connection was made or its hello read: then its record says what happened.
             let _ = child.kill();
             let _ = child.wait();
-            Err(error)
+            match read_exit(&launch.dir) {
+                Ok(Some(record)) => Ok(Err(record)),
+                _ => Err(error),
+            }
         }
     }
 }

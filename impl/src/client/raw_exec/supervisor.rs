@@ -57,6 +57,41 @@ struct KernelSigaction {
 /// The highest signal number (`_NSIG - 1` on Linux): the real-time signals included.
 const MAX_SIGNAL: libc::c_int = 64;
 
+/// A task's user, resolved before the fork (the user database is not async-signal-safe):
+/// its uid, its primary gid and every group it is a member of, as a login would give it.
+struct Credentials {
+    uid: nix::unistd::Uid,
+    gid: nix::unistd::Gid,
+    groups: Vec<nix::unistd::Gid>,
+}
+
+impl Credentials {
+    fn of(name: &str) -> Result<Credentials, String> {
+        use nix::unistd::{getgrouplist, User};
+        let user = User::from_name(name)
+            .map_err(|e| format!("looking up user {name:?}: {e}"))?
+            .ok_or_else(|| format!("no user {name:?} on this host"))?;
+        let c_name = std::ffi::CString::new(name).map_err(|e| format!("user {name:?}: {e}"))?;
+        let groups = getgrouplist(&c_name, user.gid)
+            .map_err(|e| format!("the groups of user {name:?}: {e}"))?;
+        Ok(Credentials {
+            uid: user.uid,
+            gid: user.gid,
+            groups,
+        })
+    }
+
+    /// Becomes the user, between fork and exec: groups, then gid, then uid (after which
+    /// none of it can be undone).
+    fn take_on(&self) -> io::Result<()> {
+        use nix::unistd::{setgid, setgroups, setuid};
+        setgroups(&self.groups)?;
+        setgid(self.gid)?;
+        setuid(self.uid)?;
+        Ok(())
+    }
+}
+
 /// Gives the calling process an empty signal mask and every signal its default disposition.
 /// Run in the task's process between fork and exec, so it must be async-signal-safe: only
 /// system calls. A mask and ignored dispositions survive exec, and the task would inherit
@@ -238,7 +273,7 @@ impl Deliveries {
 /// The supervisor process: runs `argv` in `dir` in its own process group and records how it
 /// ended. Standard input is the listening control socket (see [`super::launch`]). Returns
 /// the supervisor's own exit code.
-pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
+pub fn supervise(dir: &Path, user: Option<&str>, argv: &[String]) -> i32 {
     // SAFETY: fd 0 is the listening socket `launch` passed; nothing else owns it.
     let listener = unsafe { UnixListener::from_raw_fd(0) };
     let mut exit_file = ExitFile::create(dir);
@@ -255,14 +290,23 @@ pub fn supervise(dir: &Path, argv: &[String]) -> i32 {
     let Some((program, args)) = argv.split_first() else {
         return record(ExitRecord::failed(-1, "no command to run".into()));
     };
+    let credentials = match user.map(Credentials::of).transpose() {
+        Ok(credentials) => credentials,
+        Err(error) => return record(ExitRecord::failed(127, error)),
+    };
     let mut command = Command::new(program);
     command.args(args).stdin(Stdio::null()).process_group(0);
-    // SAFETY: reset_signals and prctl are system calls only (async-signal-safe). If the
-    // supervisor is killed (a daemon giving up on its handshake), the task goes with it
-    // rather than running on unsupervised.
+    // SAFETY: reset_signals, the credential calls and prctl are system calls only
+    // (async-signal-safe), on data prepared before the fork. The user's groups, gid and uid
+    // go first (a credential change clears the parent-death signal). If the supervisor is
+    // killed (a daemon giving up on its handshake), the task goes with it rather than
+    // running on unsupervised.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             reset_signals()?;
+            if let Some(credentials) = &credentials {
+                credentials.take_on()?;
+            }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(io::Error::last_os_error());
             }

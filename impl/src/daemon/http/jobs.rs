@@ -210,6 +210,12 @@ pub(super) fn driver_errors(job: &Job) -> Vec<SpecError> {
                     problem: "raw_exec needs a command (a non-empty string with no NUL)".into(),
                 }),
             }
+            if let Some(problem) = user_problem(&task.user) {
+                errors.push(SpecError {
+                    field: format!("{at}.User"),
+                    problem,
+                });
+            }
             match config.get("args") {
                 None => {}
                 Some(Value::Array(args)) if args.len() <= MAX_ARGS && args.iter().all(no_nul) => {}
@@ -391,4 +397,24 @@ pub(super) fn stop_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply
                "NextToken": ""}),
         response.index,
     )
+}
+
+/// Whether this agent can run a raw_exec task as `user`: the user exists here, and the
+/// agent is root or is that user (Nomad's raw_exec switches users only as root).
+fn user_problem(user: &str) -> Option<String> {
+    if user.is_empty() {
+        return None;
+    }
+    let found = match nix::unistd::User::from_name(user) {
+        Ok(Some(found)) => found,
+        Ok(None) => return Some(format!("no user {user:?} on this host")),
+        Err(e) => return Some(format!("looking up user {user:?}: {e}")),
+    };
+    let me = nix::unistd::geteuid();
+    (!me.is_root() && found.uid != me).then(|| {
+        format!(
+            "the agent runs as uid {me}, not root: it cannot run a task as user {user:?} (uid {})",
+            found.uid
+        )
+    })
 }
