@@ -127,3 +127,58 @@ def test_sizes_have_limits_and_the_agent_survives_them(agent):
                       if line.startswith("VmRSS:")))
     assert rss_kb < 200_000, f"the agent holds {rss_kb} kB after the refused bodies"
     assert agent.get("/v1/job/web")["Version"] == 0
+
+
+def test_other_users_cannot_read_the_state_the_event_log_or_the_task_logs(tmp_path):
+    """Issue 12: the state file and the task logs were world-readable, and with them every
+    task's `Env` secrets. The data dir lets others pass (a task run as another user reaches
+    its own directory) but not list it; the state, the event log, the task directories
+    and their logs are the agent's only. Tried as `nobody`, in a data dir whose parent
+    anyone may enter."""
+    import shutil
+    import stat
+    import subprocess
+    import tempfile
+    from conftest import Agent, validate_log
+    parent = pathlib.Path(tempfile.mkdtemp(prefix="quiesce-perm-"))
+    parent.chmod(0o755)
+    agent = Agent(parent / "data")
+    (parent / "data").mkdir(mode=0o755)  # an earlier agent's looser data dir is tightened
+    agent.start()
+    try:
+        secret = web_job(agent.address)
+        secret["Job"]["TaskGroups"][0]["Tasks"][0]["Env"] = {"API_KEY": "s3cr3t"}
+        agent.http("PUT", "/v1/jobs", secret)
+        [alloc] = agent.running("web", 1)
+        as_user = agent.http("PUT", "/v1/jobs", {"Job": {"ID": "mine", "TaskGroups": [{
+            "Name": "g", "Tasks": [{"Name": "main", "Driver": "raw_exec", "User": "nobody",
+                                    "Config": {"command": "/bin/sleep", "args": ["1000"]}}]}]}})
+        assert as_user[0] == 200, as_user
+        [mine] = agent.running("mine", 1)
+        data = agent.data_dir
+        task = data / "alloc" / alloc["ID"] / "server"
+        modes = {
+            data: 0o711, data / "state.redb": 0o600, data / "events.jsonl": 0o600,
+            data / "alloc": 0o711, data / "alloc" / alloc["ID"]: 0o711, task: 0o700,
+            task / "stdout.log": 0o600, task / "stderr.log": 0o600, task / "exit.json": 0o600,
+        }
+        assert {p: stat.S_IMODE(p.stat().st_mode) for p in modes} == modes
+        assert "s3cr3t" in (data / "events.jsonl").read_text(), "the secret is in the log"
+
+        def as_nobody(*argv):
+            return subprocess.run(list(argv), user="nobody", capture_output=True, text=True, timeout=30)
+
+        for path in [data / "state.redb", data / "events.jsonl", task / "stdout.log"]:
+            tried = as_nobody("/bin/cat", str(path))
+            assert tried.returncode != 0 and "Permission denied" in tried.stderr, (path, tried)
+        for path in [data, data / "alloc", task]:
+            tried = as_nobody("/bin/ls", str(path))
+            assert tried.returncode != 0 and "Permission denied" in tried.stderr, (path, tried)
+        # A task run as nobody has its directory to itself.
+        own = data / "alloc" / mine["ID"] / "main"
+        assert (own.stat().st_uid, stat.S_IMODE(own.stat().st_mode)) == (65534, 0o700)
+        assert as_nobody("/bin/ls", str(own)).returncode == 0
+    finally:
+        agent.close()
+    validate_log(agent)
+    shutil.rmtree(parent, ignore_errors=True)

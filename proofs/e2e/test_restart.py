@@ -174,3 +174,33 @@ def test_kill_9_as_a_task_starts_keeps_the_placement_it_started_from(agent, tmp_
     assert started == [alloc["ID"]], "the only task ever started is the allocation's"
     lines = (agent.alloc_dir(alloc["ID"]) / "t.log").read_text().splitlines()
     assert [line.split()[0] for line in lines] == ["started"], "reattached, not started again"
+
+
+def test_a_lost_state_file_is_refused_never_a_fresh_start(agent):
+    """A missing or empty `state.redb` beside the task directories of an earlier agent
+    (issue 12: an empty one started an empty agent without a word, its tasks running on as
+    orphans): the agent refuses to start, says why and how to start fresh, and touches
+    nothing; with the state back, it reattaches as usual."""
+    import shutil
+    import subprocess
+    from conftest import QUIESCE, clean_env, web_job
+    agent.http("PUT", "/v1/jobs", web_job(agent.address))
+    [alloc] = agent.running("web", 1)
+    agent.kill9()
+    state = agent.data_dir / "state.redb"
+    kept = agent.data_dir.parent / "state.redb.kept"
+    shutil.copy(state, kept)
+    for lose, word in [(lambda: state.write_bytes(b""), "empty"), (state.unlink, "missing")]:
+        lose()
+        tried = subprocess.run(
+            [QUIESCE, "agent", "-dev", "-data-dir", str(agent.data_dir), "-port", "0"],
+            capture_output=True, text=True, timeout=30, env=clean_env())
+        assert tried.returncode != 0, tried.stdout
+        assert f"state.redb is {word}" in tried.stderr and "1 allocation directory" in tried.stderr, tried.stderr
+        assert "To start fresh" in tried.stderr and "-data-dir" in tried.stderr, tried.stderr
+        # Nothing was created or written in its place.
+        assert (state.stat().st_size == 0) if word == "empty" else not state.exists()
+    shutil.copy(kept, state)
+    agent.start()
+    assert [a["ID"] for a in agent.running("web", 1)] == [alloc["ID"]], "reattached, not placed again"
+    assert "Stop complete" in agent.cli("job", "stop", "-no-shutdown-delay", "web").stdout

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -185,12 +186,65 @@ fn error(what: &str, e: impl std::fmt::Display) -> String {
     format!("{what}: {e}")
 }
 
+/// The data dir's mode: others may pass through it (a task run as another user reaches
+/// its own directory) but not list it.
+pub const DATA_DIR: u32 = 0o711;
+/// The mode of the agent's files (state, event log, task logs): the agent's user only —
+/// a task's `Env` is in the state and the log, its secrets with it.
+pub const PRIVATE_FILE: u32 = 0o600;
+
+/// The data dir at [`DATA_DIR`] and the state file at [`PRIVATE_FILE`], created so (never
+/// readable by others for a moment), or tightened if an earlier agent left them looser.
+fn private(dir: &Path, state: &Path) -> Result<(), String> {
+    let chmod = |path: &Path, mode: u32| {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode))
+            .map_err(|e| error(&format!("setting the mode of {}", path.display()), e))
+    };
+    chmod(dir, DATA_DIR)?;
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(PRIVATE_FILE)
+        .open(state)
+        .map_err(|e| error(&format!("creating {}", state.display()), e))?;
+    chmod(state, PRIVATE_FILE)
+}
+
+/// A data dir whose state file is missing or empty while task directories of an earlier
+/// agent are there: their tasks may still run, and an agent started over them would not
+/// know them (they would run on as orphans while it placed their allocations again). It is
+/// refused, never silently a fresh start.
+fn refuse_a_lost_state(dir: &Path, path: &Path) -> Result<(), String> {
+    let lost = match fs::metadata(path) {
+        Ok(meta) => meta.len() == 0,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        Err(e) => return Err(error(&format!("reading {}", path.display()), e)),
+    };
+    let allocs = dir.join("alloc");
+    let earlier = fs::read_dir(&allocs).map_or(0, |entries| entries.count());
+    if lost && earlier > 0 {
+        let state = if path.exists() { "empty" } else { "missing" };
+        return Err(format!(
+            "{} is {state}, but {} holds {earlier} allocation director{} of an earlier              agent, whose tasks may still be running. To start fresh, stop those tasks              (their supervisors are `quiesce supervise {}/…` processes) and remove {} or              start with another -data-dir",
+            path.display(),
+            allocs.display(),
+            if earlier == 1 { "y" } else { "ies" },
+            allocs.display(),
+            dir.display(),
+        ));
+    }
+    Ok(())
+}
+
 impl Persist {
     /// Opens (or creates) the database under `dir`, reads everything, and rewrites the event
     /// log file from the log table.
     pub fn open(dir: &Path) -> Result<(Persist, Loaded), String> {
         fs::create_dir_all(dir).map_err(|e| error(&format!("creating {}", dir.display()), e))?;
         let path = dir.join(DATABASE_FILE);
+        refuse_a_lost_state(dir, &path)?;
+        private(dir, &path)?;
         let db = Database::create(&path)
             .map_err(|e| error(&format!("opening {}", path.display()), e))?;
         let setup = db
@@ -275,7 +329,16 @@ impl Persist {
             text.push('\n');
         }
         let temporary = self.log_path.with_extension("jsonl.tmp");
-        fs::write(&temporary, text)
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(PRIVATE_FILE)
+            .open(&temporary)
+            .and_then(|mut file| file.write_all(text.as_bytes()))
+            .and_then(|()| {
+                fs::set_permissions(&temporary, fs::Permissions::from_mode(PRIVATE_FILE))
+            })
             .and_then(|()| fs::rename(&temporary, &self.log_path))
             .map_err(|e| error(&format!("writing {}", self.log_path.display()), e))?;
         Ok(loaded)
@@ -353,6 +416,7 @@ impl Persist {
             fs::OpenOptions::new()
                 .append(true)
                 .create(true)
+                .mode(PRIVATE_FILE)
                 .open(&self.log_path)
                 .and_then(|mut file| file.write_all(lines.as_bytes()))
                 .map_err(|e| error(&format!("appending to {}", self.log_path.display()), e))?;

@@ -31,9 +31,12 @@
 //!   task's exit once it has exited) ([`Request`]);
 //! * supervisor → daemon, when the task has exited: `exit {…}` ([`ExitRecord`]).
 
+mod protocol;
 mod supervisor;
+mod task_start;
 mod watcher;
 
+pub use protocol::*;
 pub use supervisor::supervise;
 pub use watcher::{Event, ExitWatcher, Exited};
 
@@ -43,188 +46,11 @@ use std::fs;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::os::linux::net::SocketAddrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-
-/// The exit status file the supervisor leaves in the task directory.
-pub const EXIT_FILE: &str = "exit.json";
-pub const STDOUT_FILE: &str = "stdout.log";
-pub const STDERR_FILE: &str = "stderr.log";
-
-/// How many of its latest deliveries a supervisor reports (a task is killed once per stop
-/// and once per restart; the bound keeps a hello and an exit record small).
-pub const MAX_DELIVERIES: usize = 16;
-
-/// The longest request line a supervisor reads; a connection that sends more without a
-/// newline is closed.
-pub const MAX_REQUEST_LINE: usize = 64;
-
-/// The longest kill timeout a request may carry: a day (the client caps kill timeouts far
-/// lower, at its `max_kill_timeout`).
-pub const MAX_KILL_TIMEOUT_NS: i64 = 86_400_000_000_000;
-
-/// A signal the supervisor delivered to the task's process group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Delivery {
-    /// The kill it belongs to (numbered from 1 for each task).
-    pub kill: u32,
-    pub signal: i32,
-    /// The SIGKILL of a kill whose timeout fired, not its kill signal (a kill signal may be
-    /// SIGKILL too).
-    #[serde(default)]
-    pub forced: bool,
-    /// When, on CLOCK_REALTIME (the daemon's timers) and on CLOCK_MONOTONIC (a task's own
-    /// record, such as the witness's).
-    pub unix_ns: i64,
-    pub monotonic_ns: i64,
-}
-
-/// What a supervisor says first on every connection.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hello {
-    pub pid: i32,
-    #[serde(default)]
-    pub delivered: Vec<Delivery>,
-}
-
-/// A request from the daemon to a supervisor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Request {
-    /// Deliver `signal` as the kill signal of kill number `kill`, unless that kill (or a
-    /// later one) has had its signal already. `timeout_ns` is the kill's timeout: SIGKILL
-    /// is not delivered sooner after this signal.
-    Kill {
-        kill: u32,
-        signal: i32,
-        timeout_ns: i64,
-    },
-    /// SIGKILL the process group: kill `kill`'s timeout fired (once per kill). `signal` and
-    /// `timeout_ns` are the kill's: should its signal never have gone out (a daemon that
-    /// crashed after storing the step, before sending it), it goes out now and SIGKILL
-    /// follows `timeout_ns` later.
-    Force {
-        kill: u32,
-        signal: i32,
-        timeout_ns: i64,
-    },
-    /// Reap the task once it has exited, record its exit and send it (the `exit` line).
-    /// The supervisor waits for this (or for its daemon to go) before it does that work, so
-    /// that in a stop of many tasks the daemon asks for the exits once it has sent its
-    /// signals, and the reaping and recording do not compete with them for the CPU.
-    Report,
-}
-
-impl Request {
-    pub fn line(&self) -> String {
-        match self {
-            Request::Kill {
-                kill,
-                signal,
-                timeout_ns,
-            } => format!("kill {kill} {signal} {timeout_ns}\n"),
-            Request::Force {
-                kill,
-                signal,
-                timeout_ns,
-            } => format!("force {kill} {signal} {timeout_ns}\n"),
-            Request::Report => "report\n".to_string(),
-        }
-    }
-
-    /// A request line (with or without its newline); `None` for anything else. Kill numbers
-    /// start at 1, signals are 1–64, a kill timeout is at most [`MAX_KILL_TIMEOUT_NS`].
-    pub fn parse(line: &str) -> Option<Request> {
-        let mut words = line.split_ascii_whitespace();
-        let verb = words.next()?;
-        if verb == "report" {
-            return words.next().is_none().then_some(Request::Report);
-        }
-        let kill: u32 = words.next()?.parse().ok().filter(|&k| k > 0)?;
-        let signal: i32 = words
-            .next()?
-            .parse()
-            .ok()
-            .filter(|s| (1..=64).contains(s))?;
-        let timeout_ns: i64 = words
-            .next()?
-            .parse()
-            .ok()
-            .filter(|t| (0..=MAX_KILL_TIMEOUT_NS).contains(t))?;
-        let request = match verb {
-            "kill" => Request::Kill {
-                kill,
-                signal,
-                timeout_ns,
-            },
-            "force" => Request::Force {
-                kill,
-                signal,
-                timeout_ns,
-            },
-            _ => return None,
-        };
-        words.next().is_none().then_some(request)
-    }
-}
-
-/// What the supervisor writes to `exit.json`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExitRecord {
-    pub exit_code: i32,
-    pub signal: Option<i32>,
-    /// Why the task could not start, if it could not.
-    pub error: Option<String>,
-    /// The signals the supervisor delivered, oldest first (at most [`MAX_DELIVERIES`]).
-    #[serde(default)]
-    pub delivered: Vec<Delivery>,
-    /// Requests refused because their kill had been carried out already.
-    #[serde(default)]
-    pub refused: u32,
-}
-
-impl ExitRecord {
-    pub fn result(&self) -> ExitResult {
-        ExitResult {
-            exit_code: self.exit_code,
-            signal: self.signal,
-        }
-    }
-
-    /// A task that could not be started or watched, or whose status is unknown.
-    pub fn failed(exit_code: i32, why: String) -> ExitRecord {
-        ExitRecord {
-            exit_code,
-            signal: None,
-            error: Some(why),
-            delivered: Vec::new(),
-            refused: 0,
-        }
-    }
-}
-
-/// A signal's number from its name (`SIGINT`, `INT`, `sigterm`…).
-pub fn signal_number(name: &str) -> Option<i32> {
-    let upper = name.trim().to_ascii_uppercase();
-    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
-    Some(match bare {
-        "HUP" => libc::SIGHUP,
-        "INT" => libc::SIGINT,
-        "QUIT" => libc::SIGQUIT,
-        "KILL" => libc::SIGKILL,
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        "TERM" => libc::SIGTERM,
-        "ALRM" => libc::SIGALRM,
-        "WINCH" => libc::SIGWINCH,
-        "CONT" => libc::SIGCONT,
-        "STOP" => libc::SIGSTOP,
-        "TSTP" => libc::SIGTSTP,
-        "ABRT" => libc::SIGABRT,
-        _ => return None,
-    })
-}
 
 /// The abstract socket name of a task directory's supervisor.
 fn socket_name(dir: &Path) -> String {
@@ -278,6 +104,38 @@ pub enum Reattach {
     Lost,
 }
 
+/// The task's directory, private: its parents (`alloc/<alloc>`) let others pass through
+/// but not list them, and the directory itself is the agent's only — or, for a task with a
+/// `User`, that user's (its working directory and `NOMAD_TASK_DIR`). The logs in it are
+/// the agent's only, whoever the task runs as (it writes them through its descriptors).
+fn task_dir(launch: &Launch) -> io::Result<()> {
+    if let Some(parent) = launch.dir.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(parent)?;
+    }
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&launch.dir)?;
+    fs::set_permissions(&launch.dir, fs::Permissions::from_mode(0o700))?;
+    // A user the host does not have: the supervisor refuses to start the task, and its
+    // exit record says why.
+    if let Some(user) = launch
+        .user
+        .as_deref()
+        .and_then(|name| nix::unistd::User::from_name(name).ok().flatten())
+    {
+        std::os::unix::fs::chown(
+            &launch.dir,
+            Some(user.uid.as_raw()),
+            Some(user.gid.as_raw()),
+        )?;
+    }
+    Ok(())
+}
+
 /// Starts a supervised task: `supervisor` is the program to run as the supervisor (the
 /// `quiesce` binary) and `supervisor_args` the arguments that make it one, before the task
 /// directory and the command line. Returns once the task has started (or failed to start:
@@ -287,12 +145,13 @@ pub fn launch(
     supervisor_args: &[&str],
     launch: &Launch,
 ) -> io::Result<Result<Attached, ExitRecord>> {
-    fs::create_dir_all(&launch.dir)?;
+    task_dir(launch)?;
     let listener = UnixListener::bind_addr(&socket_addr(&launch.dir)?)?;
     let log = |name: &str| {
         fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(launch.dir.join(name))
     };
     let mut command = Command::new(supervisor);
@@ -613,59 +472,5 @@ impl Signaller {
             }
             Err(error) => Err(error),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signal_names_resolve_with_or_without_the_prefix() {
-        assert_eq!(signal_number("SIGINT"), Some(libc::SIGINT));
-        assert_eq!(signal_number("term"), Some(libc::SIGTERM));
-        assert_eq!(signal_number("SIGNOPE"), None);
-    }
-
-    #[test]
-    fn requests_read_back_as_written_and_nothing_else_is_one() {
-        for request in [
-            Request::Kill {
-                kill: 3,
-                signal: libc::SIGTERM,
-                timeout_ns: 5_000_000_000,
-            },
-            Request::Force {
-                kill: 1,
-                signal: libc::SIGINT,
-                timeout_ns: 0,
-            },
-            Request::Report,
-        ] {
-            assert_eq!(Request::parse(&request.line()), Some(request));
-        }
-        for line in [
-            "kill 0 2 0",
-            "kill 1 0 0",
-            "kill 1 65 0",
-            "kill 1 2",
-            "kill 1 2 -1",
-            "kill 1 2 86400000000001",
-            "kill 1 2 3 4",
-            "signal 2",
-            "force -1 2 0",
-            "force 1",
-            "report 1",
-            "",
-        ] {
-            assert_eq!(Request::parse(line), None, "{line:?}");
-        }
-    }
-
-    #[test]
-    fn socket_names_are_stable_and_distinct() {
-        let a = socket_name(Path::new("/data/alloc/a/web"));
-        assert_eq!(a, socket_name(Path::new("/data/alloc/a/web")));
-        assert_ne!(a, socket_name(Path::new("/data/alloc/b/web")));
     }
 }
