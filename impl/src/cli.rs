@@ -169,6 +169,9 @@ pub fn main(args: Vec<String>) -> i32 {
     // `supervise DIR -- COMMAND…` runs once per task: it skips clap, whose parsing would
     // touch memory that the supervisor's exit then has to tear down again, in the middle
     // of a stop of many tasks. Any other shape goes to clap, for its errors.
+    if args.get(1).map(String::as_str) == Some("parse-hcl") && args.len() == 2 {
+        return crate::hcl_jobspec::parse_hcl_main();
+    }
     if let [_, supervise, dir, rest @ ..] = args.as_slice() {
         let (user, rest) = match rest {
             [flag, user, rest @ ..] if flag == "--user" => (Some(user.as_str()), rest),
@@ -216,13 +219,13 @@ fn agent(args: AgentArgs) -> Result<(), String> {
         Some(dir) => dir,
         None => {
             let dir = std::env::temp_dir().join(format!("quiesce-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            create_data_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             dir
         }
     };
     let data_dir = std::fs::canonicalize(&data_dir)
         .or_else(|_| {
-            std::fs::create_dir_all(&data_dir)?;
+            create_data_dir(&data_dir)?;
             std::fs::canonicalize(&data_dir)
         })
         .map_err(|e| format!("data dir {}: {e}", data_dir.display()))?;
@@ -888,6 +891,16 @@ fn wait_stopped(api: &Api, ids: &[String]) -> Result<(), String> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// A data dir this agent makes: others may pass through it but not list it
+/// (`daemon::persist::DATA_DIR`).
+fn create_data_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(crate::daemon::persist::DATA_DIR)
+        .create(dir)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ def index_of(agent):
     return int(agent.http("GET", "/v1/jobs")[2]["X-Nomad-Index"])
 
 
-def raw(agent, method, path, body=b"", headers=None, send_length=None):
+def raw(agent, method, path, body=b"", headers=None, send_length=None, read_body=True):
     """One request on a fresh connection, with exactly these headers: (status, text)."""
     connection = http.client.HTTPConnection("127.0.0.1", agent.port, timeout=30)
     connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
@@ -23,7 +23,7 @@ def raw(agent, method, path, body=b"", headers=None, send_length=None):
     connection.endheaders()
     connection.send(body)
     answer = connection.getresponse()
-    text = answer.read().decode(errors="replace")
+    text = answer.read().decode(errors="replace") if read_body else ""
     connection.close()
     return answer.status, text
 
@@ -113,10 +113,18 @@ def test_sizes_have_limits_and_the_agent_survives_them(agent):
     huge["Job"]["TaskGroups"][0]["Count"] = 1_000_000_000
     status, text, _ = agent.http("PUT", "/v1/jobs", huge)
     assert status == 400 and "at most 10000 per job" in text, text
-    # A body announced as 1 GiB is refused before it is read.
+    # A body announced as 64 MiB is refused before it is read.
     status, text = raw(agent, "PUT", "/v1/jobs", b"{" * 4096,
-                       {"Host": f"127.0.0.1:{agent.port}"}, send_length=1 << 30)
+                       {"Host": f"127.0.0.1:{agent.port}"}, send_length=64 << 20)
     assert status == 413 and "at most 8388608 bytes" in text, (status, text)
+    # One announced past what the machine could allocate does not abort the agent (tiny_http
+    # drains an unread body into one buffer of its size): it is answered, and the connection
+    # given up (the answer has no length: its head is what the client gets).
+    for announced in [1 << 30, 10**14]:
+        status, _ = raw(agent, "PUT", "/v1/jobs", b"{", {"Host": f"127.0.0.1:{agent.port}"},
+                        send_length=announced, read_body=False)
+        assert status == 413, (announced, status)
+    assert agent.proc.poll() is None, agent.stderr()
     # And one that is really larger than the cap is not read past it.
     status, text = raw(agent, "PUT", "/v1/jobs", b" " * ((8 << 20) + 1),
                        {"Host": f"127.0.0.1:{agent.port}"})
@@ -143,7 +151,6 @@ def test_other_users_cannot_read_the_state_the_event_log_or_the_task_logs(tmp_pa
     parent = pathlib.Path(tempfile.mkdtemp(prefix="quiesce-perm-"))
     parent.chmod(0o755)
     agent = Agent(parent / "data")
-    (parent / "data").mkdir(mode=0o755)  # an earlier agent's looser data dir is tightened
     agent.start()
     try:
         secret = web_job(agent.address)
@@ -174,11 +181,34 @@ def test_other_users_cannot_read_the_state_the_event_log_or_the_task_logs(tmp_pa
         for path in [data, data / "alloc", task]:
             tried = as_nobody("/bin/ls", str(path))
             assert tried.returncode != 0 and "Permission denied" in tried.stderr, (path, tried)
-        # A task run as nobody has its directory to itself.
-        own = data / "alloc" / mine["ID"] / "main"
+        # A task run as nobody has its local/ (NOMAD_TASK_DIR) to itself, and nothing the
+        # agent or its supervisor opens as root is in a directory it can write.
+        mine_dir = data / "alloc" / mine["ID"] / "main"
+        own = mine_dir / "local"
+        assert (mine_dir.stat().st_uid, stat.S_IMODE(mine_dir.stat().st_mode)) == (0, 0o711)
         assert (own.stat().st_uid, stat.S_IMODE(own.stat().st_mode)) == (65534, 0o700)
         assert as_nobody("/bin/ls", str(own)).returncode == 0
+        assert as_nobody("/bin/ls", str(mine_dir)).returncode != 0
+        assert as_nobody("/bin/touch", str(mine_dir / "exit.json")).returncode != 0
     finally:
         agent.close()
     validate_log(agent)
     shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_a_jobspec_that_would_hold_the_parser_for_minutes_is_refused_in_seconds(agent):
+    """The fuzz target hcl_jobspec found 1,161 bytes of HCL that hold hcl-rs's parser for
+    157 s (fuzz/regressions/hcl_jobspec/slow-157s). `/v1/jobs/parse` parses in a child
+    process with a CPU limit: the request is a 400 within seconds, and a good jobspec
+    still parses."""
+    import time
+    slow = pathlib.Path(__file__).parents[2] / "fuzz/regressions/hcl_jobspec/slow-157s"
+    started = time.monotonic()
+    status, text, _ = agent.http("POST", "/v1/jobs/parse", {"JobHCL": slow.read_text(errors="replace")})
+    took = time.monotonic() - started
+    assert status == 400 and "more than 2 s of CPU" in text, (status, text)
+    assert took < 20, f"took {took:.1f}s"
+    good = 'job "ok" {\n  group "g" {\n    task "t" {\n      driver = "raw_exec"\n' \
+           '      config {\n        command = "/bin/true"\n      }\n    }\n  }\n}\n'
+    status, job, _ = agent.http("POST", "/v1/jobs/parse", {"JobHCL": good})
+    assert status == 200 and job["ID"] == "ok", (status, job)

@@ -534,7 +534,10 @@ fn launch_of(task: &Task, runner: &AllocRunner, dir: &std::path::Path) -> Launch
         ("NOMAD_ALLOC_ID".into(), alloc.id.clone()),
         ("NOMAD_ALLOC_NAME".into(), alloc.name.clone()),
         ("NOMAD_ALLOC_DIR".into(), alloc_dir.display().to_string()),
-        ("NOMAD_TASK_DIR".into(), dir.display().to_string()),
+        (
+            "NOMAD_TASK_DIR".into(),
+            dir.join(raw_exec::LOCAL_DIR).display().to_string(),
+        ),
         ("NOMAD_TASK_NAME".into(), task.name.clone()),
         ("NOMAD_GROUP_NAME".into(), alloc.task_group.clone()),
         ("NOMAD_JOB_ID".into(), alloc.job_id.clone()),

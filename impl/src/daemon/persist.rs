@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -193,14 +193,13 @@ pub const DATA_DIR: u32 = 0o711;
 /// a task's `Env` is in the state and the log, its secrets with it.
 pub const PRIVATE_FILE: u32 = 0o600;
 
-/// The data dir at [`DATA_DIR`] and the state file at [`PRIVATE_FILE`], created so (never
-/// readable by others for a moment), or tightened if an earlier agent left them looser.
-fn private(dir: &Path, state: &Path) -> Result<(), String> {
+/// The state file at [`PRIVATE_FILE`], created so (never readable by others for a
+/// moment), or tightened if an earlier agent left it looser.
+fn private(state: &Path) -> Result<(), String> {
     let chmod = |path: &Path, mode: u32| {
         fs::set_permissions(path, fs::Permissions::from_mode(mode))
             .map_err(|e| error(&format!("setting the mode of {}", path.display()), e))
     };
-    chmod(dir, DATA_DIR)?;
     fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -241,10 +240,18 @@ impl Persist {
     /// Opens (or creates) the database under `dir`, reads everything, and rewrites the event
     /// log file from the log table.
     pub fn open(dir: &Path) -> Result<(Persist, Loaded), String> {
-        fs::create_dir_all(dir).map_err(|e| error(&format!("creating {}", dir.display()), e))?;
+        // A data dir the agent makes is DATA_DIR; one it is given keeps its mode (it may be
+        // a shared one, /tmp say: what is in it is private by its own modes).
+        if !dir.exists() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(DATA_DIR)
+                .create(dir)
+                .map_err(|e| error(&format!("creating {}", dir.display()), e))?;
+        }
         let path = dir.join(DATABASE_FILE);
         refuse_a_lost_state(dir, &path)?;
-        private(dir, &path)?;
+        private(&path)?;
         let db = Database::create(&path)
             .map_err(|e| error(&format!("opening {}", path.display()), e))?;
         let setup = db

@@ -105,9 +105,11 @@ pub enum Reattach {
 }
 
 /// The task's directory, private: its parents (`alloc/<alloc>`) let others pass through
-/// but not list them, and the directory itself is the agent's only — or, for a task with a
-/// `User`, that user's (its working directory and `NOMAD_TASK_DIR`). The logs in it are
-/// the agent's only, whoever the task runs as (it writes them through its descriptors).
+/// but not list them; the directory itself, its logs and `exit.json` are the agent's only
+/// (0700; 0711 for a task with a `User`, so that it can sit in it as its working
+/// directory). Its `local/` (`NOMAD_TASK_DIR`, as in Nomad) is the task's own: the `User`'s
+/// if it has one. Nothing the agent or the supervisor opens as root is in a directory the
+/// task's user can write (it could plant a symlink there).
 fn task_dir(launch: &Launch) -> io::Result<()> {
     if let Some(parent) = launch.dir.parent() {
         fs::DirBuilder::new()
@@ -115,11 +117,17 @@ fn task_dir(launch: &Launch) -> io::Result<()> {
             .mode(0o711)
             .create(parent)?;
     }
+    let mode = if launch.user.is_some() { 0o711 } else { 0o700 };
     fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o700)
+        .mode(mode)
         .create(&launch.dir)?;
-    fs::set_permissions(&launch.dir, fs::Permissions::from_mode(0o700))?;
+    fs::set_permissions(&launch.dir, fs::Permissions::from_mode(mode))?;
+    let local = launch.dir.join(LOCAL_DIR);
+    match fs::DirBuilder::new().mode(0o700).create(&local) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        other => other?,
+    }
     // A user the host does not have: the supervisor refuses to start the task, and its
     // exit record says why.
     if let Some(user) = launch
@@ -127,11 +135,8 @@ fn task_dir(launch: &Launch) -> io::Result<()> {
         .as_deref()
         .and_then(|name| nix::unistd::User::from_name(name).ok().flatten())
     {
-        std::os::unix::fs::chown(
-            &launch.dir,
-            Some(user.uid.as_raw()),
-            Some(user.gid.as_raw()),
-        )?;
+        // lchown: `local/` may already be the task's, and a symlink of its making.
+        std::os::unix::fs::lchown(&local, Some(user.uid.as_raw()), Some(user.gid.as_raw()))?;
     }
     Ok(())
 }

@@ -8,6 +8,8 @@ use super::*;
 pub const EXIT_FILE: &str = "exit.json";
 pub const STDOUT_FILE: &str = "stdout.log";
 pub const STDERR_FILE: &str = "stderr.log";
+/// The task's own directory in its task directory (`NOMAD_TASK_DIR`).
+pub const LOCAL_DIR: &str = "local";
 
 /// How many of its latest deliveries a supervisor reports (a task is killed once per stop
 /// and once per restart; the bound keeps a hello and an exit record small).

@@ -44,7 +44,11 @@ impl Credentials {
     /// Becomes the user, between fork and exec: groups, then gid, then uid (after which
     /// none of it can be undone).
     pub(super) fn take_on(&self) -> io::Result<()> {
-        use nix::unistd::{setgid, setgroups, setuid};
+        use nix::unistd::{geteuid, setgid, setgroups, setuid};
+        // An agent that is not root runs tasks as its own user only, as it is.
+        if !geteuid().is_root() && geteuid() == self.uid {
+            return Ok(());
+        }
         setgroups(&self.groups)?;
         setgid(self.gid)?;
         setuid(self.uid)?;

@@ -90,7 +90,15 @@ fn own_origin(bind: SocketAddr, origin: &str) -> bool {
             Err(_) => return false,
         },
     };
-    port == bind.port() && allowed_host(bind, strip_port(rest))
+    // A web page's own host: never "any address", even when the agent listens on every
+    // one (a page served from another machine's address is not the agent's).
+    let host = strip_port(rest);
+    let own = host.eq_ignore_ascii_case("localhost")
+        || host.eq_ignore_ascii_case(&host_name())
+        || host
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip == bind.ip());
+    port == bind.port() && own
 }
 
 /// This machine's host name (a name of its own, not one a web page's author controls).
@@ -170,5 +178,13 @@ mod tests {
             Ok(())
         );
         assert!(browser_guard(any, &Method::Get, Some("evil.example"), None).is_err());
+        // A page served from some address at the agent's port is not the agent's origin.
+        let page = Some("http://203.0.113.9:4646");
+        assert!(browser_guard(any, &Method::Post, Some("127.0.0.1:4646"), page).is_err());
+        let own = Some("http://127.0.0.1:4646");
+        assert_eq!(
+            browser_guard(any, &Method::Post, Some("127.0.0.1:4646"), own),
+            Ok(())
+        );
     }
 }

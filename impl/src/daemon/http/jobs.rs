@@ -314,7 +314,7 @@ pub(super) fn register(
 
 /// `/v1/jobs/parse`: HCL to the API's Job, unwrapped; with `Canonicalize`, Nomad's
 /// defaults applied.
-pub(super) fn parse_hcl(body: &[u8]) -> Result<Reply, ApiError> {
+pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError> {
     let request: Value =
         serde_json::from_slice(body).map_err(|e| error(400, format!("invalid JSON: {e}")))?;
     let field = |name: &str| {
@@ -331,7 +331,8 @@ pub(super) fn parse_hcl(body: &[u8]) -> Result<Reply, ApiError> {
         Some(_) => return Err(error(400, "JobHCL must be a string")),
     };
     let canonicalize = matches!(field("Canonicalize"), Some(Value::Bool(true)));
-    let job = crate::hcl_jobspec::parse_job(&text).map_err(|e| error(400, e))?;
+    let job = crate::hcl_jobspec::parse_job_bounded(&shared.config.supervisor, &text)
+        .map_err(|e| error(400, e))?;
     if !canonicalize {
         return Ok(Reply {
             status: 200,
