@@ -339,6 +339,20 @@ fn a_task_starts_with_no_signal_blocked_or_ignored_and_dies_of_its_kill_signal()
         (0, 0, 0, 0),
         "(blocked, ignored, caught, pending) signals of the task"
     );
+    // Its own session and process group, and no controlling terminal.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", launched.pid)).unwrap();
+    let fields: Vec<i64> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .skip(2)
+        .take(3)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    let pid = i64::from(launched.pid);
+    assert_eq!(
+        fields,
+        [pid, pid, 0],
+        "process group, session, tty of the task"
+    );
     launched
         .signaller()
         .unwrap()

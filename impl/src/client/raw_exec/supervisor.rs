@@ -217,14 +217,20 @@ pub fn supervise(dir: &Path, user: Option<&str>, argv: &[String]) -> i32 {
         Err(error) => return record(ExitRecord::failed(127, error)),
     };
     let mut command = Command::new(program);
-    command.args(args).stdin(Stdio::null()).process_group(0);
-    // SAFETY: reset_signals, the credential calls and prctl are system calls only
+    // Its own session (so its own process group, the pid, for killpg) with no controlling
+    // terminal: a task cannot reach the terminal of an operator who started the agent from
+    // a shell (nor, as another user, type into it), as Nomad's executor does.
+    command.args(args).stdin(Stdio::null());
+    // SAFETY: setsid, reset_signals, the credential calls and prctl are system calls only
     // (async-signal-safe), on data prepared before the fork. The user's groups, gid and uid
     // go first (a credential change clears the parent-death signal). If the supervisor is
     // killed (a daemon giving up on its handshake), the task goes with it rather than
     // running on unsupervised.
     unsafe {
         command.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
             reset_signals()?;
             if let Some(credentials) = &credentials {
                 credentials.take_on()?;
