@@ -221,7 +221,14 @@ fn refuse_a_lost_state(dir: &Path, path: &Path) -> Result<(), String> {
         Err(e) => return Err(error(&format!("reading {}", path.display()), e)),
     };
     let allocs = dir.join("alloc");
-    let earlier = fs::read_dir(&allocs).map_or(0, |entries| entries.count());
+    let earlier = match fs::read_dir(&allocs) {
+        Ok(entries) => entries.count(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        // Unreadable (or not a directory): whether tasks of an earlier agent are there
+        // cannot be told, so a lost state is not taken for a fresh start.
+        Err(e) if lost => return Err(error(&format!("reading {}", allocs.display()), e)),
+        Err(_) => 0,
+    };
     if lost && earlier > 0 {
         let state = if path.exists() { "empty" } else { "missing" };
         return Err(format!(
