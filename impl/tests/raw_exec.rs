@@ -25,6 +25,26 @@ fn shell(dir: &Path, script: &str) -> Launch {
     }
 }
 
+/// `/bin/sleep 60` in `dir`, as `user` if given.
+fn sleep(dir: &Path, user: Option<&str>) -> Launch {
+    Launch {
+        user: user.map(str::to_string),
+        dir: dir.to_path_buf(),
+        command: "/bin/sleep".into(),
+        args: vec!["60".into()],
+        env: Vec::new(),
+    }
+}
+
+/// The pid is the supervisor's child as soon as it answers; waits until it is the sleep.
+fn wait_until_sleep(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default() != "sleep\n" {
+        assert!(Instant::now() < deadline, "the task never became sleep");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Waits until the task has written `line` to its stdout log.
 fn wait_for_output(dir: &Path, line: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -313,27 +333,14 @@ fn a_task_starts_with_no_signal_blocked_or_ignored_and_dies_of_its_kill_signal()
             libc::signal(libc::SIGHUP, libc::SIG_IGN);
             libc::signal(libc::SIGUSR2, libc::SIG_IGN);
         }
-        let launch = Launch {
-            user: None,
-            dir: dir.clone(),
-            command: "/bin/sleep".into(),
-            args: vec!["60".into()],
-            env: Vec::new(),
-        };
+        let launch = sleep(&dir, None);
         raw_exec::launch(supervisor(), &["supervise"], &launch)
             .unwrap()
             .expect("the task starts")
     })
     .join()
     .unwrap();
-    // The pid is the supervisor's child as soon as it answers; wait until it is the sleep.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::fs::read_to_string(format!("/proc/{}/comm", launched.pid)).unwrap_or_default()
-        != "sleep\n"
-    {
-        assert!(Instant::now() < deadline, "the task never became sleep");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_sleep(launched.pid);
     assert_eq!(
         signal_state(launched.pid),
         (0, 0, 0, 0),
@@ -431,13 +438,7 @@ fn a_task_runs_as_its_user_with_that_users_groups() {
         .unwrap()
         .expect("a user nobody");
     let dir = task_dir("user");
-    let launch = Launch {
-        user: Some("nobody".into()),
-        dir: dir.clone(),
-        command: "/bin/sleep".into(),
-        args: vec!["60".into()],
-        env: Vec::new(),
-    };
+    let launch = sleep(&dir, Some("nobody"));
     let launched = raw_exec::launch(supervisor(), &["supervise"], &launch).unwrap();
     if !nix::unistd::geteuid().is_root() {
         // Only root may switch users: the supervisor says so, and nothing runs as the agent.
@@ -446,13 +447,7 @@ fn a_task_runs_as_its_user_with_that_users_groups() {
         return;
     }
     let launched = launched.expect("the task starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::fs::read_to_string(format!("/proc/{}/comm", launched.pid)).unwrap_or_default()
-        != "sleep\n"
-    {
-        assert!(Instant::now() < deadline, "the task never became sleep");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_sleep(launched.pid);
     let groups = nix::unistd::getgrouplist(c"nobody", nobody.gid).unwrap();
     let mut groups: Vec<String> = groups.iter().map(ToString::to_string).collect();
     groups.sort();
@@ -481,13 +476,7 @@ fn a_task_runs_as_its_user_with_that_users_groups() {
 #[test]
 fn a_task_whose_user_does_not_exist_does_not_start() {
     let dir = task_dir("no-user");
-    let launch = Launch {
-        user: Some("quiesce-no-such-user".into()),
-        dir: dir.clone(),
-        command: "/bin/sleep".into(),
-        args: vec!["60".into()],
-        env: Vec::new(),
-    };
+    let launch = sleep(&dir, Some("quiesce-no-such-user"));
     let record = raw_exec::launch(supervisor(), &["supervise"], &launch)
         .unwrap()
         .expect_err("not started");

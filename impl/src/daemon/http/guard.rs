@@ -57,18 +57,23 @@ fn strip_port(host: &str) -> &str {
     }
 }
 
+/// A `Host` the agent answers: one of its own names, or any IP literal when it listens on
+/// every address (an IP literal is no name a web page's author controls).
 fn allowed_host(bind: SocketAddr, name: &str) -> bool {
-    if name.eq_ignore_ascii_case("localhost") || name.eq_ignore_ascii_case(&host_name()) {
-        return true;
-    }
-    match name.parse::<IpAddr>() {
-        Ok(ip) => ip.is_loopback() || ip == bind.ip() || bind.ip().is_unspecified(),
-        Err(_) => false,
-    }
+    own_host(bind, name) || (bind.ip().is_unspecified() && name.parse::<IpAddr>().is_ok())
 }
 
-/// Whether `origin` (`scheme://host[:port]`) is the agent's own: an allowed host at the
-/// agent's port.
+/// `localhost`, this machine's host name, a loopback address or the bind address.
+fn own_host(bind: SocketAddr, name: &str) -> bool {
+    name.eq_ignore_ascii_case("localhost")
+        || name.eq_ignore_ascii_case(&host_name())
+        || name
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip == bind.ip())
+}
+
+/// Whether `origin` (`scheme://host[:port]`) is the agent's own: one of its own hosts at
+/// its port.
 fn own_origin(bind: SocketAddr, origin: &str) -> bool {
     let Some((scheme, rest)) = origin.split_once("://") else {
         return false; // "null", among others: an opaque origin
@@ -92,13 +97,7 @@ fn own_origin(bind: SocketAddr, origin: &str) -> bool {
     };
     // A web page's own host: never "any address", even when the agent listens on every
     // one (a page served from another machine's address is not the agent's).
-    let host = strip_port(rest);
-    let own = host.eq_ignore_ascii_case("localhost")
-        || host.eq_ignore_ascii_case(&host_name())
-        || host
-            .parse::<IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback() || ip == bind.ip());
-    port == bind.port() && own
+    port == bind.port() && own_host(bind, strip_port(rest))
 }
 
 /// This machine's host name (a name of its own, not one a web page's author controls).
