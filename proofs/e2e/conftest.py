@@ -42,11 +42,14 @@ class Agent:
         self.address = None
         self.starts = 0
 
-    def start(self):
+    def start(self, prefix=(), args=()):
+        """Starts the agent; `prefix` runs it under another program (`prlimit ...`), `args`
+        go after the agent's own."""
         self.starts += 1
         stderr = open(self.data_dir.parent / f"agent-{self.starts}.err", "w")
         self.proc = subprocess.Popen(
-            [QUIESCE, "agent", "-dev", "-data-dir", str(self.data_dir), "-port", str(self.port)],
+            [*prefix, QUIESCE, "agent", "-dev", "-data-dir", str(self.data_dir),
+             "-port", str(self.port), *args],
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,

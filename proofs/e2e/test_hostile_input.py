@@ -5,6 +5,7 @@ file appears outside the data dir, and the agent serves on."""
 import http.client
 import json
 import pathlib
+import time
 
 from conftest import web_job
 
@@ -13,15 +14,30 @@ def index_of(agent):
     return int(agent.http("GET", "/v1/jobs")[2]["X-Nomad-Index"])
 
 
-def raw(agent, method, path, body=b"", headers=None, send_length=None, read_body=True):
-    """One request on a fresh connection, with exactly these headers: (status, text)."""
+def raw(agent, method, path, body=b"", headers=None, send_length=None, read_body=True,
+        chunked=False):
+    """One request on a fresh connection, with exactly these headers: (status, text). An
+    answer that comes before the whole body is sent (a refusal) is read all the same."""
     connection = http.client.HTTPConnection("127.0.0.1", agent.port, timeout=30)
     connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
     for name, value in (headers or {}).items():
         connection.putheader(name, value)
-    connection.putheader("Content-Length", str(len(body) if send_length is None else send_length))
+    if chunked:
+        connection.putheader("Transfer-Encoding", "chunked")
+    else:
+        connection.putheader("Content-Length",
+                             str(len(body) if send_length is None else send_length))
     connection.endheaders()
-    connection.send(body)
+    try:
+        if chunked:
+            for at in range(0, len(body), 1 << 16):
+                piece = body[at:at + (1 << 16)]
+                connection.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+            connection.send(b"0\r\n\r\n")
+        else:
+            connection.send(body)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
     answer = connection.getresponse()
     text = answer.read().decode(errors="replace") if read_body else ""
     connection.close()
@@ -118,17 +134,17 @@ def test_sizes_have_limits_and_the_agent_survives_them(agent):
                        {"Host": f"127.0.0.1:{agent.port}"}, send_length=64 << 20)
     assert status == 413 and "at most 8388608 bytes" in text, (status, text)
     # One announced past what the machine could allocate does not abort the agent (tiny_http
-    # drains an unread body into one buffer of its size): it is answered, and the connection
-    # given up (the answer has no length: its head is what the client gets).
+    # drained an unread body into one buffer of its size): it is answered unread, and the
+    # connection closed.
     for announced in [1 << 30, 10**14]:
         status, _ = raw(agent, "PUT", "/v1/jobs", b"{", {"Host": f"127.0.0.1:{agent.port}"},
                         send_length=announced, read_body=False)
         assert status == 413, (announced, status)
     assert agent.proc.poll() is None, agent.stderr()
-    # And one that is really larger than the cap is not read past it.
+    # And one that is really larger than the cap, of no declared length, is not read past it.
     status, text = raw(agent, "PUT", "/v1/jobs", b" " * ((8 << 20) + 1),
-                       {"Host": f"127.0.0.1:{agent.port}"})
-    assert status == 413, (status, text)
+                       {"Host": f"127.0.0.1:{agent.port}"}, chunked=True)
+    assert status == 413 and "at most 8388608 bytes" in text, (status, text)
     assert index_of(agent) == before
     rss_kb = int(next(line.split()[1] for line in
                       pathlib.Path(f"/proc/{agent.proc.pid}/status").read_text().splitlines()
@@ -212,3 +228,35 @@ def test_a_jobspec_that_would_hold_the_parser_for_minutes_is_refused_in_seconds(
            '      config {\n        command = "/bin/true"\n      }\n    }\n  }\n}\n'
     status, job, _ = agent.http("POST", "/v1/jobs/parse", {"JobHCL": good})
     assert status == 200 and job["ID"] == "ok", (status, job)
+
+
+def test_the_agent_serves_again_once_file_descriptors_free(tmp_path):
+    """Issue 12: under `prlimit --nofile=1024`, 509 idle connections stopped the HTTP
+    listener for good while the process lived on with no log line. Now the agent says it
+    is out of descriptors, backs off, and serves again when they free; its tasks run on."""
+    import socket
+    from conftest import Agent, validate_log
+    agent = Agent(tmp_path / "data")
+    agent.start(prefix=["prlimit", "--nofile=256:256"])
+    try:
+        agent.http("PUT", "/v1/jobs", web_job(agent.address))
+        [alloc] = agent.running("web", 1)
+        # Connections until the agent runs out (about 240 with the agent's own descriptors),
+        # well within the listener's backlog of 128 beyond that.
+        held = []
+        deadline = time.monotonic() + 30
+        while "backing off" not in agent.stderr():
+            assert time.monotonic() < deadline and len(held) < 320, (len(held), agent.stderr())
+            held.append(socket.create_connection(("127.0.0.1", agent.port), timeout=30))
+            time.sleep(0.002)
+        for connection in held:
+            connection.close()
+        # The connections waiting in the backlog are served (and closed) first; then ours.
+        status, _, _ = agent.http("GET", "/v1/job/web")
+        assert status == 200
+        assert "accepting HTTP connections again" in agent.stderr()
+        assert agent.get(f"/v1/allocation/{alloc['ID']}")["ClientStatus"] == "running"
+        assert agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")[0] == 200
+    finally:
+        agent.close()
+    validate_log(agent)

@@ -52,6 +52,9 @@ pub struct AgentConfig {
     /// one.
     pub supervisor: PathBuf,
     pub supervisor_args: Vec<String>,
+    /// The HTTP layer's timeouts and connection cap (the defaults are documented limits;
+    /// tests shorten the timeouts).
+    pub http: http::HttpLimits,
 }
 
 impl AgentConfig {
@@ -63,6 +66,7 @@ impl AgentConfig {
             max_kill_timeout_ns: DEFAULT_MAX_KILL_TIMEOUT_NS,
             supervisor,
             supervisor_args: vec!["supervise".to_string()],
+            http: http::HttpLimits::default(),
         }
     }
 }
@@ -288,7 +292,6 @@ impl Core {
 /// How many threads wait on each of the agent's condition variables.
 #[derive(Default)]
 struct Asleep {
-    queries: usize,
     scheduler: bool,
     workers: usize,
 }
@@ -296,8 +299,8 @@ struct Asleep {
 /// What every thread of the agent shares.
 pub struct Shared {
     core: Mutex<Core>,
-    /// Notified after every write: blocking queries wait on it.
-    changed: Condvar,
+    /// Sent after every write while a blocking query waits on it (on the HTTP runtime).
+    changes: tokio::sync::watch::Sender<()>,
     /// Notified when there is an evaluation to process: the scheduler waits on it.
     evals: Condvar,
     /// Notified when there is an update to pull or an exit to apply: the client workers
@@ -320,8 +323,8 @@ impl Shared {
     /// the client workers if there is work for them — only those asleep. Called with the
     /// core locked.
     pub fn notify(&self, core: &Core) {
-        if core.asleep.queries > 0 {
-            self.changed.notify_all();
+        if self.changes.receiver_count() > 0 {
+            self.changes.send_replace(());
         }
         if core.asleep.scheduler && core.server.eval_pending() {
             self.evals.notify_one();
@@ -336,21 +339,9 @@ impl Shared {
         }
     }
 
-    /// Waits for a write, or until `deadline`.
-    pub fn wait_changed<'a>(
-        &self,
-        mut core: MutexGuard<'a, Core>,
-        deadline: std::time::Instant,
-    ) -> MutexGuard<'a, Core> {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        core.asleep.queries += 1;
-        let mut core = self
-            .changed
-            .wait_timeout(core, left)
-            .expect("the core lock is never poisoned")
-            .0;
-        core.asleep.queries -= 1;
-        core
+    /// Changes as soon as there is a write (every write changes the index).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.changes.subscribe()
     }
 
     /// How many alloc runners the client holds (running or ended, not yet forgotten).
@@ -461,7 +452,7 @@ impl Agent {
         }
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
-            changed: Condvar::new(),
+            changes: tokio::sync::watch::Sender::new(()),
             evals: Condvar::new(),
             work: Condvar::new(),
             runners: Mutex::new(BTreeMap::new()),
@@ -570,37 +561,15 @@ fn raise_open_files_limit() {
 pub fn spawn(mut config: AgentConfig) -> Result<Agent, String> {
     let socket = std::net::TcpListener::bind(config.bind)
         .map_err(|e| format!("listening on {}: {e}", config.bind))?;
-    // tiny_http writes a response through a 1 KiB buffer, so a larger answer leaves in
-    // several segments; with Nagle's algorithm the last one waits for the client's delayed
-    // ACK (40 ms). Accepted sockets inherit TCP_NODELAY from the listener on Linux.
-    let on: libc::c_int = 1;
-    // SAFETY: a valid socket, option and option length.
-    let rc = unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&socket),
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(format!(
-            "setting TCP_NODELAY: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    let listener = tiny_http::Server::from_listener(socket, None)
+    config.bind = socket
+        .local_addr()
         .map_err(|e| format!("listening on {}: {e}", config.bind))?;
-    config.bind = listener
-        .server_addr()
-        .to_ip()
-        .ok_or("the listener has no IP address")?;
+    let runtime = http::runtime().map_err(|e| format!("starting the HTTP runtime: {e}"))?;
     let agent = Agent::start(config)?;
     let shared = Arc::clone(&agent.shared);
     std::thread::Builder::new()
         .name("http".into())
-        .spawn(move || http::serve(shared, listener))
+        .spawn(move || runtime.block_on(http::serve(shared, socket)))
         .map_err(|e| e.to_string())?;
     Ok(agent)
 }

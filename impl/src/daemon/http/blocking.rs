@@ -2,9 +2,10 @@
 
 use super::*;
 
-/// Blocks a read until the result's index (`index_of`: the object's `ModifyIndex`, or the
-/// store's index for lists) passes the query's `index`, or `wait` passes (default 5 min, at
-/// most 10), as Nomad's blocking queries do; returns the core, locked.
+/// Holds a read back until the result's index (`index_of`: the object's `ModifyIndex`, or
+/// the store's index for lists) passes the query's `index`, or `wait` passes (default 5 min,
+/// at most 10), as Nomad's blocking queries do: returns the core, locked, once it has, or
+/// [`ApiError::blocked`] for [`answer`] to wait on (on no thread) and ask again.
 pub(super) fn blocking_on<'a>(
     shared: &'a Shared,
     query: &Query,
@@ -27,14 +28,13 @@ pub(super) fn blocking_on<'a>(
         ),
     }
     .min(Duration::from_secs(600));
-    let mut core = shared.core();
-    if let Some(index) = index {
-        let deadline = Instant::now() + wait;
-        while index_of(&core) <= index && Instant::now() < deadline {
-            core = shared.wait_changed(core, deadline);
+    let core = shared.core();
+    match index {
+        Some(index) if index_of(&core) <= index && !query.waited_out => {
+            Err(ApiError::blocked(wait))
         }
+        _ => Ok(core),
     }
-    Ok(core)
 }
 
 /// A blocking read of one object: waits on its index (`modify_index`; the store's index while

@@ -8,9 +8,8 @@
 //! Nomad's Go and Python clients) send a `Host` that is the address they were given, and no
 //! `Origin`.
 
-use super::{error, ApiError};
+use super::{error, ApiError, Method};
 use std::net::{IpAddr, SocketAddr};
-use tiny_http::Method;
 
 /// Refuses a request that a browser sent on a web page's behalf (see the module's text).
 pub(super) fn browser_guard(

@@ -13,6 +13,7 @@ mod blocking;
 mod guard;
 mod jobs;
 mod request;
+mod server;
 mod services;
 
 use allocs::*;
@@ -20,6 +21,7 @@ use blocking::*;
 use guard::browser_guard;
 use jobs::*;
 use request::*;
+pub use server::{runtime, serve, HttpLimits};
 use services::*;
 
 use super::host::DRIVERS;
@@ -32,10 +34,8 @@ use crate::step::log::LogEntry;
 use crate::step::Step;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tiny_http::{Header, Method, Response};
+use std::time::Duration;
 
 /// An answer: status, body, and the index for `X-Nomad-Index`.
 pub struct Reply {
@@ -49,12 +49,26 @@ pub struct Reply {
 pub struct ApiError {
     pub status: u16,
     pub message: String,
+    /// Not an answer yet: a blocking query found nothing new and waits up to this long.
+    blocked: Option<Duration>,
 }
 
 fn error(status: u16, message: impl Into<String>) -> ApiError {
     ApiError {
         status,
         message: message.into(),
+        blocked: None,
+    }
+}
+
+impl ApiError {
+    /// A blocking query that waits for a write, for at most `wait` (see [`answer`]).
+    fn blocked(wait: Duration) -> ApiError {
+        ApiError {
+            status: 200,
+            message: String::new(),
+            blocked: Some(wait),
+        }
     }
 }
 
@@ -66,101 +80,62 @@ fn ok(body: Value, index: u64) -> Result<Reply, ApiError> {
     })
 }
 
-/// Serves HTTP on `server` until the process exits: one thread per request, so a blocking
-/// query does not hold up the others.
-pub fn serve(shared: Arc<Shared>, server: tiny_http::Server) {
-    for request in server.incoming_requests() {
-        let shared = Arc::clone(&shared);
-        super::spawn_named("request", move || handle(&shared, request));
-    }
+/// A request as the handlers see it, once the connection layer ([`server`]) has read it
+/// within its limits.
+pub struct ApiRequest {
+    pub method: Method,
+    /// The path and query, as sent (percent-encoded).
+    pub url: String,
+    pub host: Option<String>,
+    pub origin: Option<String>,
+    /// `X-Nomad-Token`, or the token of `Authorization: Bearer`.
+    pub token: Option<String>,
+    pub body: bytes::Bytes,
 }
 
 /// The largest request body the agent reads (a jobspec of the largest job it takes is well
 /// under it); a larger one is refused with 413 before it is read.
 pub const MAX_BODY_BYTES: usize = 8 << 20;
 
-fn handle(shared: &Shared, mut request: tiny_http::Request) {
-    let find = |name: &'static str| {
-        request
-            .headers()
-            .iter()
-            .find(|h| h.field.equiv(name))
-            .map(|h| h.value.as_str().to_string())
-    };
-    let (host, origin) = (find("Host"), find("Origin"));
-    let guard = browser_guard(
-        shared.config.bind,
-        request.method(),
-        host.as_deref(),
-        origin.as_deref(),
-    );
-    let too_large = error(
-        413,
-        format!("Request body too large: at most {MAX_BODY_BYTES} bytes"),
-    );
-    let mut body = Vec::new();
-    let read = match guard {
-        Err(refused) => Err(refused),
-        Ok(()) if request.body_length().is_some_and(|n| n > MAX_BODY_BYTES) => Err(too_large),
-        Ok(()) => {
-            let limit = MAX_BODY_BYTES as u64 + 1;
-            match request.as_reader().take(limit).read_to_end(&mut body) {
-                Ok(_) if body.len() > MAX_BODY_BYTES => Err(too_large),
-                Ok(_) => Ok(()),
-                Err(e) => Err(error(400, format!("reading the request body: {e}"))),
+/// Answers a request on the handler threads. A blocking query that finds nothing new
+/// waits here, on no thread, for the next write (or its `wait`), then asks again.
+async fn answer(shared: Arc<Shared>, request: ApiRequest) -> Result<Reply, ApiError> {
+    let request = Arc::new(request);
+    let mut deadline = None;
+    loop {
+        let waited_out = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+        // Subscribed before the handler looks, so a write in between is not missed.
+        let mut changes = shared.changes();
+        let (on, asked) = (Arc::clone(&shared), Arc::clone(&request));
+        let attempt = tokio::task::spawn_blocking(move || handle(&on, &asked, waited_out))
+            .await
+            .unwrap_or_else(|_| Err(error(500, "the request's handler panicked")));
+        match attempt {
+            Err(ApiError {
+                blocked: Some(wait),
+                ..
+            }) if !waited_out => {
+                let until = *deadline.get_or_insert_with(|| server::deadline_after(wait));
+                let _ = tokio::time::timeout_at(until, changes.changed()).await;
             }
+            answered => return answered,
         }
-    };
-    let answer = match read {
-        Ok(()) => {
-            let (path, query) = split_url(request.url());
-            match Query::parse(&query) {
-                Ok(query) => route(shared, request.method(), &path, &query, &body),
-                Err(e) => Err(e),
-            }
-        }
-        Err(refused) => Err(refused),
-    };
-    let response = match answer {
-        Ok(reply) => {
-            let mut text = serde_json::to_vec(&reply.body).expect("JSON values serialize");
-            text.push(b'\n');
-            let mut response = Response::from_data(text)
-                .with_status_code(reply.status)
-                .with_header(header("Content-Type", "application/json"));
-            if let Some(index) = reply.index {
-                response = response
-                    .with_header(header("X-Nomad-Index", &index.to_string()))
-                    .with_header(header("X-Nomad-KnownLeader", "true"))
-                    .with_header(header("X-Nomad-LastContact", "0"));
-            }
-            response
-        }
-        Err(e) => Response::from_data(e.message.into_bytes())
-            .with_status_code(e.status)
-            .with_header(header("Content-Type", "text/plain; charset=utf-8")),
-    };
-    // tiny_http drains an unread body when the request goes, into one buffer of the size
-    // still unread: for a declared length past what the machine can allocate, that would
-    // abort the agent. Such a request is answered and its connection given up instead (its
-    // thread and socket stay: a leak an attacker pays a connection for, until the HTTP
-    // stack is one with limits of its own, issue 12 part 4).
-    if request
-        .body_length()
-        .is_some_and(|n| n.saturating_sub(body.len()) > MAX_DRAIN_BYTES)
-    {
-        std::mem::forget(request.upgrade("quiesce-refused", response));
-        return;
     }
-    let _ = request.respond(response);
 }
 
-/// The most unread body the agent lets tiny_http drain when it drops a request (see
-/// [`handle`]).
-const MAX_DRAIN_BYTES: usize = 64 << 20;
-
-fn header(name: &str, value: &str) -> Header {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("valid header")
+/// One look at a request: the browser guard, the URL, the route. A blocking query whose
+/// index has not passed answers [`ApiError::blocked`] unless `waited_out`.
+fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Reply, ApiError> {
+    browser_guard(
+        shared.config.bind,
+        &request.method,
+        request.host.as_deref(),
+        request.origin.as_deref(),
+    )?;
+    let (path, query) = split_url(&request.url);
+    let mut query = Query::parse(&query)?;
+    query.waited_out = waited_out;
+    route(shared, &request.method, &path, &query, &request.body)
 }
 
 fn route(
@@ -275,7 +250,7 @@ pub fn fuzz_request(data: &[u8]) {
     let mut lines = text.split('\n');
     let first = lines.next().unwrap_or_default();
     let (method, url) = first.split_once(' ').unwrap_or((first, "/"));
-    let method: Method = method.parse().unwrap_or(Method::Get);
+    let method = Method::from(method);
     let (host, origin) = (lines.next(), lines.next());
     let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 4646));
     let refused = |e: ApiError| assert!((400..500).contains(&e.status) && !e.message.is_empty());

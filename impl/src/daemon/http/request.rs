@@ -34,8 +34,38 @@ pub(super) fn percent_decode(text: &str, plus: bool) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A request's method, as the routes tell them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Options,
+    Post,
+    Put,
+    Delete,
+    Other,
+}
+
+impl From<&str> for Method {
+    fn from(name: &str) -> Method {
+        match name {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "OPTIONS" => Method::Options,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "DELETE" => Method::Delete,
+            _ => Method::Other,
+        }
+    }
+}
+
 /// The query string's parameters (the last of a repeated one wins).
-pub struct Query(BTreeMap<String, String>);
+pub struct Query {
+    params: BTreeMap<String, String>,
+    /// A blocking query's `wait` has passed: it answers what there is.
+    pub(super) waited_out: bool,
+}
 
 impl Query {
     pub(super) fn parse(query: &str) -> Result<Query, ApiError> {
@@ -44,11 +74,14 @@ impl Query {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             params.insert(percent_decode(key, true), percent_decode(value, true));
         }
-        Ok(Query(params))
+        Ok(Query {
+            params,
+            waited_out: false,
+        })
     }
 
     pub(super) fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str)
+        self.params.get(name).map(String::as_str)
     }
 
     /// A boolean the way Go's `strconv.ParseBool` reads it; absent is `false`.

@@ -1,0 +1,280 @@
+//! The connection layer: hyper's HTTP/1.1 on a small tokio runtime, with a limit on
+//! everything a client can make the agent hold (DESIGN.md, "Limits"; each is documented in
+//! README.md). Connections are tasks, not threads: an idle one costs a socket and a few
+//! KiB. Requests are answered on a bounded pool of threads (the handlers take the core's
+//! lock, a blocking call); a blocking query waits for a write on no thread at all, then
+//! answers on the pool.
+//!
+//! | limit | value | past it |
+//! |---|---|---|
+//! | connections at once | [`MAX_CONNECTIONS`] | the next waits in the kernel's backlog |
+//! | idle connection, or one slow to send its headers | [`IDLE_TIMEOUT`] | closed |
+//! | request line and headers | [`MAX_HEADER_BYTES`], [`MAX_HEADERS`] | 431 |
+//! | URL | [`MAX_URL_BYTES`] | 414 |
+//! | body | [`MAX_BODY_BYTES`] | 413, unread |
+//! | time to send a body | [`BODY_TIMEOUT`] | 408 |
+//! | bodies being read at once | [`MAX_BODY_READERS`] | the next waits |
+//! | threads answering | [`MAX_HANDLER_THREADS`] | the next request waits |
+//!
+//! When the process runs out of file descriptors, `accept` fails: the agent says so once,
+//! backs off (up to a second between tries) and serves again when descriptors free, saying
+//! that too.
+
+use super::{answer, ApiError, Reply, MAX_BODY_BYTES};
+use crate::daemon::Shared;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// Connections served at once. Past it the agent stops accepting until one closes; the
+/// kernel's backlog holds the rest. Above the 10,000 the connection benchmark holds idle,
+/// well under the descriptors the agent raises its limit to (it raises the soft limit to
+/// the hard one, as Go programs such as Nomad do).
+pub const MAX_CONNECTIONS: usize = 16_384;
+
+/// How long a connection may sit between requests, or take to send a request's line and
+/// headers, before it is closed (hyper's header-read timer, which runs from the moment the
+/// connection waits for a request). Go's and Python's clients reopen a closed keep-alive
+/// connection on their own; a blocking query in flight is not idle.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The request line and headers together (Go's servers allow 1 MiB, but no API client
+/// sends more than a few hundred bytes).
+pub const MAX_HEADER_BYTES: usize = 64 << 10;
+
+/// Headers in one request.
+pub const MAX_HEADERS: usize = 100;
+
+/// The URL, path and query: a job ID is at most 128 bytes, so 16 KiB leaves room for long
+/// `filter` expressions and nothing else.
+pub const MAX_URL_BYTES: usize = 16 << 10;
+
+/// The time a client has to send a whole body once its headers are in.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Bodies read at once, so that bodies in memory stay under `MAX_BODY_READERS ×
+/// MAX_BODY_BYTES` (128 MiB) whatever the number of connections.
+pub const MAX_BODY_READERS: usize = 16;
+
+/// Threads that answer requests (each holds the core's lock while it reads or writes).
+pub const MAX_HANDLER_THREADS: usize = 32;
+
+/// The longest back-off between `accept` calls while the process has no descriptor free.
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The limits an agent's HTTP layer applies that tests may change: its timeouts and its
+/// connection cap.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpLimits {
+    pub idle_timeout: Duration,
+    pub body_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            idle_timeout: IDLE_TIMEOUT,
+            body_timeout: BODY_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// The runtime the HTTP layer runs on: two threads for the sockets (the agent's own
+/// threads do the rest), [`MAX_HANDLER_THREADS`] for the answers.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(MAX_HANDLER_THREADS)
+        .thread_name("http")
+        .enable_io()
+        .enable_time()
+        .build()
+}
+
+/// Accepts and serves connections on `listener` for as long as the runtime runs.
+pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
+    listener
+        .set_nonblocking(true)
+        .expect("a listening socket can be made non-blocking");
+    let listener = TcpListener::from_std(listener).expect("the runtime takes the listener");
+    let limits = shared.config.http;
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let bodies = Arc::new(Semaphore::new(MAX_BODY_READERS));
+    let mut backoff: Option<Duration> = None;
+    loop {
+        let permit = Arc::clone(&connections)
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) if out_of_descriptors(&e) => {
+                let wait = match backoff {
+                    None => {
+                        eprintln!(
+                            "quiesce agent: accepting HTTP connections: {e}; backing off until \
+                             descriptors free"
+                        );
+                        Duration::from_millis(10)
+                    }
+                    Some(wait) => (wait * 2).min(MAX_ACCEPT_BACKOFF),
+                };
+                backoff = Some(wait);
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            // A connection reset before it was accepted, among others: the next is fine.
+            Err(_) => continue,
+        };
+        if backoff.take().is_some() {
+            eprintln!("quiesce agent: accepting HTTP connections again");
+        }
+        // Answers leave in one write; without this the last segment of a larger one waits
+        // for the client's delayed ACK.
+        let _ = stream.set_nodelay(true);
+        let shared = Arc::clone(&shared);
+        let bodies = Arc::clone(&bodies);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                respond(Arc::clone(&shared), Arc::clone(&bodies), request)
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.idle_timeout)
+                .max_header_size(MAX_HEADER_BYTES)
+                .max_buf_size(MAX_HEADER_BYTES)
+                .max_headers(MAX_HEADERS)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            drop(permit);
+        });
+    }
+}
+
+/// `accept` failing for want of a descriptor (or of kernel memory for one).
+fn out_of_descriptors(error: &std::io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+async fn respond(
+    shared: Arc<Shared>,
+    bodies: Arc<Semaphore>,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    let (parts, body) = request.into_parts();
+    let url = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    if url.len() > MAX_URL_BYTES {
+        let e = super::error(414, format!("URL too long: at most {MAX_URL_BYTES} bytes"));
+        return Ok(render(Err(e)));
+    }
+    let timeout = shared.config.http.body_timeout;
+    let body = match read_body(&parts, body, &bodies, timeout).await {
+        Ok(body) => body,
+        Err(e) => return Ok(render(Err(e))),
+    };
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+    };
+    let bearer = header("Authorization")
+        .and_then(|value| value.strip_prefix("Bearer ").map(|t| t.trim().to_string()));
+    let request = super::ApiRequest {
+        method: super::Method::from(parts.method.as_str()),
+        url: url.to_string(),
+        host: header("Host"),
+        origin: header("Origin"),
+        token: header("X-Nomad-Token").or(bearer),
+        body,
+    };
+    Ok(render(answer(shared, request).await))
+}
+
+/// The body, whole: refused unread past [`MAX_BODY_BYTES`] when its length is declared, or
+/// as soon as it passes it; at most [`MAX_BODY_READERS`] are read at once.
+async fn read_body(
+    parts: &hyper::http::request::Parts,
+    body: Incoming,
+    bodies: &Semaphore,
+    timeout: Duration,
+) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        super::error(
+            413,
+            format!("Request body too large: at most {MAX_BODY_BYTES} bytes"),
+        )
+    };
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+    match declared {
+        Some(0) => return Ok(Bytes::new()),
+        Some(n) if n > MAX_BODY_BYTES as u64 => return Err(too_large()),
+        _ => {}
+    }
+    if declared.is_none() && hyper::body::Body::is_end_stream(&body) {
+        return Ok(Bytes::new());
+    }
+    let _reading = bodies
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
+    let collect = Limited::new(body, MAX_BODY_BYTES).collect();
+    match tokio::time::timeout(timeout, collect).await {
+        Err(_) => Err(super::error(
+            408,
+            format!("Request timeout: the body did not arrive within {timeout:?}"),
+        )),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) => Err(super::error(400, format!("reading the request body: {e}"))),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+/// An answer as Nomad sends it: JSON with the `X-Nomad-*` headers, or an error's plain
+/// text.
+fn render(answer: Result<Reply, ApiError>) -> Response<Full<Bytes>> {
+    let (status, content_type, body, index) = match answer {
+        Ok(reply) => {
+            let mut text = serde_json::to_vec(&reply.body).expect("JSON values serialize");
+            text.push(b'\n');
+            (reply.status, "application/json", text, reply.index)
+        }
+        Err(e) => (
+            e.status,
+            "text/plain; charset=utf-8",
+            e.message.into_bytes(),
+            None,
+        ),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Some(index) = index {
+        headers.insert("X-Nomad-Index", HeaderValue::from(index));
+        headers.insert("X-Nomad-KnownLeader", HeaderValue::from_static("true"));
+        headers.insert("X-Nomad-LastContact", HeaderValue::from_static("0"));
+    }
+    response
+}
+
+/// When a blocking query gives up waiting: `wait` after it began.
+pub(super) fn deadline_after(wait: Duration) -> tokio::time::Instant {
+    tokio::time::Instant::from_std(Instant::now() + wait)
+}
