@@ -54,6 +54,7 @@ impl Bench {
         let agent = daemon::spawn(config).expect("the agent starts");
         let address = Address {
             address: Some(format!("http://{}", agent.shared.config.bind)),
+            token: None,
         };
         Bench {
             api: Api::new(&address).expect("an HTTP address"),

@@ -7,6 +7,7 @@
 //! and a deterministic simulator that runs them all on a virtual clock ([`sim`]). It never
 //! depends on the model: only `quiesce-proofs` sees both.
 
+pub mod acl;
 pub mod cli;
 pub mod client;
 pub mod daemon;

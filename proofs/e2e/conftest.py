@@ -41,6 +41,8 @@ class Agent:
         self.proc = None
         self.address = None
         self.starts = 0
+        # Sent as X-Nomad-Token (and NOMAD_TOKEN to the CLI) once a test sets it.
+        self.token = None
 
     def start(self, prefix=(), args=()):
         """Starts the agent; `prefix` runs it under another program (`prlimit ...`), `args`
@@ -92,7 +94,10 @@ class Agent:
     def http(self, method, path, body=None, headers=None):
         """(status, parsed JSON body or text, headers)"""
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-        request = urllib.request.Request(self.address + path, data=data, method=method, headers=headers or {})
+        headers = dict(headers or {})
+        if self.token and "X-Nomad-Token" not in headers and "Authorization" not in headers:
+            headers["X-Nomad-Token"] = self.token
+        request = urllib.request.Request(self.address + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=30) as answer:
                 text = answer.read().decode()
@@ -111,7 +116,7 @@ class Agent:
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=clean_env(NOMAD_ADDR=self.address),
+            env=clean_env(NOMAD_ADDR=self.address, **({"NOMAD_TOKEN": self.token} if self.token else {})),
         )
         if check:
             assert done.returncode == 0, f"quiesce {' '.join(args)}: {done.stdout}{done.stderr}"

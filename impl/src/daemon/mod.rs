@@ -52,6 +52,9 @@ pub struct AgentConfig {
     /// one.
     pub supervisor: PathBuf,
     pub supervisor_args: Vec<String>,
+    /// Whether requests are checked against ACL tokens (`-acl-enabled`; off by default, as
+    /// in Nomad's dev agent).
+    pub acl_enabled: bool,
     /// The HTTP layer's timeouts and connection cap (the defaults are documented limits;
     /// tests shorten the timeouts).
     pub http: http::HttpLimits,
@@ -66,6 +69,7 @@ impl AgentConfig {
             max_kill_timeout_ns: DEFAULT_MAX_KILL_TIMEOUT_NS,
             supervisor,
             supervisor_args: vec!["supervise".to_string()],
+            acl_enabled: false,
             http: http::HttpLimits::default(),
         }
     }
@@ -81,6 +85,8 @@ pub fn unix_now_ns() -> i64 {
 /// The server and what travels with its writes, under one lock.
 pub struct Core {
     pub server: Server,
+    /// ACL tokens and policies (checked only with `AgentConfig::acl_enabled`).
+    pub acl: crate::acl::AclStore,
     committer: Committer,
     log_seq: u64,
     pending_log: Vec<LogEntry>,
@@ -281,6 +287,13 @@ impl Core {
         })
     }
 
+    /// Commits `writes` (ACL records) with everything written since, durably, as
+    /// [`Core::commit_durably`] does.
+    pub fn commit_durably_with(&mut self, writes: Vec<Write>) -> Result<(), String> {
+        let ticket = self.submit(None, writes, true);
+        self.committer.wait(ticket)
+    }
+
     /// Commits as [`Core::commit`] does and waits until the batch is durable: for writes that
     /// are acknowledged (the API's), and before anyone acts on them (the lock is held).
     pub fn commit_durably(&mut self) -> Result<(), String> {
@@ -403,8 +416,10 @@ impl Agent {
             loaded.services,
         );
         let server = Server::restore(store, vec![config.node_name.clone()], seed);
+        let acl = restore_acl(loaded.acl)?;
         let mut core = Core {
             server,
+            acl,
             committer: Committer::start(persist)?,
             log_seq: loaded.log_seq,
             pending_log: Vec::new(),
@@ -553,6 +568,19 @@ fn raise_open_files_limit() {
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
     }
+}
+
+/// The ACL store from its stored records.
+fn restore_acl(records: Vec<persist::AclRecord>) -> Result<crate::acl::AclStore, String> {
+    let (mut tokens, mut policies, mut bootstrapped) = (Vec::new(), Vec::new(), None);
+    for record in records {
+        match record {
+            persist::AclRecord::Token(token) => tokens.push(token),
+            persist::AclRecord::Policy(policy) => policies.push(policy),
+            persist::AclRecord::Bootstrap(index) => bootstrapped = Some(index),
+        }
+    }
+    crate::acl::AclStore::restore(tokens, policies, bootstrapped)
 }
 
 /// Binds the HTTP listener on `config.bind` (port 0 picks a free one), starts the agent and

@@ -47,6 +47,7 @@ const EVALS: TableDefinition<&str, &[u8]> = TableDefinition::new("evals");
 const SERVICES: TableDefinition<&str, &[u8]> = TableDefinition::new("services");
 const RUNNERS: TableDefinition<&str, &[u8]> = TableDefinition::new("runners");
 const PULLS: TableDefinition<&str, &[u8]> = TableDefinition::new("logged_pulls");
+const ACL: TableDefinition<&str, &[u8]> = TableDefinition::new("acl");
 const LOG: TableDefinition<u64, &str> = TableDefinition::new("log");
 
 pub const DATABASE_FILE: &str = "state.redb";
@@ -62,6 +63,8 @@ pub enum Table {
     Runners,
     /// The last pull of each allocation that the event log records (see `Core::log_pull`).
     Pulls,
+    /// ACL records, by key: `token/<accessor>`, `policy/<name>`, and `bootstrap` (its index).
+    Acl,
 }
 
 impl Table {
@@ -73,6 +76,7 @@ impl Table {
             Table::Services => SERVICES,
             Table::Runners => RUNNERS,
             Table::Pulls => PULLS,
+            Table::Acl => ACL,
         }
     }
 }
@@ -97,6 +101,27 @@ pub enum Payload {
     Runner(Vec<u8>),
     /// An allocation and the `AllocModifyIndex` of its last logged pull.
     Pulled(String, u64),
+    /// An ACL record (see [`Table::Acl`]).
+    Acl(AclRecord),
+}
+
+/// An ACL record as stored.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum AclRecord {
+    Token(crate::acl::Token),
+    Policy(crate::acl::Policy),
+    Bootstrap(u64),
+}
+
+impl AclRecord {
+    /// Its key in [`Table::Acl`].
+    pub fn key(&self) -> String {
+        match self {
+            AclRecord::Token(token) => format!("token/{}", token.accessor_id),
+            AclRecord::Policy(policy) => format!("policy/{}", policy.name),
+            AclRecord::Bootstrap(_) => "bootstrap".into(),
+        }
+    }
 }
 
 /// A runner as stored: its state, and when each of its running timers is due (Unix ns), so
@@ -133,6 +158,7 @@ impl Payload {
             Payload::Service(service) => serde_json::to_vec(service),
             Payload::Runner(encoded) => return std::borrow::Cow::Borrowed(encoded),
             Payload::Pulled(alloc, index) => serde_json::to_vec(&(alloc, index)),
+            Payload::Acl(record) => serde_json::to_vec(record),
         };
         std::borrow::Cow::Owned(encoded.expect("stored records always serialize"))
     }
@@ -175,6 +201,7 @@ pub struct Loaded {
     pub logged_pulls: BTreeMap<String, u64>,
     /// The last event log sequence number.
     pub log_seq: u64,
+    pub acl: Vec<AclRecord>,
 }
 
 pub struct Persist {
@@ -273,6 +300,7 @@ impl Persist {
                 Table::Services,
                 Table::Runners,
                 Table::Pulls,
+                Table::Acl,
             ] {
                 setup
                     .open_table(table.definition())
@@ -334,6 +362,7 @@ impl Persist {
         each(&read, Table::Pulls, |(alloc, index): (String, u64)| {
             loaded.logged_pulls.insert(alloc, index);
         })?;
+        each(&read, Table::Acl, |record| loaded.acl.push(record))?;
         let log = read.open_table(LOG).map_err(|e| error("log", e))?;
         let mut text = String::new();
         for row in log.iter().map_err(|e| error("log", e))? {

@@ -103,8 +103,9 @@ impl StateStore {
         self.index
     }
 
-    /// Starts a write: the index every record it changes is stamped with.
-    pub(super) fn next_index(&mut self) -> u64 {
+    /// Starts a write: the index every record it changes is stamped with. (The daemon's
+    /// ACL writes take one too, as Nomad's Raft writes do.)
+    pub fn next_index(&mut self) -> u64 {
         self.wrote(Record::Index);
         self.index += 1;
         self.index

@@ -8,6 +8,7 @@
 //! Paths are percent-decoded, and `/v1/job/...` is routed by its suffix, as Nomad does, so a
 //! job ID may contain `/`.
 
+mod acl;
 mod allocs;
 mod blocking;
 mod guard;
@@ -16,6 +17,7 @@ mod request;
 mod server;
 mod services;
 
+use acl::{acl_routes, authority, check, Need};
 use allocs::*;
 use blocking::*;
 use guard::browser_guard;
@@ -132,14 +134,24 @@ fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Rep
         request.host.as_deref(),
         request.origin.as_deref(),
     )?;
+    let authority = authority(shared, request.token.as_deref())?;
     let (path, query) = split_url(&request.url);
     let mut query = Query::parse(&query)?;
     query.waited_out = waited_out;
-    route(shared, &request.method, &path, &query, &request.body)
+    route(
+        shared,
+        &authority,
+        &request.method,
+        &path,
+        &query,
+        &request.body,
+    )
 }
 
+/// Routes a request, each route checking first what it needs of the token (`acl.rs`).
 fn route(
     shared: &Shared,
+    authority: &crate::acl::Authority,
     method: &Method,
     path: &str,
     query: &Query,
@@ -151,27 +163,35 @@ fn route(
     let is_get = *method == Method::Get;
     let is_write = matches!(method, Method::Post | Method::Put);
     let invalid = || Err(error(405, "Invalid method"));
+    let need = |need: Need| check(authority, query, need);
+    let read = || need(Need::Capability("read-job"));
     match rest {
-        "jobs" if is_get => list_jobs(shared, query),
-        "jobs" if is_write => register(shared, None, body),
+        "jobs" if is_get => {
+            need(Need::Capability("list-jobs")).and_then(|()| list_jobs(shared, query))
+        }
+        "jobs" if is_write => {
+            need(Need::Capability("submit-job")).and_then(|()| register(shared, None, body))
+        }
         "jobs" => invalid(),
-        "jobs/parse" if is_write => parse_hcl(shared, body),
+        "jobs/parse" if is_write => {
+            need(Need::Either("parse-job", "submit-job")).and_then(|()| parse_hcl(shared, body))
+        }
         "jobs/parse" => invalid(),
-        "allocations" if is_get => list_allocs(shared, query),
-        "evaluations" if is_get => list_evals(shared, query),
-        "services" if is_get => list_services(shared, query),
-        "agent/self" if is_get => agent_self(shared),
-        "status/leader" if is_get => Ok(Reply {
+        "allocations" if is_get => read().and_then(|()| list_allocs(shared, query)),
+        "evaluations" if is_get => read().and_then(|()| list_evals(shared, query)),
+        "services" if is_get => read().and_then(|()| list_services(shared, query)),
+        "agent/self" if is_get => need(Need::AgentRead).and_then(|()| agent_self(shared)),
+        "status/leader" if is_get => need(Need::Nothing).map(|()| Reply {
             status: 200,
             body: json!(shared.config.bind.to_string()),
             index: None,
         }),
-        "status/peers" if is_get => Ok(Reply {
+        "status/peers" if is_get => need(Need::Nothing).map(|()| Reply {
             status: 200,
             body: json!([shared.config.bind.to_string()]),
             index: None,
         }),
-        "regions" if is_get => Ok(Reply {
+        "regions" if is_get => need(Need::Nothing).map(|()| Reply {
             status: 200,
             body: json!(["global"]),
             index: None,
@@ -179,28 +199,34 @@ fn route(
         "allocations" | "evaluations" | "services" | "agent/self" | "status/leader"
         | "status/peers" | "regions" => invalid(),
         _ => {
+            if let Some(acl) = rest.strip_prefix("acl/") {
+                return acl_routes(shared, authority, method, acl, body);
+            }
             if let Some(job) = rest.strip_prefix("job/") {
-                return job_routes(shared, method, job, query, body);
+                return job_routes(shared, authority, method, job, query, body);
             }
             if let Some(alloc) = rest.strip_prefix("allocation/") {
                 return match alloc.split_once('/') {
-                    None if is_get => get_alloc(shared, alloc, query),
-                    Some((id, "stop")) if is_write => stop_alloc(shared, id, query),
+                    None if is_get => read().and_then(|()| get_alloc(shared, alloc, query)),
+                    Some((id, "stop")) if is_write => need(Need::Capability("alloc-lifecycle"))
+                        .and_then(|()| stop_alloc(shared, id, query)),
                     None | Some((_, "stop")) => invalid(),
                     Some(_) => Err(error(404, "resource not found")),
                 };
             }
             if let Some(eval) = rest.strip_prefix("evaluation/") {
                 return match eval.split_once('/') {
-                    None if is_get => get_eval(shared, eval, query),
-                    Some((id, "allocations")) if is_get => eval_allocs(shared, id, query),
+                    None if is_get => read().and_then(|()| get_eval(shared, eval, query)),
+                    Some((id, "allocations")) if is_get => {
+                        read().and_then(|()| eval_allocs(shared, id, query))
+                    }
                     None | Some((_, "allocations")) => invalid(),
                     Some(_) => Err(error(404, "resource not found")),
                 };
             }
             if let Some(name) = rest.strip_prefix("service/") {
                 return if is_get {
-                    get_service(shared, name, query)
+                    read().and_then(|()| get_service(shared, name, query))
                 } else {
                     invalid()
                 };
@@ -213,17 +239,20 @@ fn route(
 /// `/v1/job/:id[/suffix]`, routed by suffix on the decoded path (IDs may contain `/`).
 fn job_routes(
     shared: &Shared,
+    authority: &crate::acl::Authority,
     method: &Method,
     rest: &str,
     query: &Query,
     body: &[u8],
 ) -> Result<Reply, ApiError> {
     let is_get = *method == Method::Get;
+    let need = |capability| check(authority, query, Need::Capability(capability));
     for suffix in ["allocations", "versions", "evaluations", "summary"] {
         if let Some(id) = rest.strip_suffix(&format!("/{suffix}")) {
             if !is_get {
                 return Err(error(405, "Invalid method"));
             }
+            need("read-job")?;
             return match suffix {
                 "allocations" => job_allocs(shared, id, query),
                 "versions" => job_versions(shared, id, query),
@@ -233,9 +262,11 @@ fn job_routes(
         }
     }
     match method {
-        Method::Get => get_job(shared, rest, query),
-        Method::Post | Method::Put => register(shared, Some(rest), body),
-        Method::Delete => stop_job(shared, rest, query),
+        Method::Get => need("read-job").and_then(|()| get_job(shared, rest, query)),
+        Method::Post | Method::Put => {
+            need("submit-job").and_then(|()| register(shared, Some(rest), body))
+        }
+        Method::Delete => need("submit-job").and_then(|()| stop_job(shared, rest, query)),
         _ => Err(error(405, "Invalid method")),
     }
 }

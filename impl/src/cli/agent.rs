@@ -1,0 +1,82 @@
+//! The `agent` command: it checks for `-dev`, makes the data dir, starts the daemon, and
+//! then waits on SIGINT or SIGTERM (blocked in every thread it starts), saving state
+//! durably before it exits while the tasks keep running under their supervisors.
+
+use super::AgentArgs;
+use crate::daemon::{self, AgentConfig};
+use std::io::Write;
+use std::net::SocketAddr;
+
+pub(super) fn agent(args: AgentArgs) -> Result<(), String> {
+    if !args.dev {
+        return Err("only -dev mode is supported: run `quiesce agent -dev`".into());
+    }
+    let data_dir = match args.data_dir {
+        Some(dir) => dir,
+        None => {
+            let dir = std::env::temp_dir().join(format!("quiesce-{}", std::process::id()));
+            create_data_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            dir
+        }
+    };
+    let data_dir = std::fs::canonicalize(&data_dir)
+        .or_else(|_| {
+            create_data_dir(&data_dir)?;
+            std::fs::canonicalize(&data_dir)
+        })
+        .map_err(|e| format!("data dir {}: {e}", data_dir.display()))?;
+    let supervisor = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+    // SIGINT and SIGTERM are taken by this thread (sigwait), so every thread the agent
+    // starts inherits them blocked; tasks do not (std resets the mask of a child).
+    let signals = shutdown_signals();
+    let mut config = AgentConfig::new(
+        data_dir.clone(),
+        SocketAddr::new(args.bind, args.port),
+        supervisor,
+    );
+    config.acl_enabled = args.acl_enabled;
+    let agent = daemon::spawn(config)?;
+    println!("==> quiesce agent started (dev mode)");
+    println!("    HTTP address: http://{}", agent.shared.config.bind);
+    println!("    Data dir:     {}", data_dir.display());
+    println!(
+        "    Event log:    {}",
+        data_dir.join(daemon::persist::EVENT_LOG_FILE).display()
+    );
+    let _ = std::io::stdout().flush();
+    let caught = wait_for(&signals);
+    // A clean stop: everything queued is made durable first. Tasks keep running under their
+    // supervisors; an agent started on the same data dir reattaches to them.
+    agent.shared.core().commit_durably()?;
+    println!("==> Caught signal {caught}: state saved; tasks keep running under their supervisors");
+    Ok(())
+}
+
+fn shutdown_signals() -> libc::sigset_t {
+    // SAFETY: sigset operations on a local set; pthread_sigmask on the calling thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_for(signals: &libc::sigset_t) -> i32 {
+    let mut caught = 0;
+    // SAFETY: the set is initialised and blocked in this thread.
+    unsafe { libc::sigwait(signals, &mut caught) };
+    caught
+}
+
+/// A data dir this agent makes: others may pass through it but not list it
+/// (`daemon::persist::DATA_DIR`).
+fn create_data_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(crate::daemon::persist::DATA_DIR)
+        .create(dir)
+}

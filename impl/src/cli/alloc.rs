@@ -1,0 +1,199 @@
+//! The `alloc` commands (`status`, `stop`), `eval status`, and Nomad's evaluation monitor,
+//! which after a stop goes on until every stopped allocation is client-terminal.
+
+use super::api::{fields, now, resolve, rfc3339, short, table, text, Api};
+use super::AllocCommand;
+use serde_json::Value;
+use std::time::Instant;
+
+pub(super) fn alloc(command: AllocCommand) -> Result<(), String> {
+    match command {
+        AllocCommand::Status { alloc, address } => {
+            let api = Api::new(&address)?;
+            let stub = resolve(&api, "Alloc", "allocations", &alloc)?;
+            alloc_status(&api, &text(&stub, "ID"))
+        }
+        AllocCommand::Stop {
+            alloc,
+            no_shutdown_delay,
+            detach,
+            address,
+        } => {
+            let api = Api::new(&address)?;
+            let stub = resolve(&api, "Alloc", "allocations", &alloc)?;
+            let id = text(&stub, "ID");
+            let answer = api.call(
+                "PUT",
+                &format!("/v1/allocation/{id}/stop?no_shutdown_delay={no_shutdown_delay}"),
+                None,
+            )?;
+            let eval = text(&answer, "EvalID");
+            if detach {
+                println!("{eval}");
+                return Ok(());
+            }
+            monitor(&api, &eval, Some(&[id]))
+        }
+    }
+}
+
+fn alloc_status(api: &Api, id: &str) -> Result<(), String> {
+    let alloc = api.get(&format!("/v1/allocation/{id}"))?;
+    let flag = alloc["DesiredTransition"]["NoShutdownDelay"] == Value::Bool(true);
+    println!(
+        "{}",
+        fields(&[
+            ("ID", text(&alloc, "ID")),
+            ("Eval ID", short(&text(&alloc, "EvalID")).to_string()),
+            ("Name", text(&alloc, "Name")),
+            ("Node ID", text(&alloc, "NodeID")),
+            ("Job ID", text(&alloc, "JobID")),
+            ("Job Version", text(&alloc, "JobVersion")),
+            ("Client Status", text(&alloc, "ClientStatus")),
+            ("Client Description", text(&alloc, "ClientDescription")),
+            ("Desired Status", text(&alloc, "DesiredStatus")),
+            ("Desired Description", text(&alloc, "DesiredDescription")),
+            ("No Shutdown Delay", flag.to_string()),
+        ])
+    );
+    if let Some(states) = alloc["TaskStates"].as_object() {
+        for (task, state) in states {
+            println!("\nTask {task:?} is {:?}", text(state, "State"));
+            let mut rows = vec![vec![
+                "Time".to_string(),
+                "Type".into(),
+                "Description".into(),
+            ]];
+            let events = state["Events"].as_array().cloned().unwrap_or_default();
+            for event in events.iter().rev() {
+                rows.push(vec![
+                    rfc3339(event["Time"].as_i64().unwrap_or(0)),
+                    text(event, "Type"),
+                    text(event, "DisplayMessage"),
+                ]);
+            }
+            println!("Recent Events:\n{}", table(&rows));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------- evaluations
+
+pub(super) fn eval_status(api: &Api, prefix: &str) -> Result<(), String> {
+    let stub = resolve(api, "Eval", "evaluations", prefix)?;
+    let eval = api.get(&format!("/v1/evaluation/{}", text(&stub, "ID")))?;
+    println!(
+        "{}",
+        fields(&[
+            ("ID", text(&eval, "ID")),
+            ("Status", text(&eval, "Status")),
+            ("Status Description", text(&eval, "StatusDescription")),
+            ("Type", text(&eval, "Type")),
+            ("TriggeredBy", text(&eval, "TriggeredBy")),
+            ("Job ID", text(&eval, "JobID")),
+            ("Priority", text(&eval, "Priority")),
+        ])
+    );
+    Ok(())
+}
+
+/// Nomad's evaluation monitor. With `stopped`, it then waits until each of those
+/// allocations is client-terminal (its tasks dead), reporting each as it ends.
+pub(super) fn monitor(api: &Api, eval_id: &str, stopped: Option<&[String]>) -> Result<(), String> {
+    println!("==> {}: Monitoring evaluation {:?}", now(), short(eval_id));
+    let mut index = 0u64;
+    let mut last_status = String::new();
+    let eval = loop {
+        let eval = api.get(&format!("/v1/evaluation/{eval_id}?index={index}&wait=5s"))?;
+        let status = text(&eval, "Status");
+        if last_status.is_empty() {
+            println!(
+                "    {}: Evaluation triggered by job {:?}",
+                now(),
+                text(&eval, "JobID")
+            );
+        } else if status != last_status {
+            println!(
+                "    {}: Evaluation status changed: {last_status:?} -> {status:?}",
+                now()
+            );
+        }
+        if status != "pending" {
+            break eval;
+        }
+        last_status = status;
+        index = eval["ModifyIndex"].as_u64().unwrap_or(index);
+    };
+    let status = text(&eval, "Status");
+    println!(
+        "==> {}: Evaluation {:?} finished with status {status:?}",
+        now(),
+        short(eval_id)
+    );
+    match stopped {
+        None => {
+            let allocs = api.get(&format!("/v1/evaluation/{eval_id}/allocations"))?;
+            for alloc in allocs.as_array().cloned().unwrap_or_default() {
+                println!(
+                    "    {}: Allocation {:?} created: node {:?}, group {:?}",
+                    now(),
+                    short(&text(&alloc, "ID")),
+                    short(&text(&alloc, "NodeID")),
+                    text(&alloc, "TaskGroup")
+                );
+            }
+            Ok(())
+        }
+        Some(allocs) => wait_stopped(api, allocs),
+    }
+}
+
+/// Waits until every allocation in `ids` is client-terminal or gone (purged).
+fn wait_stopped(api: &Api, ids: &[String]) -> Result<(), String> {
+    let mut left: Vec<String> = ids.to_vec();
+    let started = Instant::now();
+    let mut index = 0u64;
+    while !left.is_empty() {
+        let (answer, next) = api.call_indexed(
+            "GET",
+            &format!("/v1/allocations?index={index}&wait=5s"),
+            None,
+        )?;
+        let allocs = answer.as_array().cloned().unwrap_or_default();
+        left.retain(|id| {
+            let found = allocs.iter().find(|a| text(a, "ID") == *id);
+            let done = match found {
+                None => {
+                    println!(
+                        "    {}: Allocation {:?} stopped and purged",
+                        now(),
+                        short(id)
+                    );
+                    true
+                }
+                Some(alloc) => {
+                    let status = text(alloc, "ClientStatus");
+                    let done = matches!(status.as_str(), "complete" | "failed" | "lost");
+                    if done {
+                        println!(
+                            "    {}: Allocation {:?} stopped: tasks dead, client status {status:?}",
+                            now(),
+                            short(id)
+                        );
+                    }
+                    done
+                }
+            };
+            !done
+        });
+        index = next;
+    }
+    println!(
+        "==> {}: Stop complete: {} allocation(s) stopped in {:.1}s",
+        now(),
+        ids.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,256 @@
+//! The CLI's HTTP client for the agent ([`Api`]), and the helpers every command shares:
+//! path-segment escaping, output formatting (RFC 3339 times, short IDs, Nomad-style tables
+//! and `key = value` fields), and resolving allocation, evaluation and job ID prefixes as
+//! Nomad does.
+
+use super::Address;
+use crate::daemon;
+use serde_json::Value;
+
+/// The agent's API, as the CLI uses it.
+pub struct Api {
+    base: String,
+    /// Sent as `X-Nomad-Token`: `-token`, else `$NOMAD_TOKEN`.
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Api {
+    pub fn new(address: &Address) -> Result<Api, String> {
+        let base = address
+            .address
+            .clone()
+            .or_else(|| std::env::var("NOMAD_ADDR").ok().filter(|a| !a.is_empty()))
+            .unwrap_or_else(|| "http://127.0.0.1:4646".into());
+        let base = base.trim_end_matches('/').to_string();
+        if !base.starts_with("http://") {
+            return Err(format!(
+                "address {base:?} is not an http:// URL (this CLI speaks plain HTTP)"
+            ));
+        }
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build();
+        let token = address
+            .token
+            .clone()
+            .or_else(|| std::env::var("NOMAD_TOKEN").ok())
+            .filter(|t| !t.is_empty());
+        Ok(Api {
+            base,
+            token,
+            agent: config.into(),
+        })
+    }
+
+    /// Sends a request; a non-2xx answer is an error carrying the agent's message.
+    pub fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<Value, String> {
+        self.call_indexed(method, path, body)
+            .map(|(value, _)| value)
+    }
+
+    /// Sends a request; returns the answer and its `X-Nomad-Index`.
+    pub fn call_indexed(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<(Value, u64), String> {
+        let url = format!("{}{path}", self.base);
+        let token = self.token.as_deref().unwrap_or_default();
+        let response = match (method, body) {
+            ("GET", _) => self.agent.get(&url).header("X-Nomad-Token", token).call(),
+            ("DELETE", _) => self
+                .agent
+                .delete(&url)
+                .header("X-Nomad-Token", token)
+                .call(),
+            ("PUT", Some(body)) => self
+                .agent
+                .put(&url)
+                .header("X-Nomad-Token", token)
+                .send(body),
+            ("PUT", None) => self
+                .agent
+                .put(&url)
+                .header("X-Nomad-Token", token)
+                .send_empty(),
+            (_, Some(body)) => self
+                .agent
+                .post(&url)
+                .header("X-Nomad-Token", token)
+                .send(body),
+            (_, None) => self
+                .agent
+                .post(&url)
+                .header("X-Nomad-Token", token)
+                .send_empty(),
+        };
+        let mut response = response.map_err(|e| {
+            format!(
+                "Error querying the agent at {}: {e} (is `quiesce agent -dev` running? set -address or NOMAD_ADDR)",
+                self.base
+            )
+        })?;
+        let status = response.status().as_u16();
+        let index = response
+            .headers()
+            .get("X-Nomad-Index")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| format!("reading the agent's answer: {e}"))?;
+        if !(200..300).contains(&status) {
+            return Err(format!(
+                "Unexpected response code: {status} ({})",
+                text.trim()
+            ));
+        }
+        let value = serde_json::from_str(&text)
+            .map_err(|e| format!("the agent's answer is not JSON: {e}"))?;
+        Ok((value, index))
+    }
+
+    pub(super) fn get(&self, path: &str) -> Result<Value, String> {
+        self.call("GET", path, None)
+    }
+}
+
+/// Escapes a path segment (IDs may hold spaces or `/`; the agent decodes them).
+pub(super) fn segment(id: &str) -> String {
+    let mut out = String::new();
+    for byte in id.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(byte as char)
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------- formatting
+
+/// Unix nanoseconds as RFC 3339 (UTC, seconds).
+pub fn rfc3339(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
+}
+
+pub(super) fn now() -> String {
+    rfc3339(daemon::unix_now_ns())
+}
+
+pub(super) fn short(id: &str) -> &str {
+    &id[..id.len().min(8)]
+}
+
+pub(super) fn text(value: &Value, key: &str) -> String {
+    match &value[key] {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Columns padded to their widest cell, as Nomad's tables are.
+pub(super) fn table(rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|row| {
+            let cells: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .map(|(cell, width)| format!("{cell:width$}"))
+                .collect();
+            cells.join("  ").trim_end().to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+pub(super) fn fields(pairs: &[(&str, String)]) -> String {
+    let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k:width$} = {v}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+// ---------------------------------------------------------------------------- prefixes
+
+/// Resolves an allocation or evaluation ID prefix as Nomad does: at least two characters,
+/// exactly one match.
+pub(super) fn resolve(api: &Api, kind: &str, list: &str, prefix: &str) -> Result<Value, String> {
+    if prefix.len() < 2 {
+        return Err(format!("{kind} ID must contain at least two characters."));
+    }
+    let matches = api.get(&format!("/v1/{list}?prefix={}", segment(prefix)))?;
+    let matches = matches.as_array().cloned().unwrap_or_default();
+    match matches.len() {
+        0 => Err(format!(
+            "No {} with prefix or id {prefix:?} found",
+            kind.to_lowercase()
+        )),
+        1 => Ok(matches[0].clone()),
+        _ => {
+            let ids: Vec<String> = matches.iter().map(|m| text(m, "ID")).collect();
+            Err(format!(
+                "Prefix matched multiple {}s:\n{}",
+                kind.to_lowercase(),
+                ids.join("\n")
+            ))
+        }
+    }
+}
+
+/// A job by exact ID, else by a prefix matching exactly one job.
+pub(super) fn resolve_job(api: &Api, given: &str) -> Result<String, String> {
+    let jobs = api.get(&format!("/v1/jobs?prefix={}", segment(given)))?;
+    let ids: Vec<String> = jobs
+        .as_array()
+        .map(|jobs| jobs.iter().map(|j| text(j, "ID")).collect())
+        .unwrap_or_default();
+    if ids.iter().any(|id| id == given) {
+        return Ok(given.to_string());
+    }
+    match ids.len() {
+        0 => Err(format!("No job(s) with prefix or ID {given:?} found")),
+        1 => Ok(ids[0].clone()),
+        _ => Err(format!("Prefix matched multiple jobs:\n{}", ids.join("\n"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_print_as_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_796_040_000_000_000_000), "2026-11-30T12:00:00Z");
+    }
+}

@@ -1,0 +1,225 @@
+//! The `job` commands (`run`, `status`, `stop`, `start`): reading a jobspec file (JSON or
+//! HCL) into a register body, asking for confirmation when a job is named by a prefix, and
+//! printing the job list, one job's status and its allocations.
+
+use super::alloc::monitor;
+use super::api::{fields, resolve_job, segment, short, table, text, Api};
+use super::JobCommand;
+use crate::spec::Job;
+use serde_json::Value;
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+/// A jobspec file as a register body: JSON (wrapped in `{"Job": …}` if it is not already),
+/// or HCL (parsed here, as Nomad's CLI does).
+fn read_jobspec(file: &Path) -> Result<Vec<u8>, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("Error reading job file {}: {e}", file.display()))?;
+    let is_json =
+        file.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
+    let value: Value = if is_json {
+        serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "Error parsing job file {}: invalid JSON: {e}",
+                file.display()
+            )
+        })?
+    } else {
+        crate::hcl_jobspec::parse_job(&text)
+            .map_err(|e| format!("Error parsing job file {}: {e}", file.display()))?
+    };
+    let wrapped = match value.as_object() {
+        Some(object) if object.keys().any(|k| k.eq_ignore_ascii_case("job")) => value,
+        _ => serde_json::json!({ "Job": value }),
+    };
+    Ok(serde_json::to_vec(&wrapped).expect("JSON values serialize"))
+}
+
+pub(super) fn job(command: JobCommand) -> Result<(), String> {
+    match command {
+        JobCommand::Run {
+            file,
+            detach,
+            address,
+        } => {
+            let api = Api::new(&address)?;
+            let body = read_jobspec(&file)?;
+            let answer = api.call("PUT", "/v1/jobs", Some(&body))?;
+            let eval = text(&answer, "EvalID");
+            if eval.is_empty() {
+                println!("Job registered; no evaluation was created");
+                return Ok(());
+            }
+            if detach {
+                println!("Job registration successful\nEvaluation ID: {eval}");
+                return Ok(());
+            }
+            monitor(&api, &eval, None)
+        }
+        JobCommand::Status { job, address } => {
+            let api = Api::new(&address)?;
+            match job {
+                None => list_jobs(&api),
+                Some(job) => {
+                    let id = resolve_job(&api, &job)?;
+                    job_status(&api, &id)
+                }
+            }
+        }
+        JobCommand::Stop {
+            job,
+            purge,
+            no_shutdown_delay,
+            detach,
+            yes,
+            eval_priority,
+            address,
+        } => {
+            let api = Api::new(&address)?;
+            let id = resolve_job(&api, &job)?;
+            if id != job
+                && !yes
+                && !confirm(&format!("Are you sure you want to stop job {id:?}? [y/N] "))?
+            {
+                println!("Cancelling job stop");
+                return Ok(());
+            }
+            let mut path = format!(
+                "/v1/job/{}?purge={purge}&no_shutdown_delay={no_shutdown_delay}",
+                segment(&id)
+            );
+            if let Some(priority) = eval_priority {
+                path.push_str(&format!("&eval_priority={priority}"));
+            }
+            let allocs: Vec<String> = api
+                .get(&format!("/v1/job/{}/allocations", segment(&id)))?
+                .as_array()
+                .map(|a| a.iter().map(|a| text(a, "ID")).collect())
+                .unwrap_or_default();
+            let answer = api.call("DELETE", &path, None)?;
+            let eval = text(&answer, "EvalID");
+            if detach {
+                println!("{eval}");
+                return Ok(());
+            }
+            monitor(&api, &eval, Some(&allocs))
+        }
+        JobCommand::Start {
+            job,
+            detach,
+            address,
+        } => {
+            let api = Api::new(&address)?;
+            let id = resolve_job(&api, &job)?;
+            let mut stored = api.get(&format!("/v1/job/{}", segment(&id)))?;
+            if stored["Stop"] != Value::Bool(true) {
+                return Err(format!("Job {id:?} is not stopped: nothing to start"));
+            }
+            stored["Stop"] = Value::Bool(false);
+            let job: Job = serde_json::from_value(stored)
+                .map_err(|e| format!("the agent's job does not decode: {e}"))?;
+            let body = serde_json::to_vec(&serde_json::json!({ "Job": job }))
+                .expect("JSON values serialize");
+            let answer = api.call("PUT", &format!("/v1/job/{}", segment(&id)), Some(&body))?;
+            let eval = text(&answer, "EvalID");
+            if detach {
+                println!("Job start successful\nEvaluation ID: {eval}");
+                return Ok(());
+            }
+            monitor(&api, &eval, None)
+        }
+    }
+}
+
+fn confirm(question: &str) -> Result<bool, String> {
+    print!("{question}");
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes" | "Yes"))
+}
+
+fn list_jobs(api: &Api) -> Result<(), String> {
+    let jobs = api.get("/v1/jobs")?;
+    let jobs = jobs.as_array().cloned().unwrap_or_default();
+    if jobs.is_empty() {
+        println!("No running jobs");
+        return Ok(());
+    }
+    let mut rows = vec![vec![
+        "ID".to_string(),
+        "Type".into(),
+        "Priority".into(),
+        "Status".into(),
+    ]];
+    for job in &jobs {
+        rows.push(vec![
+            text(job, "ID"),
+            text(job, "Type"),
+            text(job, "Priority"),
+            text(job, "Status"),
+        ]);
+    }
+    println!("{}", table(&rows));
+    Ok(())
+}
+
+fn alloc_rows(allocs: &[Value]) -> String {
+    let mut rows = vec![vec![
+        "ID".to_string(),
+        "Node ID".into(),
+        "Task Group".into(),
+        "Version".into(),
+        "Desired".into(),
+        "Status".into(),
+    ]];
+    for alloc in allocs {
+        rows.push(vec![
+            short(&text(alloc, "ID")).to_string(),
+            short(&text(alloc, "NodeID")).to_string(),
+            text(alloc, "TaskGroup"),
+            text(alloc, "JobVersion"),
+            text(alloc, "DesiredStatus"),
+            text(alloc, "ClientStatus"),
+        ]);
+    }
+    table(&rows)
+}
+
+fn job_status(api: &Api, id: &str) -> Result<(), String> {
+    let job = api.get(&format!("/v1/job/{}", segment(id)))?;
+    println!(
+        "{}",
+        fields(&[
+            ("ID", text(&job, "ID")),
+            ("Name", text(&job, "Name")),
+            ("Type", text(&job, "Type")),
+            ("Priority", text(&job, "Priority")),
+            (
+                "Datacenters",
+                job["Datacenters"].as_array().map_or(String::new(), |d| {
+                    d.iter()
+                        .map(|x| x.as_str().unwrap_or("").to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+            ),
+            ("Namespace", text(&job, "Namespace")),
+            ("Status", text(&job, "Status")),
+            ("Version", text(&job, "Version")),
+            ("Stop", text(&job, "Stop")),
+        ])
+    );
+    let allocs = api.get(&format!("/v1/job/{}/allocations", segment(id)))?;
+    let allocs = allocs.as_array().cloned().unwrap_or_default();
+    println!("\nAllocations");
+    if allocs.is_empty() {
+        println!("No allocations placed");
+    } else {
+        println!("{}", alloc_rows(&allocs));
+    }
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! The `quiesce` command line: the agent, and a client CLI that mirrors Nomad's (`job
+//! run|status|stop|start`, `alloc status|stop`, `eval status`), with Nomad's single-dash
+//! flags, `-address` / `NOMAD_ADDR`, ID prefixes resolved as Nomad resolves them, and the
+//! evaluation monitor — which, for a stop, goes on until the stopped tasks are dead.
+
+mod acl;
+mod agent;
+mod alloc;
+mod api;
+mod job;
+
+pub use api::{rfc3339, Api};
+
+use acl::acl;
+use agent::agent;
+use alloc::{alloc, eval_status};
+use clap::{Args, Parser, Subcommand};
+use job::job;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "quiesce",
+    version,
+    about = "The reference daemon for Nomad's stop path, and its Nomad-style CLI.",
+    after_help = "Flags may be written with one dash, as Nomad's are: `-no-shutdown-delay`."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Top,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Top {
+    /// Run the agent: server and client in one process.
+    Agent(AgentArgs),
+    /// Job commands.
+    #[command(subcommand)]
+    Job(JobCommand),
+    /// Allocation commands.
+    #[command(subcommand)]
+    Alloc(AllocCommand),
+    /// Evaluation commands.
+    #[command(subcommand)]
+    Eval(EvalCommand),
+    /// ACL commands: the bootstrap, policies and tokens.
+    #[command(subcommand)]
+    Acl(AclCommand),
+    /// (internal) Supervise one raw_exec task: run by the agent.
+    #[command(hide = true)]
+    Supervise {
+        dir: PathBuf,
+        /// The user to run the task as.
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    /// Development mode: server and client in one process (the only mode).
+    #[arg(long)]
+    pub dev: bool,
+    /// Where state, task directories and the event log live (default: a new temporary
+    /// directory).
+    #[arg(long = "data-dir")]
+    pub data_dir: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: IpAddr,
+    /// 0 picks a free port (printed at start-up).
+    #[arg(long, default_value_t = 4646)]
+    pub port: u16,
+    /// Check every request's ACL token (off by default, as in Nomad's dev agent).
+    #[arg(long = "acl-enabled")]
+    pub acl_enabled: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Address {
+    /// The agent's HTTP address (default: $NOMAD_ADDR, else http://127.0.0.1:4646).
+    #[arg(long, global = true)]
+    pub address: Option<String>,
+    /// The ACL token's secret (default: $NOMAD_TOKEN).
+    #[arg(long, global = true)]
+    pub token: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum JobCommand {
+    /// Register a job from a jobspec file (HCL, or JSON in the API's shape) and monitor its
+    /// evaluation.
+    Run {
+        file: PathBuf,
+        #[arg(long)]
+        detach: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// List jobs, or show one job and its allocations.
+    Status {
+        job: Option<String>,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Stop a job, and wait until its tasks are dead.
+    Stop {
+        job: String,
+        #[arg(long)]
+        purge: bool,
+        /// Skip the group and task shutdown_delay waits (pre-stop hooks still run).
+        #[arg(long = "no-shutdown-delay")]
+        no_shutdown_delay: bool,
+        #[arg(long)]
+        detach: bool,
+        /// Do not ask for confirmation when JOB is only a prefix.
+        #[arg(long)]
+        yes: bool,
+        #[arg(long = "eval-priority")]
+        eval_priority: Option<i64>,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Start a stopped job again (its latest version, with Stop=false).
+    Start {
+        job: String,
+        #[arg(long)]
+        detach: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AllocCommand {
+    Status {
+        alloc: String,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Stop one allocation (it is replaced), and wait until its tasks are dead.
+    Stop {
+        alloc: String,
+        #[arg(long = "no-shutdown-delay")]
+        no_shutdown_delay: bool,
+        #[arg(long)]
+        detach: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum EvalCommand {
+    Status {
+        eval: String,
+        #[command(flatten)]
+        address: Address,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AclCommand {
+    /// Make the first management token (once). FILE, if given, holds its secret (a UUID).
+    Bootstrap {
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Policy commands.
+    #[command(subcommand)]
+    Policy(AclPolicyCommand),
+    /// Token commands.
+    #[command(subcommand)]
+    Token(AclTokenCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AclPolicyCommand {
+    /// Create or replace the policy NAME with the rules in FILE (`-` for stdin).
+    Apply {
+        #[arg(long)]
+        description: Option<String>,
+        name: String,
+        file: PathBuf,
+        #[command(flatten)]
+        address: Address,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AclTokenCommand {
+    /// Create a token: a client token with its policies, or a management token.
+    Create {
+        #[arg(long)]
+        name: Option<String>,
+        /// `client` or `management`.
+        #[arg(long = "type", default_value = "client")]
+        kind: String,
+        /// A policy of the token (repeatable).
+        #[arg(long = "policy")]
+        policies: Vec<String>,
+        #[arg(long)]
+        global: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+}
+
+/// Nomad's flags have one dash (`-no-shutdown-delay`); clap's long flags have two. Rewrites
+/// each single-dash word longer than one letter, up to a `--`.
+pub fn double_dash(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut literal = false;
+    for arg in args {
+        if arg == "--" {
+            literal = true;
+        }
+        let single = !literal
+            && arg.starts_with('-')
+            && !arg.starts_with("--")
+            && arg.len() > 2
+            && !arg[1..].starts_with(|c: char| c.is_ascii_digit());
+        out.push(if single { format!("-{arg}") } else { arg });
+    }
+    out
+}
+
+/// Runs the command line; returns the process exit code.
+pub fn main(args: Vec<String>) -> i32 {
+    // `supervise DIR -- COMMAND…` runs once per task: it skips clap, whose parsing would
+    // touch memory that the supervisor's exit then has to tear down again, in the middle
+    // of a stop of many tasks. Any other shape goes to clap, for its errors.
+    if args.get(1).map(String::as_str) == Some("parse-hcl") && args.len() == 2 {
+        return crate::hcl_jobspec::parse_hcl_main();
+    }
+    if let [_, supervise, dir, rest @ ..] = args.as_slice() {
+        let (user, rest) = match rest {
+            [flag, user, rest @ ..] if flag == "--user" => (Some(user.as_str()), rest),
+            _ => (None, rest),
+        };
+        if let [dash, argv @ ..] = rest {
+            if supervise == "supervise" && dash == "--" && !argv.is_empty() {
+                let dir = std::path::Path::new(dir);
+                return crate::client::raw_exec::supervise(dir, user, argv);
+            }
+        }
+    }
+    let cli = match Cli::try_parse_from(double_dash(args)) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 1 } else { 0 };
+        }
+    };
+    let result = match cli.command {
+        Top::Supervise { dir, user, argv } => {
+            return crate::client::raw_exec::supervise(&dir, user.as_deref(), &argv)
+        }
+        Top::Agent(args) => agent(args),
+        Top::Job(command) => job(command),
+        Top::Alloc(command) => alloc(command),
+        Top::Eval(EvalCommand::Status { eval, address }) => {
+            Api::new(&address).and_then(|api| eval_status(&api, &eval))
+        }
+        Top::Acl(command) => acl(command),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(message) => {
+            eprintln!("Error: {message}");
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_dash_flags_become_long_flags_up_to_a_double_dash() {
+        let args = [
+            "quiesce",
+            "job",
+            "stop",
+            "-no-shutdown-delay",
+            "-yes",
+            "web",
+            "--",
+            "-x",
+        ];
+        let out = double_dash(args.iter().map(|s| s.to_string()));
+        assert_eq!(
+            out,
+            [
+                "quiesce",
+                "job",
+                "stop",
+                "--no-shutdown-delay",
+                "--yes",
+                "web",
+                "--",
+                "-x"
+            ]
+        );
+        let out = double_dash(["-h".to_string(), "-address=http://x".to_string()]);
+        assert_eq!(out, ["-h", "--address=http://x"]);
+    }
+}

@@ -1,0 +1,352 @@
+//! ACLs over the API, as Nomad has them: the request's token (`X-Nomad-Token`, else
+//! `Authorization: Bearer`) decides what it may do ([`authority`]); the routes check it
+//! ([`Need`]); and the `/v1/acl/...` endpoints bootstrap, and manage tokens and policies.
+//! With ACLs off every request may do anything and the ACL endpoints answer Nomad's
+//! `ACL support disabled`.
+
+use super::*;
+use crate::acl::{self, AclError, Authority, TokenRequest, TokenType};
+use crate::daemon::persist::{AclRecord, Payload, Table};
+
+/// Nomad's statuses and texts.
+pub(super) fn acl_error(e: AclError) -> ApiError {
+    match e {
+        AclError::TokenNotFound => error(403, "ACL token not found"),
+        AclError::PermissionDenied => error(403, "Permission denied"),
+        AclError::Invalid(message) => error(400, message),
+        AclError::NotFound(message) => error(404, message),
+    }
+}
+
+/// What the request's token may do; an unknown token is refused here, before any route.
+pub(super) fn authority(shared: &Shared, token: Option<&str>) -> Result<Authority, ApiError> {
+    if !shared.config.acl_enabled {
+        return Ok(Authority::Unchecked);
+    }
+    shared.core().acl.authority(token).map_err(acl_error)
+}
+
+/// What a route needs of the token.
+pub(super) enum Need {
+    /// Nothing (the leader, the regions, the bootstrap).
+    Nothing,
+    /// A capability in the request's namespace.
+    Capability(&'static str),
+    /// Either of two capabilities (a parse: `parse-job` or `submit-job`, as Nomad).
+    Either(&'static str, &'static str),
+    /// `agent` read.
+    AgentRead,
+}
+
+/// `Ok` if the token may, else Nomad's 403. The namespace is the query's (`default` when
+/// absent; `*` is `default`, the only one quiesce keeps objects in).
+pub(super) fn check(authority: &Authority, query: &Query, need: Need) -> Result<(), ApiError> {
+    let namespace = match query.get("namespace") {
+        None | Some("") | Some("*") => "default",
+        Some(namespace) => namespace,
+    };
+    let allowed = match need {
+        Need::Nothing => true,
+        Need::Capability(cap) => authority.allows(namespace, cap),
+        Need::Either(a, b) => authority.allows(namespace, a) || authority.allows(namespace, b),
+        Need::AgentRead => authority.allows_agent(false),
+    };
+    authority.require(allowed).map_err(acl_error)
+}
+
+/// `/v1/acl/...`.
+pub(super) fn acl_routes(
+    shared: &Shared,
+    authority: &Authority,
+    method: &Method,
+    rest: &str,
+    body: &[u8],
+) -> Result<Reply, ApiError> {
+    if !shared.config.acl_enabled {
+        return Err(error(400, "ACL support disabled"));
+    }
+    let is_get = *method == Method::Get;
+    let is_write = matches!(method, Method::Post | Method::Put);
+    let is_delete = *method == Method::Delete;
+    let management = || {
+        authority
+            .require(authority.is_management())
+            .map_err(acl_error)
+    };
+    match rest {
+        "bootstrap" if is_write => bootstrap(shared, body),
+        "tokens" if is_get => {
+            management()?;
+            let core = shared.core();
+            let tokens: Vec<Value> = core.acl.tokens().map(|t| token_json(t, false)).collect();
+            ok(json!(tokens), core.server.store.index())
+        }
+        "token" if is_write => {
+            management()?;
+            upsert_token(shared, None, body)
+        }
+        "token/self" if is_get => {
+            let token = authority
+                .token()
+                .ok_or_else(|| acl_error(AclError::TokenNotFound))?;
+            ok(token_json(token, true), token.modify_index)
+        }
+        "policies" if is_get => {
+            let core = shared.core();
+            let mine = |name: &str| match authority.token() {
+                _ if authority.is_management() => true,
+                Some(token) => token.policies.iter().any(|p| p == name),
+                None => name == acl::ANONYMOUS_POLICY,
+            };
+            let policies: Vec<Value> = core
+                .acl
+                .policies()
+                .filter(|p| mine(&p.name))
+                .map(|p| {
+                    json!({"Name": p.name, "Description": p.description,
+                           "CreateIndex": p.create_index, "ModifyIndex": p.modify_index})
+                })
+                .collect();
+            ok(json!(policies), core.server.store.index())
+        }
+        "bootstrap" | "tokens" | "token" | "token/self" | "policies" => {
+            Err(error(405, "Invalid method"))
+        }
+        _ => {
+            if let Some(accessor) = rest.strip_prefix("token/") {
+                let own = authority.token().is_some_and(|t| t.accessor_id == accessor);
+                return match method {
+                    Method::Get => {
+                        authority
+                            .require(own || authority.is_management())
+                            .map_err(acl_error)?;
+                        let core = shared.core();
+                        let token = core
+                            .acl
+                            .token(accessor)
+                            .ok_or_else(|| error(404, "ACL token not found"))?;
+                        ok(token_json(token, true), token.modify_index)
+                    }
+                    _ if is_write => {
+                        management()?;
+                        upsert_token(shared, Some(accessor), body)
+                    }
+                    _ if is_delete => {
+                        management()?;
+                        acl_write(shared, |store, _, _| {
+                            let token = store.delete_token(accessor)?;
+                            Ok((Value::Null, vec![key_of_token(&token)]))
+                        })
+                    }
+                    _ => Err(error(405, "Invalid method")),
+                };
+            }
+            if let Some(name) = rest.strip_prefix("policy/") {
+                return match method {
+                    Method::Get => {
+                        let has = authority
+                            .token()
+                            .is_some_and(|t| t.policies.iter().any(|p| p == name));
+                        authority
+                            .require(has || authority.is_management())
+                            .map_err(acl_error)?;
+                        let core = shared.core();
+                        let policy = core
+                            .acl
+                            .policy(name)
+                            .ok_or_else(|| error(404, "ACL policy not found"))?;
+                        ok(
+                            json!({"Name": policy.name, "Description": policy.description,
+                                   "Rules": policy.rules, "JobACL": null,
+                                   "CreateIndex": policy.create_index,
+                                   "ModifyIndex": policy.modify_index}),
+                            policy.modify_index,
+                        )
+                    }
+                    _ if is_write => {
+                        management()?;
+                        upsert_policy(shared, name, body)
+                    }
+                    _ if is_delete => {
+                        management()?;
+                        acl_write(shared, |store, _, _| {
+                            let policy = store.delete_policy(name)?;
+                            Ok((
+                                Value::Null,
+                                vec![(Table::Acl, format!("policy/{}", policy.name), None)],
+                            ))
+                        })
+                    }
+                    _ => Err(error(405, "Invalid method")),
+                };
+            }
+            Err(error(404, ""))
+        }
+    }
+}
+
+/// An ACL write: `change` edits the store at a new index (and the time now) and says what
+/// to answer and which records to store; they are stored durably before the answer. A
+/// refused change changes nothing, not even the index.
+fn acl_write(
+    shared: &Shared,
+    change: impl FnOnce(
+        &mut acl::AclStore,
+        u64,
+        i64,
+    ) -> Result<(Value, Vec<crate::daemon::persist::Write>), AclError>,
+) -> Result<Reply, ApiError> {
+    let mut core = shared.core();
+    let index = core.server.store.index() + 1;
+    let (answer, writes) =
+        change(&mut core.acl, index, crate::daemon::unix_now_ns()).map_err(acl_error)?;
+    assert_eq!(core.server.store.next_index(), index);
+    core.commit_durably_with(writes)
+        .map_err(|e| error(500, format!("storing the write: {e}")))?;
+    shared.notify(&core);
+    ok(answer, index)
+}
+
+fn key_of_token(token: &acl::Token) -> crate::daemon::persist::Write {
+    (Table::Acl, format!("token/{}", token.accessor_id), None)
+}
+
+fn store_record(record: AclRecord) -> crate::daemon::persist::Write {
+    (Table::Acl, record.key(), Some(Payload::Acl(record)))
+}
+
+/// A fresh UUID for an accessor or a secret.
+fn fresh() -> String {
+    acl::random_uuid().expect("the kernel's random source is readable")
+}
+
+/// The body's object, or `{}` for an empty body.
+fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(object)) => Ok(object),
+        Ok(_) => Err(error(400, "the request body must be a JSON object")),
+        Err(e) => Err(error(400, format!("invalid JSON: {e}"))),
+    }
+}
+
+/// A field of `object` as Go decodes it: the key case-insensitively.
+fn field<'a>(object: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    object
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v)
+        .filter(|v| !v.is_null())
+}
+
+fn string_field(object: &Map<String, Value>, name: &str) -> Result<String, ApiError> {
+    match field(object, name) {
+        None => Ok(String::new()),
+        Some(Value::String(text)) => Ok(text.clone()),
+        Some(_) => Err(error(400, format!("{name} must be a string"))),
+    }
+}
+
+fn bootstrap(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError> {
+    let object = body_object(body)?;
+    let secret = Some(string_field(&object, "BootstrapSecret")?).filter(|s| !s.is_empty());
+    acl_write(shared, |store, index, now| {
+        let token = store.bootstrap(secret, fresh, index, now)?;
+        Ok((
+            token_json(&token, true),
+            vec![
+                store_record(AclRecord::Token(token)),
+                store_record(AclRecord::Bootstrap(index)),
+            ],
+        ))
+    })
+}
+
+fn upsert_token(shared: &Shared, accessor: Option<&str>, body: &[u8]) -> Result<Reply, ApiError> {
+    let object = body_object(body)?;
+    if object.is_empty() {
+        return Err(error(400, "Request body is empty"));
+    }
+    let kind = match string_field(&object, "Type")?.as_str() {
+        "" => None,
+        "client" => Some(TokenType::Client),
+        "management" => Some(TokenType::Management),
+        other => {
+            return Err(error(
+                400,
+                format!("token type must be client or management, not {other:?}"),
+            ))
+        }
+    };
+    let policies = match field(&object, "Policies") {
+        None => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|p| p.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| error(400, "Policies must be a list of names"))?,
+        Some(_) => return Err(error(400, "Policies must be a list of names")),
+    };
+    let given = string_field(&object, "AccessorID")?;
+    if let (Some(path), false) = (accessor, given.is_empty()) {
+        if path != given {
+            return Err(error(400, "AccessorID does not match the request path"));
+        }
+    }
+    let request = TokenRequest {
+        accessor_id: accessor.map(str::to_string),
+        name: string_field(&object, "Name")?,
+        kind,
+        policies,
+        global: field(&object, "Global")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    };
+    acl_write(shared, |store, index, now| {
+        let token = store.upsert_token(request, fresh, index, now)?;
+        Ok((
+            token_json(&token, true),
+            vec![store_record(AclRecord::Token(token))],
+        ))
+    })
+}
+
+fn upsert_policy(shared: &Shared, name: &str, body: &[u8]) -> Result<Reply, ApiError> {
+    let object = body_object(body)?;
+    if object.is_empty() {
+        return Err(error(400, "Request body is empty"));
+    }
+    let given = string_field(&object, "Name")?;
+    if !given.is_empty() && given != name {
+        return Err(error(400, "Policy name does not match request path"));
+    }
+    let description = string_field(&object, "Description")?;
+    let rules = string_field(&object, "Rules")?;
+    acl_write(shared, |store, index, _| {
+        let policy = store.upsert_policy(name, description, rules, index)?;
+        Ok((Value::Null, vec![store_record(AclRecord::Policy(policy))]))
+    })
+}
+
+/// A token as Nomad renders it (`ACLToken`; a list's stub has no secret).
+fn token_json(token: &acl::Token, with_secret: bool) -> Value {
+    let mut value = json!({
+        "AccessorID": token.accessor_id,
+        "Name": token.name,
+        "Type": token.kind,
+        "Policies": token.policies,
+        "Roles": null,
+        "Global": token.global,
+        "Hash": "",
+        "CreateTime": crate::cli::rfc3339(token.create_time),
+        "ExpirationTime": null,
+        "CreateIndex": token.create_index,
+        "ModifyIndex": token.modify_index,
+    });
+    if with_secret {
+        value["SecretID"] = json!(token.secret_id);
+    }
+    value
+}
