@@ -23,6 +23,10 @@ impl Drop for Running {
 }
 
 fn agent(name: &str) -> Running {
+    agent_with(name, false)
+}
+
+fn agent_with(name: &str, acl_enabled: bool) -> Running {
     let data_dir = std::env::temp_dir().join(format!("quiesce-http-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
     let mut config = AgentConfig::new(
@@ -32,6 +36,7 @@ fn agent(name: &str) -> Running {
     );
     config.http.idle_timeout = IDLE;
     config.http.body_timeout = BODY;
+    config.acl_enabled = acl_enabled;
     let agent = daemon::spawn(config).expect("the agent starts");
     Running { agent, data_dir }
 }
@@ -225,4 +230,37 @@ fn waiting_queries_and_idle_connections_hold_no_thread() {
         assert!(answer.contains("\"ID\":\"w\""), "{answer}");
     }
     drop(idle);
+}
+
+#[test]
+fn a_get_s_body_is_not_read_and_an_unknown_token_is_refused_before_its_body() {
+    let agent = agent_with("heads", true);
+    // A GET announcing a body it never sends is answered at once (Nomad ignores a GET's
+    // body), not after the body timeout: a 403, as nothing is allowed without a token.
+    let since = Instant::now();
+    let answer = agent.exchange(
+        "GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n",
+        b"",
+    );
+    assert_eq!(status(&answer), 403, "{answer}");
+    assert!(
+        since.elapsed() < BODY,
+        "answered after {:?}",
+        since.elapsed()
+    );
+    // A write with a token the agent does not hold is refused from its head.
+    let answer = agent.exchange(
+        "PUT /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Nomad-Token: nope\r\n\
+         Content-Length: 1000\r\n\r\n",
+        b"",
+    );
+    assert_eq!(status(&answer), 403, "{answer}");
+    assert!(answer.contains("ACL token not found"), "{answer}");
+    // So is a browser's, whatever its body.
+    let answer = agent.exchange(
+        "PUT /v1/jobs HTTP/1.1\r\nHost: evil.example\r\nContent-Length: 1000\r\n\r\n",
+        b"",
+    );
+    assert_eq!(status(&answer), 403, "{answer}");
+    assert!(answer.contains("evil.example"), "{answer}");
 }

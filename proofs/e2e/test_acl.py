@@ -109,6 +109,17 @@ def test_client_tokens_may_do_what_their_policies_grant(acl_agent):
     with pytest.raises(nomadpy.UnexpectedResponseError) as denied:
         client.jobs.deregister("web", no_shutdown_delay=True)
     assert denied.value.status_code == 403
+    assert agent.get("/v1/job/web")["Stop"] is False
+    # A client token manages nothing: no token, no policy, not even the list.
+    for method, path, body in [
+            ("POST", "/v1/acl/token", {"Name": "x", "Type": "management"}),
+            ("POST", "/v1/acl/policy/operator", {"Rules": 'namespace "*" { policy = "write" }'}),
+            ("DELETE", "/v1/acl/policy/operator", None), ("GET", "/v1/acl/tokens", None),
+            ("GET", f"/v1/acl/token/{deployer['AccessorID']}", None),
+            ("DELETE", f"/v1/acl/token/{deployer['AccessorID']}", None)]:
+        status, text, _ = agent.http(method, path, body,
+                                     headers={"X-Nomad-Token": operator["SecretID"]})
+        assert (status, text) == (403, "Permission denied"), (method, path, status, text)
     client.allocations.stop(alloc["ID"])
     # The task itself received its kill signal.
     agent.wait_terminal([alloc["ID"]])
@@ -131,12 +142,44 @@ def test_client_tokens_may_do_what_their_policies_grant(acl_agent):
     assert status == 400 and '"admin"' in text, text
     assert admin.acl.get_policy("deployer")["Rules"] == DEPLOYER
 
-    # Everything survives a restart.
+    # Everything survives a restart: tokens, policies, a deletion and the bootstrap.
     agent.close()
     agent.start(args=["-acl-enabled"])
     again = python_nomad(agent, token=deployer["SecretID"]).acl.get_self_token()
     assert again["Name"] == "ci"
     assert python_nomad(agent, token=root).acl.get_policy("operator")["Rules"] == OPERATOR
+    status, text, _ = agent.http("GET", "/v1/jobs",
+                                 headers={"X-Nomad-Token": operator["SecretID"]})
+    assert (status, text) == (403, "ACL token not found")
+    status, text, _ = agent.http("POST", "/v1/acl/bootstrap", headers={"X-Nomad-Token": ""})
+    assert status == 400 and "already done" in text, text
+
+
+def test_rights_in_another_namespace_grant_nothing(acl_agent):
+    """The review's bypass: every object is in `default`, so a token with rights only in
+    `sandbox` (or an anonymous policy with them) may not reach jobs by saying
+    `?namespace=sandbox`, and no job can be registered outside `default`."""
+    agent = acl_agent
+    root = python_nomad(agent).acl.generate_bootstrap()["SecretID"]
+    agent.token = root
+    agent.http("POST", "/v1/acl/policy/sandbox",
+               {"Rules": 'namespace "sandbox" { policy = "write" }'})
+    agent.http("POST", "/v1/acl/policy/anonymous",
+               {"Rules": 'namespace "sandbox" { policy = "write" }'})
+    _, sandboxed, _ = agent.http("POST", "/v1/acl/token",
+                                 {"Name": "s", "Type": "client", "Policies": ["sandbox"]})
+    for token in [sandboxed["SecretID"], ""]:
+        for method, path, body in [
+                ("GET", "/v1/jobs?namespace=sandbox", None),
+                ("PUT", "/v1/jobs?namespace=sandbox", web_job(agent.address)),
+                ("DELETE", "/v1/job/web?namespace=sandbox", None)]:
+            status, text, _ = agent.http(method, path, body, headers={"X-Nomad-Token": token})
+            assert (status, text) == (403, "Permission denied"), (token, method, path)
+    elsewhere = web_job(agent.address)
+    elsewhere["Job"]["Namespace"] = "sandbox"
+    status, text, _ = agent.http("PUT", "/v1/jobs", elsewhere)
+    assert status == 400 and 'nonexistent namespace "sandbox"' in text, text
+    assert agent.get("/v1/jobs") == []
 
 
 def test_the_cli_bootstraps_applies_policies_and_creates_tokens(acl_agent, tmp_path):
@@ -169,3 +212,4 @@ def test_the_cli_bootstraps_applies_policies_and_creates_tokens(acl_agent, tmp_p
     stopped = cli(agent, "job", "stop", "-no-shutdown-delay", "web", token=secret)
     assert stopped.returncode == 0, stopped.stderr
     agent.token = root
+    assert agent.get("/v1/job/web")["Stop"] is True

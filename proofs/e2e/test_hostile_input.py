@@ -260,3 +260,89 @@ def test_the_agent_serves_again_once_file_descriptors_free(tmp_path):
     finally:
         agent.close()
     validate_log(agent)
+
+
+FLOODER = r"""
+import socket, sys, time
+name = sys.argv[1].encode()
+# What a local user did before (issue 12): SIGSTOP, then SIGKILL, through the supervisor.
+refused = 0
+for request in [b"kill 1 19 0\n", b"kill 2 9 0\n", b"force 3 9 0\n"]:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(b"\0" + name)
+    try:
+        s.sendall(request)
+        refused += s.recv(100) == b""
+    except OSError:
+        refused += 1
+    s.close()
+held = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)
+    try:
+        s.connect(b"\0" + name)
+    except BlockingIOError:
+        pass
+    held.append(s)
+print(refused, len(held), flush=True)
+time.sleep(120)
+"""
+
+
+def supervisor_socket(task_dir):
+    """The abstract name of a task's supervisor socket (FNV-1a of the task dir's path)."""
+    hash_ = 0xcbf29ce484222325
+    for byte in str(task_dir).encode():
+        hash_ = ((hash_ ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"quiesce-supervisor-{hash_:016x}"
+
+
+def test_another_user_cannot_signal_a_task_or_flood_its_supervisor(tmp_path):
+    """Issue 12: as `nobody`, `signal 19` through a task's supervisor socket stopped the
+    task and `signal 9` killed it; 30,000 connections made the agent's reattach fail and the
+    allocation was reported failed while its task ran on. Now the supervisor answers only
+    its own user: the task feels nothing, and a restarted agent reattaches through a flood
+    and stops the task, which receives its kill signal once."""
+    import os
+    import subprocess
+    from conftest import Agent, validate_log
+    agent = Agent(tmp_path / "data")
+    agent.start()
+    flooder = None
+    try:
+        agent.http("PUT", "/v1/jobs", web_job(agent.address))
+        [alloc] = agent.running("web", 1)
+        task_dir = agent.task_dir(alloc["ID"], "server")
+        pid = agent.witness(alloc["ID"], "server")[0]["pid"]
+        name = supervisor_socket(task_dir)
+        assert f"@{name}" in pathlib.Path("/proc/net/unix").read_text(), "no such socket"
+
+        def as_nobody():
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+
+        # The system Python: the test's own lives where nobody may not go.
+        flooder = subprocess.Popen(["/usr/bin/python3", "-c", FLOODER, name, "3000"],
+                                   stdout=subprocess.PIPE, text=True, preexec_fn=as_nobody)
+        refused, held = map(int, flooder.stdout.readline().split())
+        assert (refused, held) == (3, 3000), (refused, held)
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state in "SR", f"the task is in state {state} after another user's requests"
+        assert not [r for r in agent.witness(alloc["ID"], "server") if r["event"] == "signal"]
+        # A restarted agent reattaches while the flood holds its connections.
+        agent.kill9()
+        agent.start()
+        again = agent.get(f"/v1/allocation/{alloc['ID']}")
+        assert again["ClientStatus"] == "running", again["ClientStatus"]
+        assert agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")[0] == 200
+        agent.wait_terminal([alloc["ID"]])
+        signals = [r for r in agent.witness(alloc["ID"], "server") if r["event"] == "signal"]
+        assert len(signals) == 1, signals
+    finally:
+        if flooder:
+            flooder.kill()
+            flooder.wait()
+        agent.close()
+    validate_log(agent)

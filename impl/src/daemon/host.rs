@@ -260,10 +260,11 @@ impl DaemonHost {
                         // A task that cannot be signalled cannot be stopped: it is ended now
                         // (its supervisor has not reaped it, so the pid is still its own),
                         // and the exit watcher reports the exit.
-                        eprintln!(
-                            "quiesce agent: allocation {} task {}: no control connection, \
+                        crate::daemon::say!(
+                            "allocation {} task {}: no control connection, \
                              killing it: {error}",
-                            self.alloc, task.name
+                            self.alloc,
+                            task.name
                         );
                         // SAFETY: killpg has no memory-safety preconditions.
                         unsafe { libc::killpg(attached.pid, libc::SIGKILL) };
@@ -273,8 +274,8 @@ impl DaemonHost {
                     shared.exits.watch(attached, (self.alloc.clone(), ix))
                 {
                     // Not watchable (out of descriptors): a thread of its own waits instead.
-                    eprintln!(
-                        "quiesce agent: allocation {} task {ix}: watching for its exit: {error}",
+                    crate::daemon::say!(
+                        "allocation {} task {ix}: watching for its exit: {error}",
                         self.alloc
                     );
                     let weak = self.shared.clone();
@@ -282,7 +283,7 @@ impl DaemonHost {
                     super::spawn_named("waiter", move || {
                         let (record, reaper) = attached.wait();
                         if let Some(error) = &record.error {
-                            eprintln!("quiesce agent: allocation {alloc} task {ix}: {error}");
+                            crate::daemon::say!("allocation {alloc} task {ix}: {error}");
                         }
                         if let Some(shell) = weak.upgrade().and_then(|shared| shared.runner(&alloc))
                         {
@@ -294,10 +295,7 @@ impl DaemonHost {
             }
             Ok(Err(record)) => {
                 if let Some(error) = &record.error {
-                    eprintln!(
-                        "quiesce agent: allocation {} task {}: {error}",
-                        self.alloc, task.name
-                    );
+                    crate::daemon::say!("allocation {} task {}: {error}", self.alloc, task.name);
                 }
                 self.schedule(0, Due::Exited(ix, record.result().into()));
             }
@@ -306,8 +304,8 @@ impl DaemonHost {
     }
 
     fn failed_to_start(&mut self, ix: usize, error: &str) {
-        eprintln!(
-            "quiesce agent: allocation {} task {ix} failed to start: {error}",
+        crate::daemon::say!(
+            "allocation {} task {ix} failed to start: {error}",
             self.alloc
         );
         self.schedule(0, Due::Exited(ix, exited(-1, None).into()));
@@ -325,8 +323,8 @@ impl DaemonHost {
             }) => {
                 let Some(number) = raw_exec::signal_number(signal) else {
                     // Jobspec validation admits only signals this driver knows.
-                    eprintln!(
-                        "quiesce agent: allocation {} task {ix}: unknown signal {signal:?}",
+                    crate::daemon::say!(
+                        "allocation {} task {ix}: unknown signal {signal:?}",
                         self.alloc
                     );
                     return false;
@@ -379,8 +377,8 @@ impl DaemonHost {
     pub fn request_exit(&self, ix: usize) {
         if let Some(Some(Handle::Process { signaller, .. })) = self.tasks.get(ix) {
             if let Err(error) = signaller.send(raw_exec::Request::Report) {
-                eprintln!(
-                    "quiesce agent: allocation {} task {ix}: asking for the exit: {error}",
+                crate::daemon::say!(
+                    "allocation {} task {ix}: asking for the exit: {error}",
                     self.alloc
                 );
             }
@@ -478,10 +476,7 @@ impl DaemonHost {
         drop(core);
         for (_, signaller, request) in pending.requests {
             if let Err(error) = signaller.send(request) {
-                eprintln!(
-                    "quiesce agent: allocation {}: {request:?}: {error}",
-                    self.alloc
-                );
+                crate::daemon::say!("allocation {}: {request:?}: {error}", self.alloc);
             }
         }
     }
@@ -599,8 +594,8 @@ impl Host for DaemonHost {
                         Effect::Register { .. } => false,
                     };
                     if !expected {
-                        eprintln!(
-                            "quiesce agent: bug: allocation {}: an effect outside any step: \
+                        crate::daemon::say!(
+                            "bug: allocation {}: an effect outside any step: \
                              {effect:?}",
                             self.alloc
                         );

@@ -75,6 +75,21 @@ impl AgentConfig {
     }
 }
 
+/// Writes one line to the agent's stderr, after `quiesce agent: `. Never panics:
+/// `eprintln!` does when stderr cannot be written (a log file on a full disk), and the
+/// thread that said it — the committer, say — would die with it.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::daemon::say_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use say;
+
+pub(crate) fn say_line(line: std::fmt::Arguments) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "quiesce agent: {line}");
+}
+
 /// Unix time in nanoseconds.
 pub fn unix_now_ns() -> i64 {
     SystemTime::now()
@@ -232,7 +247,7 @@ impl Core {
                 }
                 Ok(None) => return,
                 Err(error) => {
-                    eprintln!("quiesce agent: scheduler: {error}");
+                    crate::daemon::say!("scheduler: {error}");
                     return;
                 }
             }
@@ -285,6 +300,12 @@ impl Core {
             log: std::mem::take(&mut self.pending_log),
             durable,
         })
+    }
+
+    /// Why the store refuses commits now (a full disk, say), if it does: the API refuses
+    /// writes up front then (see `persist::Committer::failing`).
+    pub fn store_failing(&self) -> Option<String> {
+        self.committer.failing()
     }
 
     /// Commits `writes` (ACL records) with everything written since, durably, as
@@ -350,6 +371,11 @@ impl Shared {
         {
             self.work.notify_all();
         }
+    }
+
+    /// Whether a thread panicked holding the core's lock.
+    pub fn poisoned(&self) -> bool {
+        self.core.is_poisoned()
     }
 
     /// Changes as soon as there is a write (every write changes the index).
@@ -507,7 +533,7 @@ impl Agent {
                         core.dead.remove(&exited.token);
                         let (alloc, task) = exited.token;
                         if let Some(error) = &exited.record.error {
-                            eprintln!("quiesce agent: allocation {alloc} task {task}: {error}");
+                            crate::daemon::say!("allocation {alloc} task {task}: {error}");
                         }
                         core.pending_exits
                             .push_back((alloc, task, exited.record.result()));
@@ -739,10 +765,10 @@ fn scheduler_loop(shared: Arc<Shared>) {
         match core.server.process_next_eval() {
             Ok(Some((_, job))) => core.log(LogEntry::step(Step::ProcessEval { job }, None, None)),
             Ok(None) => continue,
-            Err(error) => eprintln!("quiesce agent: scheduler: {error}"),
+            Err(error) => crate::daemon::say!("scheduler: {error}"),
         }
         if let Err(error) = core.commit_durably() {
-            eprintln!("quiesce agent: scheduler: storing the plan: {error}");
+            crate::daemon::say!("scheduler: storing the plan: {error}");
         }
         shared.notify(&core);
     }
@@ -788,7 +814,11 @@ fn client_worker(shared: &Arc<Shared>) {
                 // go before exits: the kill path before the bookkeeping of its results.
                 // One pull at a time (a worker that is descheduled holds up only its own),
                 // the exits a share at a time.
-                if !core.server.eval_pending() {
+                // While commits fail (a full disk), no update is pulled: a plan the store
+                // does not hold yet is not acted on (a crash could lose it after a task
+                // felt it). The committer retries; the workers look again as often.
+                let storing = core.committer.failing().is_none();
+                if !core.server.eval_pending() && storing {
                     if let Some(id) = core.pending_pulls.pop_first() {
                         core.last_pull = std::time::Instant::now();
                         batch.push(Work::Pull(id));
@@ -842,6 +872,7 @@ fn client_worker(shared: &Arc<Shared>) {
                     }),
                     (!core.closing.is_empty())
                         .then(|| CLOSE_AFTER.saturating_sub(quiet).max(unsettled)),
+                    (!storing && !core.pending_pulls.is_empty()).then_some(persist::RETRY_AFTER),
                 ]
                 .into_iter()
                 .flatten()

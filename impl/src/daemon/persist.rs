@@ -40,6 +40,9 @@ use std::time::{Duration, Instant};
 /// syncs the disk this long after the first such commit at the latest.
 pub const DURABILITY_LAG: Duration = Duration::from_millis(20);
 
+/// How long the committer waits before it retries a failed commit.
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 const ALLOCS: TableDefinition<&str, &[u8]> = TableDefinition::new("allocs");
@@ -206,7 +209,11 @@ pub struct Loaded {
 
 pub struct Persist {
     db: Database,
+    db_path: PathBuf,
     log_path: PathBuf,
+    /// The event log file missed entries (appending failed: a full disk): it is rewritten
+    /// whole from the log table after the next commit that succeeds.
+    export_stale: bool,
 }
 
 fn error(what: &str, e: impl std::fmt::Display) -> String {
@@ -313,7 +320,9 @@ impl Persist {
             .map_err(|e| error("creating the tables", e))?;
         let persist = Persist {
             db,
+            db_path: path,
             log_path: dir.join(EVENT_LOG_FILE),
+            export_stale: false,
         };
         let loaded = persist.load()?;
         Ok((persist, loaded))
@@ -363,11 +372,34 @@ impl Persist {
             loaded.logged_pulls.insert(alloc, index);
         })?;
         each(&read, Table::Acl, |record| loaded.acl.push(record))?;
+        loaded.log_seq = self.export_log()?;
+        Ok(loaded)
+    }
+
+    /// Opens the database again after a failed commit (redb refuses every operation after
+    /// an I/O error until the database is opened again; the old handle must be gone). The
+    /// event log file is rewritten after the next commit.
+    fn reopen(db_path: PathBuf, log_path: PathBuf) -> Result<Persist, String> {
+        let db = Database::create(&db_path)
+            .map_err(|e| error(&format!("reopening {}", db_path.display()), e))?;
+        Ok(Persist {
+            db,
+            db_path,
+            log_path,
+            export_stale: true,
+        })
+    }
+
+    /// Writes the event log file from the log table (through a temporary file and a
+    /// rename); returns the last sequence number.
+    fn export_log(&self) -> Result<u64, String> {
+        let read = self.db.begin_read().map_err(|e| error("reading", e))?;
         let log = read.open_table(LOG).map_err(|e| error("log", e))?;
         let mut text = String::new();
+        let mut last = 0;
         for row in log.iter().map_err(|e| error("log", e))? {
             let (seq, line) = row.map_err(|e| error("log", e))?;
-            loaded.log_seq = seq.value();
+            last = seq.value();
             text.push_str(line.value());
             text.push('\n');
         }
@@ -384,13 +416,13 @@ impl Persist {
             })
             .and_then(|()| fs::rename(&temporary, &self.log_path))
             .map_err(|e| error(&format!("writing {}", self.log_path.display()), e))?;
-        Ok(loaded)
+        Ok(last)
     }
 
     /// Commits batches, in order, as one transaction, durable (syncing the disk, which
     /// makes every earlier commit durable too) or not, then appends their log entries to the
     /// event log file.
-    pub fn commit(&self, batches: &[Batch], durable: bool) -> Result<(), String> {
+    pub fn commit(&mut self, batches: &[Batch], durable: bool) -> Result<(), String> {
         if !durable && batches.iter().all(Batch::is_empty) {
             return Ok(());
         }
@@ -455,14 +487,28 @@ impl Persist {
         drop(opened);
         drop(log);
         write.commit().map_err(|e| error("commit", e))?;
-        if !lines.is_empty() {
+        // The file is an export of the table, which holds the entries now: a failure here
+        // (a full disk) loses nothing; the file is rewritten whole once it can be.
+        let exported = if self.export_stale {
+            self.export_log().map(|_| ())
+        } else if !lines.is_empty() {
             fs::OpenOptions::new()
                 .append(true)
                 .create(true)
                 .mode(PRIVATE_FILE)
                 .open(&self.log_path)
                 .and_then(|mut file| file.write_all(lines.as_bytes()))
-                .map_err(|e| error(&format!("appending to {}", self.log_path.display()), e))?;
+                .map_err(|e| error(&format!("appending to {}", self.log_path.display()), e))
+        } else {
+            Ok(())
+        };
+        match exported {
+            Ok(()) => self.export_stale = false,
+            Err(failure) if !self.export_stale => {
+                crate::daemon::say!("{failure}; the event log file is rewritten later");
+                self.export_stale = true;
+            }
+            Err(_) => {}
         }
         Ok(())
     }
@@ -477,8 +523,9 @@ struct Queue {
     durable: u64,
     /// The committer thread waits for batches (a submit wakes it only then).
     committer_asleep: bool,
-    /// A commit failed: the store can no longer be trusted.
-    failed: Option<String>,
+    /// The last commit failed (a full disk, say), with this error: it is retried every
+    /// [`RETRY_AFTER`] until it succeeds, and writes are refused until then.
+    failing: Option<String>,
 }
 
 /// The committer thread's queue: batches go in in order and are committed in that order,
@@ -524,11 +571,13 @@ impl Committer {
     pub fn wait(&self, ticket: u64) -> Result<(), String> {
         let mut queue = self.queue();
         loop {
-            if let Some(failure) = &queue.failed {
-                return Err(failure.clone());
-            }
             if queue.durable >= ticket {
                 return Ok(());
+            }
+            if let Some(failure) = &queue.failing {
+                return Err(format!(
+                    "{failure} (the agent keeps it and retries; it is stored once there is room)"
+                ));
             }
             queue = self
                 .shared
@@ -538,9 +587,19 @@ impl Committer {
         }
     }
 
+    /// Why commits fail now, if they do: an API write is refused up front then (nothing
+    /// changes), rather than taken in memory and not stored.
+    pub fn failing(&self) -> Option<String> {
+        self.queue().failing.clone()
+    }
+
     fn run(&self, persist: Persist) {
-        // When the oldest commit that is not durable yet was made.
+        let mut persist = persist;
+        // When the oldest commit that is not durable yet was made, and the batches committed
+        // since the last durable commit: a failed commit's reopen may lose them, so a retry
+        // commits them again (every write is a put or a delete by key: idempotent).
         let mut undurable: Option<Instant> = None;
+        let mut since_durable: Vec<Batch> = Vec::new();
         loop {
             let (batches, upto) = {
                 let mut queue = self.queue();
@@ -569,21 +628,50 @@ impl Committer {
                 || undurable.is_some_and(|since| since.elapsed() >= DURABILITY_LAG);
             let result = persist.commit(&batches, durable);
             let mut queue = self.queue();
+            if result.is_ok() && queue.failing.take().is_some() {
+                crate::daemon::say!("storing state again");
+            }
             match result {
                 Ok(()) if durable => {
                     undurable = None;
+                    since_durable.clear();
                     queue.durable = upto;
                 }
                 Ok(()) => {
                     undurable.get_or_insert_with(Instant::now);
+                    since_durable.extend(batches);
                 }
                 Err(failure) => {
-                    // Nothing later may commit over a lost batch: the agent stops.
-                    eprintln!("quiesce agent: storing state failed: {failure}");
-                    queue.failed = Some(failure);
+                    // Nothing later may commit over a lost batch: the failed ones go back
+                    // at the head of the queue, after those the reopen may lose, in order.
+                    if queue.failing.is_none() {
+                        crate::daemon::say!(
+                            "storing state failed: {failure}; API writes are \
+                             refused and the agent retries every {RETRY_AFTER:?}"
+                        );
+                    }
+                    queue.failing = Some(failure);
+                    let mut retry = std::mem::take(&mut since_durable);
+                    retry.extend(batches);
+                    retry.append(&mut queue.batches);
+                    queue.batches = retry;
                     self.shared.1.notify_all();
                     drop(queue);
-                    std::process::exit(1);
+                    std::thread::sleep(RETRY_AFTER);
+                    let (db_path, log_path) = (persist.db_path.clone(), persist.log_path.clone());
+                    drop(persist);
+                    persist = loop {
+                        match Persist::reopen(db_path.clone(), log_path.clone()) {
+                            Ok(reopened) => break reopened,
+                            Err(failure) => {
+                                self.queue().failing = Some(failure);
+                                std::thread::sleep(RETRY_AFTER);
+                            }
+                        }
+                    };
+                    // Every retry syncs: what it stores was acknowledged or waited for.
+                    undurable = Some(Instant::now() - DURABILITY_LAG);
+                    continue;
                 }
             }
             self.shared.1.notify_all();

@@ -261,6 +261,16 @@ pub(super) fn register(
         ));
     }
     let job = spec::parse_register_body(body).map_err(|e| error(400, e.to_string()))?;
+    if job.namespace != "default" {
+        // One namespace only: every object, and every ACL check, is in `default`.
+        return Err(error(
+            400,
+            format!(
+                "job {:?} is in nonexistent namespace {:?}",
+                job.id, job.namespace
+            ),
+        ));
+    }
     if let Some(id) = path_id {
         if id != job.id {
             return Err(error(400, "Job ID does not match name"));

@@ -8,10 +8,10 @@
 //! Paths are percent-decoded, and `/v1/job/...` is routed by its suffix, as Nomad does, so a
 //! job ID may contain `/`.
 
-mod acl;
+pub(super) mod acl;
 mod allocs;
 mod blocking;
-mod guard;
+pub(super) mod guard;
 mod jobs;
 mod request;
 mod server;
@@ -93,6 +93,8 @@ pub struct ApiRequest {
     /// `X-Nomad-Token`, or the token of `Authorization: Bearer`.
     pub token: Option<String>,
     pub body: bytes::Bytes,
+    /// The body's share of [`server::MAX_BODY_READERS`], held until the request is done.
+    pub(super) _reading: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// The largest request body the agent reads (a jobspec of the largest job it takes is well
@@ -109,9 +111,18 @@ async fn answer(shared: Arc<Shared>, request: ApiRequest) -> Result<Reply, ApiEr
         // Subscribed before the handler looks, so a write in between is not missed.
         let mut changes = shared.changes();
         let (on, asked) = (Arc::clone(&shared), Arc::clone(&request));
-        let attempt = tokio::task::spawn_blocking(move || handle(&on, &asked, waited_out))
-            .await
-            .unwrap_or_else(|_| Err(error(500, "the request's handler panicked")));
+        let attempt =
+            match tokio::task::spawn_blocking(move || handle(&on, &asked, waited_out)).await {
+                Ok(attempt) => attempt,
+                // A handler that panicked holding the core's lock has poisoned it: every thread
+                // of the agent would panic at its next look. The agent exits instead (its state
+                // is durable; a restarted agent reattaches to the tasks, which run on).
+                Err(_) if shared.poisoned() => {
+                    crate::daemon::say!("a request's handler panicked holding the state; exiting");
+                    std::process::exit(70);
+                }
+                Err(_) => Err(error(500, "the request's handler panicked")),
+            };
         match attempt {
             Err(ApiError {
                 blocked: Some(wait),
@@ -136,6 +147,18 @@ fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Rep
     )?;
     let authority = authority(shared, request.token.as_deref())?;
     let (path, query) = split_url(&request.url);
+    let writes = !matches!(request.method, Method::Get | Method::Head | Method::Options);
+    if writes && path != "/v1/jobs/parse" {
+        if let Some(failure) = shared.core().store_failing() {
+            return Err(error(
+                503,
+                format!(
+                    "the agent cannot store writes now: {failure}; reads are answered, tasks \
+                     run on, and writes are taken again once the store can be written"
+                ),
+            ));
+        }
+    }
     let mut query = Query::parse(&query)?;
     query.waited_out = waited_out;
     route(
@@ -163,7 +186,7 @@ fn route(
     let is_get = *method == Method::Get;
     let is_write = matches!(method, Method::Post | Method::Put);
     let invalid = || Err(error(405, "Invalid method"));
-    let need = |need: Need| check(authority, query, need);
+    let need = |need: Need| check(authority, need);
     let read = || need(Need::Capability("read-job"));
     match rest {
         "jobs" if is_get => {
@@ -246,7 +269,7 @@ fn job_routes(
     body: &[u8],
 ) -> Result<Reply, ApiError> {
     let is_get = *method == Method::Get;
-    let need = |capability| check(authority, query, Need::Capability(capability));
+    let need = |capability| check(authority, Need::Capability(capability));
     for suffix in ["allocations", "versions", "evaluations", "summary"] {
         if let Some(id) = rest.strip_suffix(&format!("/{suffix}")) {
             if !is_get {

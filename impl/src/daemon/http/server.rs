@@ -13,7 +13,7 @@
 //! | URL | [`MAX_URL_BYTES`] | 414 |
 //! | body | [`MAX_BODY_BYTES`] | 413, unread |
 //! | time to send a body | [`BODY_TIMEOUT`] | 408 |
-//! | bodies being read at once | [`MAX_BODY_READERS`] | the next waits |
+//! | bodies read or held at once (only POST and PUT bodies are read) | [`MAX_BODY_READERS`] | the next waits |
 //! | threads answering | [`MAX_HANDLER_THREADS`] | the next request waits |
 //!
 //! When the process runs out of file descriptors, `accept` fails: the agent says so once,
@@ -31,7 +31,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Connections served at once. Past it the agent stops accepting until one closes; the
 /// kernel's backlog holds the rest. Above the 10,000 the connection benchmark holds idle,
@@ -120,8 +120,8 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
             Err(e) if out_of_descriptors(&e) => {
                 let wait = match backoff {
                     None => {
-                        eprintln!(
-                            "quiesce agent: accepting HTTP connections: {e}; backing off until \
+                        crate::daemon::say!(
+                            "accepting HTTP connections: {e}; backing off until \
                              descriptors free"
                         );
                         Duration::from_millis(10)
@@ -132,11 +132,15 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
                 tokio::time::sleep(wait).await;
                 continue;
             }
-            // A connection reset before it was accepted, among others: the next is fine.
-            Err(_) => continue,
+            // A connection reset before it was accepted, among others: the next is fine (a
+            // pause, should the error persist, keeps this loop from spinning).
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
         };
         if backoff.take().is_some() {
-            eprintln!("quiesce agent: accepting HTTP connections again");
+            crate::daemon::say!("accepting HTTP connections again");
         }
         // Answers leave in one write; without this the last segment of a larger one waits
         // for the client's delayed ACK.
@@ -180,10 +184,6 @@ async fn respond(
         return Ok(render(Err(e)));
     }
     let timeout = shared.config.http.body_timeout;
-    let body = match read_body(&parts, body, &bodies, timeout).await {
-        Ok(body) => body,
-        Err(e) => return Ok(render(Err(e))),
-    };
     let header = |name: &str| {
         parts
             .headers
@@ -192,25 +192,51 @@ async fn respond(
     };
     let bearer = header("Authorization")
         .and_then(|value| value.strip_prefix("Bearer ").map(|t| t.trim().to_string()));
+    let method = super::Method::from(parts.method.as_str());
+    let (host, origin) = (header("Host"), header("Origin"));
+    let token = header("X-Nomad-Token").or(bearer);
+    // Who asks is known from the head: a browser's request, or an unknown token, is
+    // refused before its body is read. Only writes have a body the agent reads (Nomad
+    // ignores a GET's); it is held, with its permit, until the request is answered.
+    let known = super::guard::browser_guard(
+        shared.config.bind,
+        &method,
+        host.as_deref(),
+        origin.as_deref(),
+    )
+    .and_then(|()| super::acl::authority(&shared, token.as_deref()).map(drop));
+    if let Err(refused) = known {
+        return Ok(render(Err(refused)));
+    }
+    let (body, reading) = if matches!(method, super::Method::Post | super::Method::Put) {
+        match read_body(&parts, body, bodies, timeout).await {
+            Ok(read) => read,
+            Err(e) => return Ok(render(Err(e))),
+        }
+    } else {
+        (Bytes::new(), None)
+    };
     let request = super::ApiRequest {
-        method: super::Method::from(parts.method.as_str()),
+        method,
         url: url.to_string(),
-        host: header("Host"),
-        origin: header("Origin"),
-        token: header("X-Nomad-Token").or(bearer),
+        host,
+        origin,
+        token,
         body,
+        _reading: reading,
     };
     Ok(render(answer(shared, request).await))
 }
 
 /// The body, whole: refused unread past [`MAX_BODY_BYTES`] when its length is declared, or
-/// as soon as it passes it; at most [`MAX_BODY_READERS`] are read at once.
+/// as soon as it passes it; at most [`MAX_BODY_READERS`] are read, or held, at once (the
+/// permit returned goes with the request until it is answered).
 async fn read_body(
     parts: &hyper::http::request::Parts,
     body: Incoming,
-    bodies: &Semaphore,
+    bodies: Arc<Semaphore>,
     timeout: Duration,
-) -> Result<Bytes, ApiError> {
+) -> Result<(Bytes, Option<OwnedSemaphorePermit>), ApiError> {
     let too_large = || {
         super::error(
             413,
@@ -222,15 +248,15 @@ async fn read_body(
         .get(CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
     match declared {
-        Some(0) => return Ok(Bytes::new()),
+        Some(0) => return Ok((Bytes::new(), None)),
         Some(n) if n > MAX_BODY_BYTES as u64 => return Err(too_large()),
         _ => {}
     }
     if declared.is_none() && hyper::body::Body::is_end_stream(&body) {
-        return Ok(Bytes::new());
+        return Ok((Bytes::new(), None));
     }
-    let _reading = bodies
-        .acquire()
+    let reading = bodies
+        .acquire_owned()
         .await
         .expect("the semaphore is never closed");
     let collect = Limited::new(body, MAX_BODY_BYTES).collect();
@@ -241,7 +267,7 @@ async fn read_body(
         )),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Ok(Err(e)) => Err(super::error(400, format!("reading the request body: {e}"))),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Ok(collected)) => Ok((collected.to_bytes(), Some(reading))),
     }
 }
 
