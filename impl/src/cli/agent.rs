@@ -4,6 +4,7 @@
 
 use super::AgentArgs;
 use crate::daemon::{self, AgentConfig};
+use nix::sys::signal::{SigSet, Signal};
 use std::io::Write;
 use std::net::SocketAddr;
 
@@ -52,23 +53,18 @@ pub(super) fn agent(args: AgentArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn shutdown_signals() -> libc::sigset_t {
-    // SAFETY: sigset operations on a local set; pthread_sigmask on the calling thread.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
+fn shutdown_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    // pthread_sigmask on the calling thread; an error (none is possible) is ignored.
+    let _ = set.thread_block();
+    set
 }
 
-fn wait_for(signals: &libc::sigset_t) -> i32 {
-    let mut caught = 0;
-    // SAFETY: the set is initialised and blocked in this thread.
-    unsafe { libc::sigwait(signals, &mut caught) };
-    caught
+/// The signal number taken, or 0 should sigwait fail.
+fn wait_for(signals: &SigSet) -> i32 {
+    signals.wait().map_or(0, |caught| caught as i32)
 }
 
 /// A data dir this agent makes: others may pass through it but not list it

@@ -266,8 +266,10 @@ impl DaemonHost {
                             self.alloc,
                             task.name
                         );
-                        // SAFETY: killpg has no memory-safety preconditions.
-                        unsafe { libc::killpg(attached.pid, libc::SIGKILL) };
+                        let _ = nix::sys::signal::killpg(
+                            nix::unistd::Pid::from_raw(attached.pid),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
                     }
                 }
                 if let Err((error, attached)) =

@@ -39,16 +39,13 @@ pub fn parse_job_bounded(program: &std::path::Path, text: &str) -> Result<Value,
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
-    // SAFETY: setrlimit is a system call (async-signal-safe), on a value made before.
+    // SAFETY: setrlimit is a system call (async-signal-safe; nix's thin wrapper allocates
+    // nothing, nor does an `io::Error` of its errno), on values known before.
     unsafe {
         command.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: PARSE_CPU_SECONDS as libc::rlim_t,
-                rlim_max: PARSE_CPU_SECONDS as libc::rlim_t + 1,
-            };
-            if libc::setrlimit(libc::RLIMIT_CPU, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            use nix::sys::resource::{setrlimit, Resource};
+            let soft = PARSE_CPU_SECONDS as libc::rlim_t;
+            setrlimit(Resource::RLIMIT_CPU, soft, soft + 1)?;
             Ok(())
         });
     }

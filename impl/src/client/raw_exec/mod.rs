@@ -215,35 +215,13 @@ const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10
 /// The supervisor at the other end runs as this user: the abstract socket's name is
 /// predictable and has no file permissions, so another user could bind it first.
 fn check_peer(stream: &UnixStream) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let mut credentials = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: a valid socket and a buffer of the given length.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut credentials as *mut libc::ucred).cast(),
-            &mut length,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: getuid has no preconditions.
-    let ours = unsafe { libc::getuid() };
-    if credentials.uid != ours {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let theirs = getsockopt(stream, PeerCredentials)?.uid();
+    let ours = nix::unistd::getuid().as_raw();
+    if theirs != ours {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!(
-                "the task's supervisor socket belongs to uid {}, not {ours}",
-                credentials.uid
-            ),
+            format!("the task's supervisor socket belongs to uid {theirs}, not {ours}"),
         ));
     }
     Ok(())
@@ -314,28 +292,19 @@ const MAX_HELLO: usize = 4096;
 /// Reads the hello line — and not a byte past it: what follows (an `exit` line that comes
 /// at once) is left on the connection for whoever reads it next. Empty at end-of-stream.
 fn read_hello(stream: &UnixStream) -> io::Result<String> {
+    use nix::errno::Errno;
+    use nix::sys::socket::{recv, MsgFlags};
     use std::io::Read;
     use std::os::fd::AsRawFd;
     let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
     let mut peeked = vec![0u8; MAX_HELLO];
     loop {
-        // SAFETY: a valid socket and a buffer of the given length; MSG_PEEK leaves the data.
-        let seen = unsafe {
-            libc::recv(
-                stream.as_raw_fd(),
-                peeked.as_mut_ptr().cast(),
-                peeked.len(),
-                libc::MSG_PEEK,
-            )
+        // MSG_PEEK leaves the data.
+        let seen = match recv(stream.as_raw_fd(), &mut peeked, MsgFlags::MSG_PEEK) {
+            Ok(seen) => seen,
+            Err(Errno::EINTR) => continue,
+            Err(errno) => return Err(errno.into()),
         };
-        if seen < 0 {
-            let error = io::Error::last_os_error();
-            if error.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(error);
-        }
-        let seen = seen as usize;
         if seen == 0 {
             return Ok(String::new());
         }

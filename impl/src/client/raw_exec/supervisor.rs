@@ -7,9 +7,15 @@
 
 use super::task_start::{reset_signals, Credentials};
 use super::{Delivery, ExitRecord, Hello, Request, EXIT_FILE, MAX_DELIVERIES, MAX_REQUEST_LINE};
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{killpg, SigHandler, Signal};
+use nix::sys::socket::{recv, MsgFlags};
+use nix::time::{clock_gettime, ClockId};
+use nix::unistd::Pid;
 use std::fs;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -53,14 +59,16 @@ impl ExitFile {
     }
 }
 
-fn clock_ns(clock: libc::clockid_t) -> i64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(clock, &mut now) };
-    now.tv_sec * 1_000_000_000 + now.tv_nsec
+/// The clock's time in nanoseconds; 0 should it fail (it cannot, for the clocks used here).
+fn clock_ns(clock: ClockId) -> i64 {
+    clock_gettime(clock).map_or(0, |now| now.tv_sec() * 1_000_000_000 + now.tv_nsec())
+}
+
+/// What the last poll reported for `fd`. The kernel reports only the events asked for
+/// (POLLIN here), POLLERR, POLLHUP and POLLNVAL, all of which nix knows; should it report
+/// others, they read as POLLIN (something happened, not an error).
+fn revents(fd: &PollFd<'_>) -> PollFlags {
+    fd.revents().unwrap_or(PollFlags::POLLIN)
 }
 
 /// What the supervisor has delivered to the task's process group: the source of truth for
@@ -173,8 +181,10 @@ impl Deliveries {
     /// Sends `signal` to the process group and records it; returns when (CLOCK_MONOTONIC),
     /// read just before it is sent: no process of the group can have it earlier.
     fn deliver(&mut self, pid: i32, kill: u32, signal: i32, forced: bool) -> i64 {
-        let monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
-        let unix_ns = clock_ns(libc::CLOCK_REALTIME);
+        let monotonic_ns = clock_ns(ClockId::CLOCK_MONOTONIC);
+        let unix_ns = clock_ns(ClockId::CLOCK_REALTIME);
+        // Raw: the protocol's signals are 1–64 (a request may carry a real-time one), and
+        // nix's `Signal` names only 1–31, so nix's killpg cannot send them all.
         // SAFETY: killpg has no memory-safety preconditions; the task is not reaped (see
         // `serve_until_exit`), so its pid is still its own.
         unsafe { libc::killpg(pid, signal) };
@@ -222,22 +232,19 @@ pub fn supervise(dir: &Path, user: Option<&str>, argv: &[String]) -> i32 {
     // a shell (nor, as another user, type into it), as Nomad's executor does.
     command.args(args).stdin(Stdio::null());
     // SAFETY: setsid, reset_signals, the credential calls and prctl are system calls only
-    // (async-signal-safe), on data prepared before the fork. The user's groups, gid and uid
-    // go first (a credential change clears the parent-death signal). If the supervisor is
-    // killed (a daemon giving up on its handshake), the task goes with it rather than
-    // running on unsupervised.
+    // (async-signal-safe: nix's thin wrappers, which do not allocate; an error becomes an
+    // `io::Error` of its errno, which does not either), on data prepared before the fork.
+    // The user's groups, gid and uid go first (a credential change clears the parent-death
+    // signal). If the supervisor is killed (a daemon giving up on its handshake), the task
+    // goes with it rather than running on unsupervised.
     unsafe {
         command.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
+            nix::unistd::setsid()?;
             reset_signals()?;
             if let Some(credentials) = &credentials {
                 credentials.take_on()?;
             }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             Ok(())
         });
     }
@@ -253,23 +260,23 @@ pub fn supervise(dir: &Path, user: Option<&str>, argv: &[String]) -> i32 {
     let pid = child.id() as i32;
     // The supervisor must not die of a write to a daemon that went away (a control
     // connection closed before its hello was read).
-    // SAFETY: ignoring a signal has no preconditions.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // SAFETY: ignoring a signal installs no handler: nothing runs in a signal context.
+    unsafe {
+        let _ = nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn);
+    }
     // The task's exit, as a descriptor to poll: readable once it has exited, while its pid
     // stays its own (unreaped) until this process reaps it after the loop.
-    // SAFETY: pidfd_open on our own unreaped child; the descriptor it returns is ours.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if pidfd < 0 {
-        let error = io::Error::last_os_error();
-        let _ = child.kill();
-        let _ = child.wait();
-        return record(ExitRecord::failed(
-            -1,
-            format!("watching the task: {error}"),
-        ));
-    }
-    // SAFETY: a new descriptor, owned by nothing else.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    let pidfd = match super::watcher::pidfd_open(pid) {
+        Ok(pidfd) => pidfd,
+        Err(error) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return record(ExitRecord::failed(
+                -1,
+                format!("watching the task: {error}"),
+            ));
+        }
+    };
     let mut deliveries = Deliveries::default();
     let mut connections = serve_until_exit(&listener, &pidfd, pid, &mut deliveries);
     let status = match child.wait() {
@@ -309,6 +316,8 @@ pub fn supervise(dir: &Path, user: Option<&str>, argv: &[String]) -> i32 {
     // Nothing is left to flush: the status is on disk and sent. Skipping the C library's
     // exit handlers and the loader's finalizers spares each supervisor's exit the page
     // faults they cost, while a stop of many tasks still has signals to deliver.
+    // Raw: nix 0.32 has no `_exit`, and `std::process::exit` runs the exit handlers this
+    // skips.
     // SAFETY: _exit ends the process; this is its only thread.
     unsafe { libc::_exit(code) }
 }
@@ -323,51 +332,36 @@ const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 /// middle of it, when a stop of many tasks still has signals to send.
 fn linger(connections: &[(UnixStream, Vec<u8>)]) {
     let deadline = std::time::Instant::now() + LINGER;
-    let mut open: Vec<libc::pollfd> = connections
+    let mut open: Vec<PollFd<'_>> = connections
         .iter()
-        .map(|(stream, _)| libc::pollfd {
-            fd: stream.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
+        .map(|(stream, _)| PollFd::new(stream.as_fd(), PollFlags::POLLIN))
         .collect();
     while !open.is_empty() {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
             return;
         }
-        // SAFETY: a valid array of pollfds of the given length.
-        let ready = unsafe {
-            libc::poll(
-                open.as_mut_ptr(),
-                open.len() as libc::nfds_t,
-                left.as_millis().min(i32::MAX as u128) as i32 + 1,
-            )
-        };
-        if ready < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return;
+        // Rounded up to the next millisecond (never early); `left` is at most LINGER.
+        let timeout = PollTimeout::try_from(left.as_millis() + 1).unwrap_or(PollTimeout::MAX);
+        // Every entry's revents is rewritten by each poll (an interrupted one too: they are
+        // then all empty).
+        if let Err(errno) = poll(&mut open, timeout) {
+            if errno != Errno::EINTR {
+                return;
+            }
         }
         // A connection is done once it reports end-of-stream, an error or a hang-up; what
         // else a daemon sends now is of no use any more.
         let mut buffer = [0u8; 64];
         open.retain(|fd| {
-            if fd.revents == 0 {
+            if revents(fd).is_empty() {
                 return true;
             }
-            // SAFETY: a valid socket and a buffer of the given length.
-            let read = unsafe {
-                libc::recv(
-                    fd.fd,
-                    buffer.as_mut_ptr().cast(),
-                    buffer.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            read > 0 || (read < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock)
+            match recv(fd.as_fd().as_raw_fd(), &mut buffer, MsgFlags::MSG_DONTWAIT) {
+                Ok(read) => read > 0,
+                Err(errno) => errno == Errno::EAGAIN,
+            }
         });
-        for fd in &mut open {
-            fd.revents = 0;
-        }
     }
 }
 
@@ -390,32 +384,34 @@ fn serve_until_exit(
 ) -> Vec<(UnixStream, Vec<u8>)> {
     let _ = listener.set_nonblocking(true);
     let mut connections: Vec<(UnixStream, Vec<u8>)> = Vec::new();
-    let pollfd = |fd: i32| libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // A listener in error is polled no more (-1 is skipped): it would wake every poll; nor
-    // is the task's pidfd once it has exited.
-    let mut listening = listener.as_raw_fd();
-    let mut watching = pidfd.as_raw_fd();
+    // A listener in error is polled no more: it would wake every poll; nor is the task's
+    // pidfd once it has exited.
+    let mut listening = true;
+    let mut watching = true;
     let mut exited: Option<std::time::Instant> = None;
+    // What the last poll reported for the task's pidfd, the listener and each connection,
+    // in that order (nothing for one not polled).
+    let mut reported: Vec<PollFlags> = Vec::new();
     loop {
         if let Some(at) = exited {
             if deliveries.report || connections.is_empty() || at.elapsed() >= REPORT_WAIT {
                 return connections;
             }
         }
-        let mut polled: Vec<libc::pollfd> = [watching, listening]
-            .into_iter()
-            .chain(connections.iter().map(|(stream, _)| stream.as_raw_fd()))
-            .map(pollfd)
-            .collect();
+        let mut polled: Vec<PollFd<'_>> = [
+            watching.then(|| pidfd.as_fd()),
+            listening.then(|| listener.as_fd()),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(connections.iter().map(|(stream, _)| stream.as_fd()))
+        .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
+        .collect();
         // Asleep until a request, a connection or the task's exit — or a held SIGKILL's
         // moment (rounded up to the millisecond: never early), or the end of the wait for
         // a report.
         let mut timeout_ms = deliveries.due().map_or(-1, |due| {
-            let left = due - clock_ns(libc::CLOCK_MONOTONIC);
+            let left = due - clock_ns(ClockId::CLOCK_MONOTONIC);
             (left.max(0) + 999_999) / 1_000_000
         });
         if let Some(at) = exited {
@@ -426,17 +422,23 @@ fn serve_until_exit(
                 timeout_ms.min(left)
             };
         }
-        // SAFETY: a valid array of pollfds of the given length.
-        let ready = unsafe {
-            libc::poll(
-                polled.as_mut_ptr(),
-                polled.len() as libc::nfds_t,
-                timeout_ms.min(i64::from(i32::MAX)) as i32,
-            )
-        };
-        deliveries.deliver_due(pid, clock_ns(libc::CLOCK_MONOTONIC));
-        if ready < 0 {
-            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+        // Never below -1 (no timeout), so the conversion cannot fail.
+        let timeout =
+            PollTimeout::try_from(timeout_ms.min(i64::from(i32::MAX))).unwrap_or(PollTimeout::NONE);
+        let ready = poll(&mut polled, timeout);
+        // Back in the layout of [pidfd, listener, connections…]: `polled` borrows the
+        // connections, which are read, closed and added to below.
+        let mut results = polled.iter().map(revents);
+        reported.clear();
+        for was_polled in [watching, listening] {
+            let flags = if was_polled { results.next() } else { None };
+            reported.push(flags.unwrap_or(PollFlags::empty()));
+        }
+        reported.extend(results);
+        drop(polled);
+        deliveries.deliver_due(pid, clock_ns(ClockId::CLOCK_MONOTONIC));
+        if let Err(errno) = ready {
+            if errno != Errno::EINTR {
                 // Out of memory, most likely: try again shortly rather than spin.
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
@@ -446,7 +448,7 @@ fn serve_until_exit(
         // pid (harmlessly).
         let mut closed = Vec::new();
         for (ix, (stream, partial)) in connections.iter_mut().enumerate() {
-            if polled[ix + 2].revents == 0 {
+            if reported[ix + 2].is_empty() {
                 continue;
             }
             if !read_requests(stream, partial, pid, deliveries) {
@@ -456,9 +458,9 @@ fn serve_until_exit(
         for ix in closed.into_iter().rev() {
             connections.swap_remove(ix);
         }
-        if polled[1].revents & (libc::POLLERR | libc::POLLNVAL) != 0 {
-            listening = -1;
-        } else if polled[1].revents != 0 {
+        if reported[1].intersects(PollFlags::POLLERR | PollFlags::POLLNVAL) {
+            listening = false;
+        } else if !reported[1].is_empty() {
             while let Ok((mut stream, _)) = listener.accept() {
                 // Only this user's daemon may ask for signals (an abstract socket has no
                 // file permissions to keep others out).
@@ -475,13 +477,13 @@ fn serve_until_exit(
                 }
             }
         }
-        if polled[0].revents != 0 && exited.is_none() {
-            // What the task left running in its group goes with it.
-            // SAFETY: killpg has no memory-safety preconditions; the pid is not reaped yet.
-            unsafe { libc::killpg(pid, libc::SIGKILL) };
+        if !reported[0].is_empty() && exited.is_none() {
+            // What the task left running in its group goes with it (the pid is not reaped
+            // yet).
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
             exited = Some(std::time::Instant::now());
             deliveries.task_exited();
-            watching = -1;
+            watching = false;
         }
     }
 }
@@ -506,7 +508,7 @@ fn read_requests(
                     let line: Vec<u8> = partial.drain(..=end).collect();
                     let request = std::str::from_utf8(&line).ok().and_then(Request::parse);
                     if let Some(request) = request {
-                        deliveries.carry_out(request, pid, clock_ns(libc::CLOCK_MONOTONIC));
+                        deliveries.carry_out(request, pid, clock_ns(ClockId::CLOCK_MONOTONIC));
                     }
                 }
                 if partial.len() > MAX_REQUEST_LINE {
@@ -557,7 +559,7 @@ mod tests {
             kill(2, libc::SIGTERM),
             kill(1, libc::SIGTERM),
         ] {
-            deliveries.carry_out(request, NOBODY, clock_ns(libc::CLOCK_MONOTONIC));
+            deliveries.carry_out(request, NOBODY, clock_ns(ClockId::CLOCK_MONOTONIC));
         }
         let delivered: Vec<(u32, i32)> = deliveries
             .recent
@@ -606,7 +608,7 @@ mod tests {
     #[test]
     fn a_sigkill_for_an_unsignalled_kill_sends_the_signal_first() {
         let mut deliveries = Deliveries::default();
-        let now = clock_ns(libc::CLOCK_MONOTONIC);
+        let now = clock_ns(ClockId::CLOCK_MONOTONIC);
         deliveries.carry_out(force(1), NOBODY, now);
         assert_eq!(
             deliveries

@@ -65,14 +65,14 @@ impl Credentials {
 /// (`sleep`, most servers) would never see its kill signal and die only of SIGKILL after the
 /// kill timeout. The raw `rt_sigaction` reaches the signals glibc keeps for itself (32, 33).
 pub(super) fn reset_signals() -> io::Result<()> {
-    // SAFETY: sigemptyset fills the set it is given; sigprocmask on the calling (only)
-    // thread; rt_sigaction with a valid action of the kernel's layout and no old action.
+    use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow};
+    // nix's thin wrappers of sigemptyset and sigprocmask (on the calling, only, thread):
+    // nothing allocated.
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+    // Raw: nix's sigaction takes a `Signal`, which names only 1–31, and goes through the C
+    // library's sigaction, which refuses 32 and 33; the kernel's rt_sigaction takes them all.
+    // SAFETY: rt_sigaction with a valid action of the kernel's layout and no old action.
     unsafe {
-        let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigemptyset(empty.as_mut_ptr());
-        if libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut()) != 0 {
-            return Err(io::Error::last_os_error());
-        }
         let default = KernelSigaction {
             handler: libc::SIG_DFL,
             flags: 0,

@@ -2,8 +2,11 @@
 //! pidfds, the control connections and the supervisors' pidfds).
 
 use super::{exit_left_on_disk, Attached, ExitRecord, Request};
+use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::socket::{recv, MsgFlags};
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::Child;
@@ -46,7 +49,7 @@ impl<T> Clone for ExitWatcher<T> {
 }
 
 struct WatcherInner<T> {
-    epoll: OwnedFd,
+    epoll: Epoll,
     watched: std::sync::Mutex<Watched<T>>,
 }
 
@@ -76,18 +79,11 @@ impl<T> Watch<T> {
         let stream = self.stream.as_ref()?;
         let mut buffer = [0u8; 512];
         loop {
-            // SAFETY: a valid socket and a buffer of the given length. MSG_DONTWAIT, not
-            // O_NONBLOCK: the daemon's signaller shares this socket and keeps blocking writes.
-            let read = unsafe {
-                libc::recv(
-                    stream.as_raw_fd(),
-                    buffer.as_mut_ptr().cast(),
-                    buffer.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if read > 0 {
-                self.partial.extend_from_slice(&buffer[..read as usize]);
+            // MSG_DONTWAIT, not O_NONBLOCK: the daemon's signaller shares this socket and
+            // keeps blocking writes.
+            let read = recv(stream.as_raw_fd(), &mut buffer, MsgFlags::MSG_DONTWAIT);
+            if let Ok(read @ 1..) = read {
+                self.partial.extend_from_slice(&buffer[..read]);
                 while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
                     let line: Vec<u8> = self.partial.drain(..=end).collect();
                     let record = std::str::from_utf8(&line)
@@ -100,12 +96,10 @@ impl<T> Watch<T> {
                 }
                 continue;
             }
-            if read < 0 {
-                match io::Error::last_os_error().kind() {
-                    io::ErrorKind::Interrupted => continue,
-                    io::ErrorKind::WouldBlock => return None,
-                    _ => {}
-                }
+            match read {
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) => return None,
+                _ => {}
             }
             // End-of-stream (or a reset): the supervisor has exited.
             return Some(exit_left_on_disk(&self.dir));
@@ -113,17 +107,15 @@ impl<T> Watch<T> {
     }
 }
 
-fn epoll_ctl(epoll: &OwnedFd, op: i32, fd: i32, key: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let mut event = libc::epoll_event {
-        events: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32,
-        u64: key,
-    };
-    // SAFETY: a valid epoll descriptor and event.
-    if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), op, fd, &mut event) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+/// Adds `fd` to the epoll set under `key`, for input and hang-ups.
+fn epoll_add(epoll: &Epoll, fd: BorrowedFd<'_>, key: u64) -> io::Result<()> {
+    let event = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP, key);
+    Ok(epoll.add(fd, event)?)
+}
+
+/// Takes `fd` out of the epoll set (an error is of no consequence to any caller).
+fn epoll_delete(epoll: &Epoll, fd: BorrowedFd<'_>) {
+    let _ = epoll.delete(fd);
 }
 
 /// The keys of one watched task in the epoll set.
@@ -131,15 +123,10 @@ const KEYS: u64 = 3;
 
 impl<T: Clone + Send + 'static> ExitWatcher<T> {
     pub fn new() -> io::Result<Self> {
-        // SAFETY: epoll_create1 has no preconditions; the descriptor it returns is ours.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         Ok(ExitWatcher {
             inner: std::sync::Arc::new(WatcherInner {
-                // SAFETY: a new descriptor, owned by nothing else.
-                epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+                epoll,
                 watched: std::sync::Mutex::new(Watched {
                     next: 0,
                     entries: std::collections::HashMap::new(),
@@ -181,20 +168,25 @@ impl<T: Clone + Send + 'static> ExitWatcher<T> {
         let mut watched = self.watched();
         let id = watched.next;
         let epoll = &self.inner.epoll;
-        let mut added: Vec<(i32, u64)> = Vec::new();
+        let mut added: Vec<BorrowedFd<'_>> = Vec::new();
         let descriptors = [
-            Some((stream.as_raw_fd(), KEYS * id)),
-            pidfd.as_ref().map(|fd| (fd.as_raw_fd(), KEYS * id + 1)),
-            task.as_ref().map(|fd| (fd.as_raw_fd(), KEYS * id + 2)),
+            Some((stream.as_fd(), KEYS * id)),
+            pidfd.as_ref().map(|fd| (fd.as_fd(), KEYS * id + 1)),
+            task.as_ref().map(|fd| (fd.as_fd(), KEYS * id + 2)),
         ];
+        let mut failed = None;
         for (fd, key) in descriptors.into_iter().flatten() {
-            if let Err(error) = epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, key) {
-                for (fd, key) in added {
-                    let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, fd, key);
-                }
-                return Err((error, attached));
+            if let Err(error) = epoll_add(epoll, fd, key) {
+                failed = Some(error);
+                break;
             }
-            added.push((fd, key));
+            added.push(fd);
+        }
+        if let Some(error) = failed {
+            for fd in added {
+                epoll_delete(epoll, fd);
+            }
+            return Err((error, attached));
         }
         watched.next += 1;
         let mut attached = attached;
@@ -232,24 +224,15 @@ impl<T: Clone + Send + 'static> ExitWatcher<T> {
     }
 
     fn wait_once(&self, found: &mut Vec<Event<T>>) {
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
-        // SAFETY: a valid epoll descriptor and event buffer of the given length.
-        let count = unsafe {
-            libc::epoll_wait(
-                self.inner.epoll.as_raw_fd(),
-                events.as_mut_ptr(),
-                events.len() as i32,
-                -1,
-            )
-        };
-        if count < 0 {
+        let mut events = [EpollEvent::empty(); 64];
+        let Ok(count) = self.inner.epoll.wait(&mut events, EpollTimeout::NONE) else {
             // EINTR: wait again.
             return;
-        }
+        };
         let epoll = &self.inner.epoll;
         let mut watched = self.watched();
-        for event in &events[..count as usize] {
-            let key = event.u64;
+        for event in &events[..count] {
+            let key = event.data();
             let id = key / KEYS;
             let Some(watch) = watched.entries.get_mut(&id) else {
                 continue;
@@ -259,11 +242,11 @@ impl<T: Clone + Send + 'static> ExitWatcher<T> {
                     if let Some(record) = watch.read() {
                         let connection = watch.stream.take();
                         if let Some(stream) = &connection {
-                            let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, stream.as_raw_fd(), key);
+                            epoll_delete(epoll, stream.as_fd());
                         }
                         // Its death, if the exit came first (the task could not be watched).
                         if let Some(task) = watch.task.take() {
-                            let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, task.as_raw_fd(), key);
+                            epoll_delete(epoll, task.as_fd());
                         }
                         if let Some(token) = watch.token.take() {
                             found.push(Event::Exited(Exited {
@@ -277,13 +260,13 @@ impl<T: Clone + Send + 'static> ExitWatcher<T> {
                 1 => {
                     if let Some((mut child, pidfd)) = watch.supervisor.take() {
                         // The supervisor has exited: reaped at once (no zombie).
-                        let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, pidfd.as_raw_fd(), key);
+                        epoll_delete(epoll, pidfd.as_fd());
                         let _ = child.wait();
                     }
                 }
                 _ => {
                     if let Some(task) = watch.task.take() {
-                        let _ = epoll_ctl(epoll, libc::EPOLL_CTL_DEL, task.as_raw_fd(), key);
+                        epoll_delete(epoll, task.as_fd());
                         if let Some(token) = watch.token.clone() {
                             found.push(Event::Died(token));
                         }
@@ -297,14 +280,13 @@ impl<T: Clone + Send + 'static> ExitWatcher<T> {
     }
 }
 
-/// A pidfd of `pid`, owned.
-fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open has no memory-safety preconditions; the descriptor it returns is
-    // ours.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor, owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+/// A pidfd of `pid`, owned (rustix's pidfd_open: nix has none). A pid that is not positive
+/// is refused as the kernel refuses it, with EINVAL.
+pub(super) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    use rustix::process::{Pid, PidfdFlags};
+    let pid = (pid > 0)
+        .then(|| Pid::from_raw(pid))
+        .flatten()
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok(rustix::process::pidfd_open(pid, PidfdFlags::empty())?)
 }
