@@ -57,14 +57,19 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart(s
         fill(small_disk / "filler")
         assert agent.proc.poll() is None, agent.stderr()
         # Writes until one fails (the store may have room left in its own file).
-        failed = None
+        failed, acknowledged = None, []
         for n in range(40):
             status, text, _ = agent.http("PUT", "/v1/jobs", padded_job(f"pad-{n}", 200_000))
             if status != 200:
-                failed = (status, text)
+                failed = (status, text, f"pad-{n}")
                 break
+            acknowledged.append(f"pad-{n}")
         assert failed, "no write failed on a full disk"
         assert failed[0] >= 500 and "No space left on device" in failed[1], failed
+        # The write in flight when the disk filled is kept for the retry (a 500); had another
+        # commit failed first, it would have been refused up front (a 503).
+        kept = [failed[2]] if failed[0] == 500 else []
+        assert failed[0] == 503 or "keeps it" in failed[1], failed
         status, text, _ = agent.http("PUT", "/v1/jobs", padded_job("refused", 10))
         assert status == 503 and "No space left on device" in text, (status, text)
         assert agent.proc.poll() is None, "the agent exited"
@@ -77,11 +82,12 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart(s
         agent.wait_until("a write to succeed",
                          lambda: agent.http("PUT", "/v1/jobs", padded_job("after", 10))[0] == 200)
         assert "storing state again" in agent.stderr()
-        # Nothing acknowledged is lost: a restart (kill -9) has every job answered 200.
+        # Nothing acknowledged is lost: a restart (kill -9) has every job answered 200, and
+        # the one kept for a retry; not the one refused.
         agent.kill9()
         agent.start()
-        assert agent.get("/v1/job/after")["ID"] == "after"
-        assert agent.get("/v1/job/first")["ID"] == "first"
+        for job in ["first", *acknowledged, *kept, "after"]:
+            assert agent.get(f"/v1/job/{job}")["ID"] == job
         assert agent.http("GET", "/v1/job/refused")[0] == 404
         assert agent.http("DELETE", "/v1/job/first?no_shutdown_delay=true")[0] == 200
         agent.wait_terminal([alloc["ID"]])

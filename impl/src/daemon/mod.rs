@@ -107,6 +107,13 @@ pub struct Core {
     pending_log: Vec<LogEntry>,
     /// Allocations of this node whose update the client has not pulled yet.
     pending_pulls: BTreeSet<AllocId>,
+    /// Pulls an API write made, and the ticket of its batch: such a pull waits until that
+    /// batch is durable (always so by the time a worker looks, unless the commit failed:
+    /// a plan the store does not hold is not acted on, as a crash could lose it after a
+    /// task felt it).
+    pulls_after: BTreeMap<AllocId, u64>,
+    /// Pulls noted by `take_writes` since the last submit.
+    fresh_pulls: Vec<AllocId>,
     /// Task exits the exit watcher reported and the client workers have not applied yet.
     pending_exits: std::collections::VecDeque<(AllocId, usize, ExitResult)>,
     /// Tasks whose process has died and whose exit status the client has not asked their
@@ -198,6 +205,7 @@ impl Core {
                 None => self.logged_pulls.contains_key(&id),
             };
             if ours {
+                self.fresh_pulls.push(id.clone());
                 self.pending_pulls.insert(id);
             }
         }
@@ -294,12 +302,18 @@ impl Core {
         if let Some((id, encoded)) = runner {
             writes.push((Table::Runners, id, Some(Payload::Runner(encoded))));
         }
-        self.committer.submit(Batch {
+        let ticket = self.committer.submit(Batch {
             index: Some(self.server.store.index()),
             writes,
             log: std::mem::take(&mut self.pending_log),
             durable,
-        })
+        });
+        for id in std::mem::take(&mut self.fresh_pulls) {
+            if durable {
+                self.pulls_after.insert(id, ticket);
+            }
+        }
+        ticket
     }
 
     /// Why the store refuses commits now (a full disk, say), if it does: the API refuses
@@ -450,6 +464,8 @@ impl Agent {
             log_seq: loaded.log_seq,
             pending_log: Vec::new(),
             pending_pulls: BTreeSet::new(),
+            pulls_after: BTreeMap::new(),
+            fresh_pulls: Vec::new(),
             pending_exits: std::collections::VecDeque::new(),
             pending_deaths: Vec::new(),
             asleep: Asleep::default(),
@@ -582,16 +598,11 @@ impl Agent {
 /// the agent holds descriptors for every task (its control connection, the pidfds of the
 /// task and its supervisor), and 1,024 — a common default — would stop it at a few hundred.
 fn raise_open_files_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit with a valid rlimit.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            // An error leaves the limit as it was.
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
         }
     }
 }
@@ -814,12 +825,20 @@ fn client_worker(shared: &Arc<Shared>) {
                 // go before exits: the kill path before the bookkeeping of its results.
                 // One pull at a time (a worker that is descheduled holds up only its own),
                 // the exits a share at a time.
-                // While commits fail (a full disk), no update is pulled: a plan the store
-                // does not hold yet is not acted on (a crash could lose it after a task
-                // felt it). The committer retries; the workers look again as often.
-                let storing = core.committer.failing().is_none();
-                if !core.server.eval_pending() && storing {
-                    if let Some(id) = core.pending_pulls.pop_first() {
+                // A pull whose plan is not durable yet (its commit failed: a full disk)
+                // waits; the committer retries, and the workers look again as often.
+                let durable = core.committer.durable();
+                let ready = core
+                    .pending_pulls
+                    .iter()
+                    .find(|id| core.pulls_after.get(*id).is_none_or(|t| *t <= durable))
+                    .cloned();
+                let held = ready.is_none() && !core.pending_pulls.is_empty();
+                if !core.server.eval_pending() {
+                    if let Some(id) = ready.inspect(|id| {
+                        core.pending_pulls.remove(id);
+                        core.pulls_after.remove(id);
+                    }) {
                         core.last_pull = std::time::Instant::now();
                         batch.push(Work::Pull(id));
                         break;
@@ -872,7 +891,7 @@ fn client_worker(shared: &Arc<Shared>) {
                     }),
                     (!core.closing.is_empty())
                         .then(|| CLOSE_AFTER.saturating_sub(quiet).max(unsettled)),
-                    (!storing && !core.pending_pulls.is_empty()).then_some(persist::RETRY_AFTER),
+                    held.then_some(persist::RETRY_AFTER),
                 ]
                 .into_iter()
                 .flatten()

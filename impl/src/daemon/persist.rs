@@ -190,6 +190,30 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.index.is_none() && self.writes.is_empty() && self.log.is_empty()
     }
+
+    /// Batches, in order, as one: the last write of each record, every log entry, the
+    /// highest index; durable if any was.
+    fn merge(batches: Vec<Batch>) -> Batch {
+        let mut merged = Batch::default();
+        let mut at: std::collections::HashMap<(Table, String), usize> = Default::default();
+        for batch in batches {
+            merged.index = merged.index.max(batch.index);
+            merged.durable |= batch.durable;
+            merged.log.extend(batch.log);
+            for (table, key, value) in batch.writes {
+                match at.entry((table, key.clone())) {
+                    std::collections::hash_map::Entry::Occupied(slot) => {
+                        merged.writes[*slot.get()].2 = value;
+                    }
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(merged.writes.len());
+                        merged.writes.push((table, key, value));
+                    }
+                }
+            }
+        }
+        merged
+    }
 }
 
 /// Everything stored, as read at start-up.
@@ -214,6 +238,9 @@ pub struct Persist {
     /// The event log file missed entries (appending failed: a full disk): it is rewritten
     /// whole from the log table after the next commit that succeeds.
     export_stale: bool,
+    /// When that was last tried: at most once per [`RETRY_AFTER`] (a rewrite needs room
+    /// for the whole file).
+    export_tried: Option<Instant>,
 }
 
 fn error(what: &str, e: impl std::fmt::Display) -> String {
@@ -318,17 +345,18 @@ impl Persist {
         setup
             .commit()
             .map_err(|e| error("creating the tables", e))?;
-        let persist = Persist {
+        let mut persist = Persist {
             db,
             db_path: path,
             log_path: dir.join(EVENT_LOG_FILE),
             export_stale: false,
+            export_tried: None,
         };
         let loaded = persist.load()?;
         Ok((persist, loaded))
     }
 
-    fn load(&self) -> Result<Loaded, String> {
+    fn load(&mut self) -> Result<Loaded, String> {
         let read = self.db.begin_read().map_err(|e| error("reading", e))?;
         let mut loaded = Loaded::default();
         let meta = read.open_table(META).map_err(|e| error("meta", e))?;
@@ -372,7 +400,16 @@ impl Persist {
             loaded.logged_pulls.insert(alloc, index);
         })?;
         each(&read, Table::Acl, |record| loaded.acl.push(record))?;
-        loaded.log_seq = self.export_log()?;
+        // The file is an export: an agent on a full disk starts without it, and writes it
+        // once it can.
+        loaded.log_seq = match self.export_log() {
+            Ok(last) => last,
+            Err(failure) => {
+                crate::daemon::say!("{failure}; the event log file is written once it can be");
+                self.export_stale = true;
+                self.last_log_seq()?
+            }
+        };
         Ok(loaded)
     }
 
@@ -387,6 +424,7 @@ impl Persist {
             db_path,
             log_path,
             export_stale: true,
+            export_tried: None,
         })
     }
 
@@ -415,8 +453,20 @@ impl Persist {
                 fs::set_permissions(&temporary, fs::Permissions::from_mode(PRIVATE_FILE))
             })
             .and_then(|()| fs::rename(&temporary, &self.log_path))
-            .map_err(|e| error(&format!("writing {}", self.log_path.display()), e))?;
+            .map_err(|e| {
+                // What the temporary file took of a full disk goes back at once.
+                let _ = fs::remove_file(&temporary);
+                error(&format!("writing {}", self.log_path.display()), e)
+            })?;
         Ok(last)
+    }
+
+    /// The last sequence number in the log table.
+    fn last_log_seq(&self) -> Result<u64, String> {
+        let read = self.db.begin_read().map_err(|e| error("reading", e))?;
+        let log = read.open_table(LOG).map_err(|e| error("log", e))?;
+        let last = log.last().map_err(|e| error("log", e))?;
+        Ok(last.map_or(0, |(seq, _)| seq.value()))
     }
 
     /// Commits batches, in order, as one transaction, durable (syncing the disk, which
@@ -490,6 +540,13 @@ impl Persist {
         // The file is an export of the table, which holds the entries now: a failure here
         // (a full disk) loses nothing; the file is rewritten whole once it can be.
         let exported = if self.export_stale {
+            if self
+                .export_tried
+                .is_some_and(|tried| tried.elapsed() < RETRY_AFTER)
+            {
+                return Ok(());
+            }
+            self.export_tried = Some(Instant::now());
             self.export_log().map(|_| ())
         } else if !lines.is_empty() {
             fs::OpenOptions::new()
@@ -587,6 +644,11 @@ impl Committer {
         }
     }
 
+    /// How many batches are durable (a batch's ticket is its number).
+    pub fn durable(&self) -> u64 {
+        self.queue().durable
+    }
+
     /// Why commits fail now, if they do: an API write is refused up front then (nothing
     /// changes), rather than taken in memory and not stored.
     pub fn failing(&self) -> Option<String> {
@@ -654,7 +716,9 @@ impl Committer {
                     let mut retry = std::mem::take(&mut since_durable);
                     retry.extend(batches);
                     retry.append(&mut queue.batches);
-                    queue.batches = retry;
+                    // One batch, the last value of each record: a long outage holds one
+                    // copy of each runner's state, not one per step.
+                    queue.batches = vec![Batch::merge(retry)];
                     self.shared.1.notify_all();
                     drop(queue);
                     std::thread::sleep(RETRY_AFTER);
@@ -676,5 +740,43 @@ impl Committer {
             }
             self.shared.1.notify_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::step::Step;
+
+    #[test]
+    fn merged_batches_keep_the_last_write_of_each_record_and_every_log_entry() {
+        let put = |key: &str, index: u64| {
+            (
+                Table::Pulls,
+                key.to_string(),
+                Some(Payload::Pulled(key.into(), index)),
+            )
+        };
+        let restart = || LogEntry::step(Step::ClientRestart, None, None);
+        let first = Batch {
+            index: Some(3),
+            writes: vec![put("x", 1), put("y", 1)],
+            log: vec![restart()],
+            durable: false,
+        };
+        let second = Batch {
+            index: Some(5),
+            writes: vec![put("x", 2), (Table::Pulls, "y".into(), None)],
+            log: vec![restart()],
+            durable: true,
+        };
+        let merged = Batch::merge(vec![first, second]);
+        assert_eq!((merged.index, merged.durable), (Some(5), true));
+        assert_eq!(merged.log.len(), 2);
+        assert_eq!(merged.writes.len(), 2);
+        assert!(
+            matches!(&merged.writes[0], (Table::Pulls, k, Some(Payload::Pulled(_, 2))) if k == "x")
+        );
+        assert!(matches!(&merged.writes[1], (Table::Pulls, k, None) if k == "y"));
     }
 }

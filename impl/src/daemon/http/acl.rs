@@ -200,9 +200,19 @@ fn acl_write(
     let (answer, writes) =
         change(&mut core.acl, index, crate::daemon::unix_now_ns()).map_err(acl_error)?;
     assert_eq!(core.server.store.next_index(), index);
-    core.commit_durably_with(writes)
-        .map_err(|e| error(500, format!("storing the write: {e}")))?;
+    let stored = core.commit_durably_with(writes);
     shared.notify(&core);
+    if let Err(e) = stored {
+        // The write is kept and stored once it can be: a token made by it (the bootstrap's
+        // above all, which cannot be made again) is of use only if its secret is known.
+        let token = match (answer.get("AccessorID"), answer.get("SecretID")) {
+            (Some(accessor), Some(secret)) => {
+                format!("; the token is kept: AccessorID {accessor}, SecretID {secret}")
+            }
+            _ => String::new(),
+        };
+        return Err(error(500, format!("storing the write: {e}{token}")));
+    }
     ok(answer, index)
 }
 

@@ -361,10 +361,11 @@ pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError>
 
 pub(super) fn commit(shared: &Shared, core: &mut Core) -> Result<(), ApiError> {
     core.process_evals();
-    core.commit_durably()
-        .map_err(|e| error(500, format!("storing the write: {e}")))?;
+    let stored = core.commit_durably();
+    // Whatever came of it: a write kept for a retry is pulled once it is durable, by
+    // workers woken now (they look again while it is held).
     shared.notify(core);
-    Ok(())
+    stored.map_err(|e| error(500, format!("storing the write: {e}")))
 }
 
 pub(super) fn stop_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
