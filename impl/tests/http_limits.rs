@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 const IDLE: Duration = Duration::from_secs(1);
 const BODY: Duration = Duration::from_secs(1);
+const WRITE: Duration = Duration::from_millis(200);
 
 struct Running {
     agent: Agent,
@@ -37,6 +38,7 @@ fn agent_with(name: &str, acl_enabled: bool) -> Running {
     config.http.idle_timeout = IDLE;
     config.http.body_timeout = BODY;
     config.acl_enabled = acl_enabled;
+    config.http.write_timeout = WRITE;
     let agent = daemon::spawn(config).expect("the agent starts");
     Running { agent, data_dir }
 }
@@ -263,4 +265,53 @@ fn a_get_s_body_is_not_read_and_an_unknown_token_is_refused_before_its_body() {
     );
     assert_eq!(status(&answer), 403, "{answer}");
     assert!(answer.contains("evil.example"), "{answer}");
+}
+
+#[test]
+fn an_answer_the_client_does_not_take_is_given_up() {
+    let agent = agent("slow-reader");
+    // Three versions of a job with 6 MiB of a task's Env (it runs nothing: no allocation):
+    // its versions are an answer of about 18 MiB, more than a loopback connection's buffers
+    // hold.
+    let pad = "x".repeat(6 << 20);
+    for version in 0..3 {
+        let job = format!(
+            r#"{{"Job":{{"ID":"big","TaskGroups":[{{"Name":"g","Count":0,"Tasks":[{{"Name":"t","Driver":"raw_exec","Env":{{"V":"{version}","PAD":"{pad}"}},"Config":{{"command":"/bin/true"}}}}]}}]}}}}"#
+        );
+        let answer = agent.exchange(
+            &format!(
+                "PUT /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+                 Content-Length: {}\r\n\r\n",
+                job.len()
+            ),
+            job.as_bytes(),
+        );
+        assert_eq!(status(&answer), 200, "{}", &answer[..answer.len().min(300)]);
+    }
+    let mut stream = agent.connect();
+    stream
+        .write_all(
+            b"GET /v1/job/big/versions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        )
+        .expect("sent");
+    // Ten times the write timeout without taking anything: the agent gives the answer up.
+    std::thread::sleep(WRITE * 10);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    assert!(
+        answer.len() < 3 * (6 << 20),
+        "the whole answer ({} bytes) waited for a client that took none of it",
+        answer.len()
+    );
+    // Taken at once, the same answer is whole.
+    let whole = agent.exchange(
+        "GET /v1/job/big/versions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        b"",
+    );
+    assert!(
+        whole.len() > 3 * (6 << 20),
+        "{} bytes: {}",
+        whole.len(),
+        &whole[..whole.len().min(500)]
+    );
 }

@@ -13,6 +13,7 @@
 //! | URL | [`MAX_URL_BYTES`] | 414 |
 //! | body | [`MAX_BODY_BYTES`] | 413, unread |
 //! | time to send a body | [`BODY_TIMEOUT`] | 408 |
+//! | an answer the client takes none of | [`WRITE_TIMEOUT`] | the connection is closed |
 //! | bodies read or held at once (only POST and PUT bodies are read) | [`MAX_BODY_READERS`] | the next waits |
 //! | threads answering | [`MAX_HANDLER_THREADS`] | the next request waits |
 //!
@@ -59,6 +60,10 @@ pub const MAX_URL_BYTES: usize = 16 << 10;
 /// The time a client has to send a whole body once its headers are in.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long an answer may wait for the client to take any of it: a client that does not
+/// read holds its connection and its answer (up to the largest a read can make) no longer.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Bodies read at once, so that bodies in memory stay under `MAX_BODY_READERS ×
 /// MAX_BODY_BYTES` (128 MiB) whatever the number of connections.
 pub const MAX_BODY_READERS: usize = 16;
@@ -75,6 +80,7 @@ const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 pub struct HttpLimits {
     pub idle_timeout: Duration,
     pub body_timeout: Duration,
+    pub write_timeout: Duration,
     pub max_connections: usize,
 }
 
@@ -83,6 +89,7 @@ impl Default for HttpLimits {
         HttpLimits {
             idle_timeout: IDLE_TIMEOUT,
             body_timeout: BODY_TIMEOUT,
+            write_timeout: WRITE_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
         }
     }
@@ -157,7 +164,10 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
                 .max_header_size(MAX_HEADER_BYTES)
                 .max_buf_size(MAX_HEADER_BYTES)
                 .max_headers(MAX_HEADERS)
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection(
+                    TokioIo::new(Stalling::new(stream, limits.write_timeout)),
+                    service,
+                )
                 .await;
             drop(permit);
         });
@@ -303,4 +313,101 @@ fn render(answer: Result<Reply, ApiError>) -> Response<Full<Bytes>> {
 /// When a blocking query gives up waiting: `wait` after it began.
 pub(super) fn deadline_after(wait: Duration) -> tokio::time::Instant {
     tokio::time::Instant::from_std(Instant::now() + wait)
+}
+
+/// A connection whose writes fail once the client has taken nothing for a while (see
+/// [`WRITE_TIMEOUT`]); reads are the stream's own.
+struct Stalling {
+    stream: tokio::net::TcpStream,
+    timeout: Duration,
+    /// Armed when a write could not go on, disarmed when one does.
+    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Stalling {
+    fn new(stream: tokio::net::TcpStream, timeout: Duration) -> Stalling {
+        Stalling {
+            stream,
+            timeout,
+            stalled: None,
+        }
+    }
+
+    /// `poll` of a write-side operation, failing it once the client has taken nothing for
+    /// the timeout.
+    fn timed<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        poll: impl FnOnce(
+            std::pin::Pin<&mut tokio::net::TcpStream>,
+            &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        use std::future::Future;
+        match poll(std::pin::Pin::new(&mut self.stream), cx) {
+            std::task::Poll::Ready(done) => {
+                self.stalled = None;
+                std::task::Poll::Ready(done)
+            }
+            std::task::Poll::Pending => {
+                let timeout = self.timeout;
+                let stalled = self
+                    .stalled
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                match stalled.as_mut().poll(cx) {
+                    std::task::Poll::Ready(()) => std::task::Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the client took none of the answer in time",
+                    ))),
+                    std::task::Poll::Pending => std::task::Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Stalling {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Stalling {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.timed(cx, |stream, cx| stream.poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.timed(cx, |stream, cx| stream.poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.timed(cx, |stream, cx| stream.poll_flush(cx))
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.timed(cx, |stream, cx| stream.poll_shutdown(cx))
+    }
 }
