@@ -44,9 +44,9 @@ class Agent:
         # Sent as X-Nomad-Token (and NOMAD_TOKEN to the CLI) once a test sets it.
         self.token = None
 
-    def start(self, prefix=(), args=()):
+    def start(self, prefix=(), args=(), env=None):
         """Starts the agent; `prefix` runs it under another program (`prlimit ...`), `args`
-        go after the agent's own."""
+        go after the agent's own, `env` adds to its environment."""
         self.starts += 1
         stderr = open(self.data_dir.parent / f"agent-{self.starts}.err", "w")
         self.proc = subprocess.Popen(
@@ -55,7 +55,7 @@ class Agent:
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
-            env=clean_env(),
+            env=clean_env(**(env or {})),
         )
         for line in self.proc.stdout:
             if "HTTP address:" in line:

@@ -5,6 +5,7 @@ what its policies grant and no more (403 `Permission denied`), an unknown token 
 reached the port could run commands as root."""
 
 import json
+import os
 import subprocess
 
 import nomad
@@ -213,3 +214,46 @@ def test_the_cli_bootstraps_applies_policies_and_creates_tokens(acl_agent, tmp_p
     assert stopped.returncode == 0, stopped.stderr
     agent.token = root
     assert agent.get("/v1/job/web")["Stop"] is True
+
+
+def test_tasks_do_not_inherit_the_operators_token_or_cloud_secrets(tmp_path):
+    """An agent started from a shell with NOMAD_TOKEN (an operator's, likely management)
+    and cloud credentials passed them to every task it ran: a task could then drive the
+    agent, ACLs or not, with the operator's rights. Tasks inherit the agent's environment
+    without Nomad's default `env.denylist` and NOMAD_TOKEN; the job's own `Env` still
+    reaches them, and so does the rest."""
+    agent = Agent(tmp_path / "data")
+    agent.start(args=["-acl-enabled"], env={
+        "NOMAD_TOKEN": "00000000-0000-4000-8000-00000000beef",
+        "AWS_SECRET_ACCESS_KEY": "hunter2", "VAULT_TOKEN": "s.vault", "QUIESCE_PLAIN": "kept"})
+    try:
+        agent.token = python_nomad(agent).acl.generate_bootstrap()["SecretID"]
+        job = {"Job": {"ID": "env", "TaskGroups": [{"Name": "g", "Tasks": [{
+            "Name": "t", "Driver": "raw_exec", "Env": {"VAULT_TOKEN": "the-jobs-own"},
+            "Config": {"command": "/bin/sleep", "args": ["1000"]}}]}]}}
+        assert agent.http("PUT", "/v1/jobs", job)[0] == 200
+        [alloc] = agent.running("env", 1)
+        marker = f"NOMAD_ALLOC_ID={alloc['ID']}".encode()
+
+        def task_environ():
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as environ:
+                        found = environ.read()
+                    with open(f"/proc/{pid}/comm") as comm:
+                        if marker in found and comm.read().strip() == "sleep":
+                            return dict(item.split(b"=", 1) for item in found.split(b"\0")
+                                        if b"=" in item)
+                except OSError:
+                    continue
+            return None
+
+        environ = agent.wait_until("the task's environment", task_environ)
+        assert b"NOMAD_TOKEN" not in environ and b"AWS_SECRET_ACCESS_KEY" not in environ
+        assert environ[b"VAULT_TOKEN"] == b"the-jobs-own"
+        assert environ[b"QUIESCE_PLAIN"] == b"kept"
+        assert agent.http("DELETE", "/v1/job/env?no_shutdown_delay=true")[0] == 200
+        agent.wait_terminal([alloc["ID"]])
+    finally:
+        agent.close()
+    validate_log(agent)

@@ -52,6 +52,22 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+/// What a task never inherits from the agent's environment (its own `Env` may still set
+/// them): Nomad's default client `env.denylist`, and `NOMAD_TOKEN`, the operator's ACL
+/// token when the agent was started from a shell that had one.
+pub const ENV_DENYLIST: &[&str] = &[
+    "CONSUL_TOKEN",
+    "CONSUL_HTTP_TOKEN",
+    "CONSUL_HTTP_AUTH",
+    "VAULT_TOKEN",
+    "NOMAD_LICENSE",
+    "NOMAD_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+];
+
 /// The abstract socket name of a task directory's supervisor.
 fn socket_name(dir: &Path) -> String {
     // FNV-1a over the path: stable across daemon restarts, short enough for any path.
@@ -171,7 +187,13 @@ pub fn launch(
         )
         .arg("--")
         .arg(&launch.command)
-        .args(&launch.args)
+        .args(&launch.args);
+    // A task inherits the agent's environment (as Nomad's raw_exec tasks do) but not its
+    // secrets: Nomad's default `env.denylist`, and the operator's own token.
+    for name in ENV_DENYLIST {
+        command.env_remove(name);
+    }
+    command
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&launch.dir)
         // The listening socket is the supervisor's standard input.
