@@ -303,6 +303,35 @@ fn an_answer_the_client_does_not_take_is_given_up() {
         "the whole answer ({} bytes) waited for a client that took none of it",
         answer.len()
     );
+    // Nor is one that takes 8 KiB now and then: about 40 KiB per write timeout, less than
+    // the agent's minimum of 1 MiB per timeout. (On loopback the kernel wakes a blocked
+    // writer only once a third of its send buffer is free, so this reader cannot make the
+    // agent's writes progress within the timeout either way; the minimum is for a client
+    // that can.)
+    let mut stream = agent.connect();
+    stream
+        .write_all(
+            b"GET /v1/job/big/versions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        )
+        .expect("sent");
+    let (mut taken, mut chunk, mut cut) = (0, vec![0u8; 8 << 10], false);
+    let since = Instant::now();
+    while since.elapsed() < WRITE * 100 {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => {
+                cut = true;
+                break;
+            }
+            Ok(n) => taken += n,
+        }
+        std::thread::sleep(WRITE / 4);
+    }
+    assert!(
+        cut && taken < 3 * (6 << 20),
+        "a client taking 8 KiB per {:?} was still being sent after {:?} ({taken} bytes)",
+        WRITE / 4,
+        since.elapsed()
+    );
     // Taken at once, the same answer is whole.
     let whole = agent.exchange(
         "GET /v1/job/big/versions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",

@@ -13,7 +13,7 @@
 //! | URL | [`MAX_URL_BYTES`] | 414 |
 //! | body | [`MAX_BODY_BYTES`] | 413, unread |
 //! | time to send a body | [`BODY_TIMEOUT`] | 408 |
-//! | an answer the client takes none of | [`WRITE_TIMEOUT`] | the connection is closed |
+//! | an answer the client stops taking (less than [`MIN_TAKEN`] in the time) | [`WRITE_TIMEOUT`] | the connection is reset |
 //! | bodies read or held at once (only POST and PUT bodies are read) | [`MAX_BODY_READERS`] | the next waits |
 //! | threads answering | [`MAX_HANDLER_THREADS`] | the next request waits |
 //!
@@ -315,13 +315,30 @@ pub(super) fn deadline_after(wait: Duration) -> tokio::time::Instant {
     tokio::time::Instant::from_std(Instant::now() + wait)
 }
 
-/// A connection whose writes fail once the client has taken nothing for a while (see
+/// A connection whose writes fail once the client has stopped taking its answer (see
 /// [`WRITE_TIMEOUT`]); reads are the stream's own.
+///
+/// The timer is armed when a write cannot go on, and disarmed once the answer is all
+/// handed to the kernel (a flush) or the client has taken [`MIN_TAKEN`] since it was armed:
+/// a client that takes a few KiB now and then (a tiny receive window) is as stuck as one
+/// that takes nothing. When it fires the connection is reset (`SO_LINGER` 0), so that the
+/// kernel does not keep the unsent answer for a client that will not read it.
 struct Stalling {
     stream: tokio::net::TcpStream,
     timeout: Duration,
-    /// Armed when a write could not go on, disarmed when one does.
     stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// Bytes the client took since the timer was armed.
+    taken: usize,
+}
+
+/// What a client must take of an answer per [`WRITE_TIMEOUT`] once it has stalled (about
+/// 35 KB/s: any client that reads does).
+pub const MIN_TAKEN: usize = 1 << 20;
+
+/// What a write-side operation did, for the timer.
+enum Done {
+    Wrote(usize),
+    Flushed,
 }
 
 impl Stalling {
@@ -330,11 +347,12 @@ impl Stalling {
             stream,
             timeout,
             stalled: None,
+            taken: 0,
         }
     }
 
-    /// `poll` of a write-side operation, failing it once the client has taken nothing for
-    /// the timeout.
+    /// `poll` of a write-side operation, failing it once the client has stopped taking the
+    /// answer for the timeout.
     fn timed<T>(
         &mut self,
         cx: &mut std::task::Context<'_>,
@@ -342,24 +360,48 @@ impl Stalling {
             std::pin::Pin<&mut tokio::net::TcpStream>,
             &mut std::task::Context<'_>,
         ) -> std::task::Poll<std::io::Result<T>>,
+        done: impl FnOnce(&T) -> Done,
     ) -> std::task::Poll<std::io::Result<T>> {
         use std::future::Future;
+        use std::task::Poll;
         match poll(std::pin::Pin::new(&mut self.stream), cx) {
-            std::task::Poll::Ready(done) => {
-                self.stalled = None;
-                std::task::Poll::Ready(done)
+            Poll::Ready(Ok(value)) => {
+                match done(&value) {
+                    Done::Flushed => self.stalled = None,
+                    Done::Wrote(n) if self.stalled.is_some() => {
+                        self.taken += n;
+                        if self.taken >= MIN_TAKEN {
+                            self.stalled = None;
+                        }
+                    }
+                    Done::Wrote(_) => {}
+                }
+                Poll::Ready(Ok(value))
             }
-            std::task::Poll::Pending => {
-                let timeout = self.timeout;
-                let stalled = self
-                    .stalled
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                if self.stalled.is_none() {
+                    self.stalled = Some(Box::pin(tokio::time::sleep(self.timeout)));
+                    self.taken = 0;
+                }
+                let stalled = self.stalled.as_mut().expect("armed above");
                 match stalled.as_mut().poll(cx) {
-                    std::task::Poll::Ready(()) => std::task::Poll::Ready(Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "the client took none of the answer in time",
-                    ))),
-                    std::task::Poll::Pending => std::task::Poll::Pending,
+                    Poll::Ready(()) => {
+                        let reset = libc::linger {
+                            l_onoff: 1,
+                            l_linger: 0,
+                        };
+                        let _ = nix::sys::socket::setsockopt(
+                            &self.stream,
+                            nix::sys::socket::sockopt::Linger,
+                            &reset,
+                        );
+                        Poll::Ready(Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the client stopped taking the answer",
+                        )))
+                    }
+                    Poll::Pending => Poll::Pending,
                 }
             }
         }
@@ -382,7 +424,11 @@ impl tokio::io::AsyncWrite for Stalling {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        self.timed(cx, |stream, cx| stream.poll_write(cx, buf))
+        self.timed(
+            cx,
+            |stream, cx| stream.poll_write(cx, buf),
+            |n| Done::Wrote(*n),
+        )
     }
 
     fn poll_write_vectored(
@@ -390,7 +436,11 @@ impl tokio::io::AsyncWrite for Stalling {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        self.timed(cx, |stream, cx| stream.poll_write_vectored(cx, bufs))
+        self.timed(
+            cx,
+            |stream, cx| stream.poll_write_vectored(cx, bufs),
+            |n| Done::Wrote(*n),
+        )
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -401,13 +451,17 @@ impl tokio::io::AsyncWrite for Stalling {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        self.timed(cx, |stream, cx| stream.poll_flush(cx))
+        self.timed(cx, |stream, cx| stream.poll_flush(cx), |()| Done::Flushed)
     }
 
     fn poll_shutdown(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        self.timed(cx, |stream, cx| stream.poll_shutdown(cx))
+        self.timed(
+            cx,
+            |stream, cx| stream.poll_shutdown(cx),
+            |()| Done::Flushed,
+        )
     }
 }
