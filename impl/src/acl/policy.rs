@@ -135,7 +135,9 @@ impl Rules {
         self.namespaces
             .iter()
             .filter(|(pattern, _)| pattern.contains('*') && glob(pattern, namespace))
-            .max_by_key(|(pattern, _)| pattern.len())
+            // Between patterns as long, the first in byte order: the same answer whatever
+            // order the rules were written in.
+            .max_by_key(|(pattern, _)| (pattern.len(), std::cmp::Reverse(pattern.clone())))
             .map(|(_, caps)| caps)
     }
 }
@@ -348,6 +350,16 @@ mod tests {
             .unwrap()
             .contains("submit-job"));
         assert!(glob("a*b*c", "axxbyyc") && !glob("a*b*c", "axxbyy") && glob("*", ""));
+        // Equal lengths: the same rule wins in either order.
+        for text in [
+            r#"namespace "a-*" { policy = "read" }
+               namespace "*-b" { policy = "deny" }"#,
+            r#"namespace "*-b" { policy = "deny" }
+               namespace "a-*" { policy = "read" }"#,
+        ] {
+            let caps = parse(text).unwrap().in_namespace("a-b").unwrap().clone();
+            assert!(caps.contains("deny"), "{text}");
+        }
     }
 
     #[test]
