@@ -345,6 +345,20 @@ impl AclStore {
         rules_text: String,
         index: u64,
     ) -> Result<Policy, AclError> {
+        let rules = policy::parse(&rules_text).map_err(AclError::Invalid)?;
+        self.upsert_parsed_policy(name, description, rules_text, rules, index)
+    }
+
+    /// [`AclStore::upsert_policy`] with its rules parsed already: the daemon parses them
+    /// before it takes the lock this store is under (HCL parsing has slow inputs).
+    pub fn upsert_parsed_policy(
+        &mut self,
+        name: &str,
+        description: String,
+        rules_text: String,
+        rules: Rules,
+        index: u64,
+    ) -> Result<Policy, AclError> {
         if !valid_policy_name(name) {
             return Err(AclError::Invalid(format!(
                 "invalid name {name:?}: a policy's name is 1 to 128 letters, digits and '-'"
@@ -355,7 +369,6 @@ impl AclStore {
                 "a policy's description is at most 256 bytes".into(),
             ));
         }
-        let rules = policy::parse(&rules_text).map_err(AclError::Invalid)?;
         let create_index = match self.policies.get(name) {
             Some((old, _)) => old.create_index,
             None if self.policies.len() >= MAX_POLICIES => {

@@ -332,9 +332,12 @@ fn upsert_policy(shared: &Shared, name: &str, body: &[u8]) -> Result<Reply, ApiE
         return Err(error(400, "Policy name does not match request path"));
     }
     let description = string_field(&object, "Description")?;
-    let rules = string_field(&object, "Rules")?;
+    let text = string_field(&object, "Rules")?;
+    // Parsed before the core's lock is taken: an HCL input that holds the parser for
+    // minutes (hcl-rs has some, see fuzz/regressions/) holds this request only.
+    let rules = acl::policy::parse(&text).map_err(|e| acl_error(AclError::Invalid(e)))?;
     acl_write(shared, |store, index, _| {
-        let policy = store.upsert_policy(name, description, rules, index)?;
+        let policy = store.upsert_parsed_policy(name, description, text, rules, index)?;
         Ok((Value::Null, vec![store_record(AclRecord::Policy(policy))]))
     })
 }
