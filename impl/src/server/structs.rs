@@ -141,7 +141,7 @@ pub struct Allocation {
     pub job_id: JobId,
     /// The job version it was placed from (not updated by a stop, §6.3); shared, since
     /// every allocation of a version holds the same one (and written once per version, see
-    /// [`shared_job`]).
+    /// `shared_job`).
     #[serde(serialize_with = "shared_job::serialize")]
     pub job: Arc<Job>,
     pub job_version: u64,

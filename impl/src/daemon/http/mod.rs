@@ -82,7 +82,7 @@ fn ok(body: Value, index: u64) -> Result<Reply, ApiError> {
     })
 }
 
-/// A request as the handlers see it, once the connection layer ([`server`]) has read it
+/// A request as the handlers see it, once the connection layer (`server.rs`) has read it
 /// within its limits.
 pub struct ApiRequest {
     pub method: Method,

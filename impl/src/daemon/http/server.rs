@@ -96,7 +96,7 @@ impl Default for HttpLimits {
 }
 
 /// The runtime the HTTP layer runs on: two threads for the sockets (the agent's own
-/// threads do the rest), [`MAX_HANDLER_THREADS`] for the answers.
+/// threads do the rest), `MAX_HANDLER_THREADS` for the answers.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
