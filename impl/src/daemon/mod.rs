@@ -308,10 +308,10 @@ impl Core {
             log: std::mem::take(&mut self.pending_log),
             durable,
         });
-        for id in std::mem::take(&mut self.fresh_pulls) {
-            if durable {
-                self.pulls_after.insert(id, ticket);
-            }
+        let fresh = std::mem::take(&mut self.fresh_pulls);
+        if durable {
+            self.pulls_after
+                .extend(fresh.into_iter().map(|id| (id, ticket)));
         }
         ticket
     }

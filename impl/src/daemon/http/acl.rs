@@ -134,7 +134,7 @@ pub(super) fn acl_routes(
                         management()?;
                         acl_write(shared, |store, _, _| {
                             let token = store.delete_token(accessor)?;
-                            Ok((Value::Null, vec![key_of_token(&token)]))
+                            Ok((Value::Null, vec![deleted(AclRecord::Token(token))]))
                         })
                     }
                     _ => Err(error(405, "Invalid method")),
@@ -170,10 +170,7 @@ pub(super) fn acl_routes(
                         management()?;
                         acl_write(shared, |store, _, _| {
                             let policy = store.delete_policy(name)?;
-                            Ok((
-                                Value::Null,
-                                vec![(Table::Acl, format!("policy/{}", policy.name), None)],
-                            ))
+                            Ok((Value::Null, vec![deleted(AclRecord::Policy(policy))]))
                         })
                     }
                     _ => Err(error(405, "Invalid method")),
@@ -216,12 +213,13 @@ fn acl_write(
     ok(answer, index)
 }
 
-fn key_of_token(token: &acl::Token) -> crate::daemon::persist::Write {
-    (Table::Acl, format!("token/{}", token.accessor_id), None)
-}
-
 fn store_record(record: AclRecord) -> crate::daemon::persist::Write {
     (Table::Acl, record.key(), Some(Payload::Acl(record)))
+}
+
+/// The deletion of a record, by its key.
+fn deleted(record: AclRecord) -> crate::daemon::persist::Write {
+    (Table::Acl, record.key(), None)
 }
 
 /// A fresh UUID for an accessor or a secret.

@@ -83,13 +83,11 @@ fn ok(body: Value, index: u64) -> Result<Reply, ApiError> {
 }
 
 /// A request as the handlers see it, once the connection layer (`server.rs`) has read it
-/// within its limits.
+/// within its limits and passed it through the browser guard.
 pub struct ApiRequest {
     pub method: Method,
     /// The path and query, as sent (percent-encoded).
     pub url: String,
-    pub host: Option<String>,
-    pub origin: Option<String>,
     /// `X-Nomad-Token`, or the token of `Authorization: Bearer`.
     pub token: Option<String>,
     pub body: bytes::Bytes,
@@ -136,15 +134,10 @@ async fn answer(shared: Arc<Shared>, request: ApiRequest) -> Result<Reply, ApiEr
     }
 }
 
-/// One look at a request: the browser guard, the URL, the route. A blocking query whose
-/// index has not passed answers [`ApiError::blocked`] unless `waited_out`.
+/// One look at a request: its token (again on every look, so that a deleted token ends a
+/// blocking query's wait too), the URL, the route. A blocking query whose index has not
+/// passed answers [`ApiError::blocked`] unless `waited_out`.
 fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Reply, ApiError> {
-    browser_guard(
-        shared.config.bind,
-        &request.method,
-        request.host.as_deref(),
-        request.origin.as_deref(),
-    )?;
     let authority = authority(shared, request.token.as_deref())?;
     let (path, query) = split_url(&request.url);
     let writes = !matches!(request.method, Method::Get | Method::Head | Method::Options);

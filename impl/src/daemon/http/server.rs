@@ -206,7 +206,8 @@ async fn respond(
     let (host, origin) = (header("Host"), header("Origin"));
     let token = header("X-Nomad-Token").or(bearer);
     // Who asks is known from the head: a browser's request, or an unknown token, is
-    // refused before its body is read. Only writes have a body the agent reads (Nomad
+    // refused before its body is read (the guard is this request's only one; the token is
+    // looked at again on every look of a blocking query). Only writes have a body the agent reads (Nomad
     // ignores a GET's); it is held, with its permit, until the request is answered.
     let known = super::guard::browser_guard(
         shared.config.bind,
@@ -229,8 +230,6 @@ async fn respond(
     let request = super::ApiRequest {
         method,
         url: url.to_string(),
-        host,
-        origin,
         token,
         body,
         _reading: reading,
