@@ -91,6 +91,8 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart(s
         assert agent.http("GET", "/v1/job/refused")[0] == 404
         assert agent.http("DELETE", "/v1/job/first?no_shutdown_delay=true")[0] == 200
         agent.wait_terminal([alloc["ID"]])
+        # The task itself is gone: the stop reached it after the outage and the restart.
+        agent.wait_until("the task to die", lambda: not _is_task(str(pid), alloc))
     finally:
         agent.close()
     validate_log(agent)
