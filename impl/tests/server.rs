@@ -253,3 +253,157 @@ fn scaling_down_stops_the_extra_allocations() {
         .count();
     assert_eq!(stopped, 2);
 }
+
+/// A node record as the daemon registers it.
+fn node(id: &str, status: &str) -> quiesce::server::structs::Node {
+    quiesce::server::structs::Node {
+        id: id.into(),
+        name: id.into(),
+        datacenter: "dc1".into(),
+        node_pool: "default".into(),
+        status: status.into(),
+        status_updated_at: 0,
+        http_addr: String::new(),
+        attributes: Default::default(),
+        drivers: Default::default(),
+        events: Vec::new(),
+        create_index: 0,
+        modify_index: 0,
+    }
+}
+
+#[test]
+fn without_a_ready_node_an_evaluation_blocks_until_one_is_ready() {
+    let mut server = Server::new(Vec::new(), 3);
+    let registered = server.register_job(job("service", 2)).unwrap();
+    let processed = server.process_next_eval().unwrap().unwrap();
+    assert!(processed.blocked, "nothing could be placed");
+    assert!(
+        !server.eval_pending(),
+        "the blocked evaluation is out of the broker"
+    );
+    assert_eq!(server.store.allocs().count(), 0);
+    let first = server.store.eval(&registered.eval_id).unwrap().clone();
+    assert_eq!(first.status, EvalStatus::Complete);
+    assert_eq!(first.queued_allocations.get("web"), Some(&2));
+    let blocked = server.store.eval(&first.blocked_eval).unwrap().clone();
+    assert_eq!(
+        (
+            blocked.status,
+            blocked.triggered_by.as_str(),
+            blocked.previous_eval.as_str()
+        ),
+        (EvalStatus::Blocked, "queued-allocs", first.id.as_str())
+    );
+    // An initializing node takes nothing; a ready one unblocks the evaluation.
+    server.upsert_node(node("n1", "initializing"));
+    assert!(!server.eval_pending());
+    server.upsert_node(node("n1", "ready"));
+    assert!(server.eval_pending());
+    let processed = server.process_next_eval().unwrap().unwrap();
+    assert_eq!(
+        (processed.eval.as_str(), processed.blocked),
+        (blocked.id.as_str(), false)
+    );
+    assert_eq!(
+        server.store.allocs().filter(|a| a.node_id == "n1").count(),
+        2
+    );
+    assert_eq!(
+        server.store.eval(&blocked.id).unwrap().status,
+        EvalStatus::Complete
+    );
+}
+
+#[test]
+fn a_newer_evaluation_cancels_a_blocked_one() {
+    let mut server = Server::new(Vec::new(), 3);
+    server.register_job(job("service", 1)).unwrap();
+    server.process_next_eval().unwrap();
+    let blocked = server
+        .store
+        .evals()
+        .find(|e| e.status == EvalStatus::Blocked)
+        .unwrap()
+        .id
+        .clone();
+    let stopped = server.stop_job("web", StopJobOptions::default()).unwrap();
+    assert_eq!(
+        server.store.eval(&blocked).unwrap().status,
+        EvalStatus::Canceled
+    );
+    let processed = server.process_next_eval().unwrap().unwrap();
+    assert_eq!(
+        (processed.eval, processed.blocked),
+        (stopped.eval_id, false)
+    );
+    server.upsert_node(node("n1", "ready"));
+    assert!(!server.eval_pending(), "nothing is left to unblock");
+}
+
+#[test]
+fn enforce_index_registers_only_over_the_given_job_modify_index() {
+    use quiesce::server::{RegisterOptions, ServerError};
+    let enforce = |index| RegisterOptions {
+        enforce_index: Some(index),
+        ..RegisterOptions::default()
+    };
+    let mut server = Server::new(vec!["node-0".into()], 3);
+    let refused = server.register_job_with(job("service", 1), enforce(10));
+    assert_eq!(
+        refused.unwrap_err().to_string(),
+        "Enforcing job modify index 10: job does not exist"
+    );
+    assert!(server.store.job("web").is_none());
+    server
+        .register_job_with(job("service", 1), enforce(0))
+        .unwrap();
+    let stored = server.store.job("web").unwrap().job_modify_index;
+    let again = server.register_job_with(job("service", 2), enforce(0));
+    assert_eq!(
+        again.unwrap_err(),
+        ServerError::EnforceIndex(0, "job already exists".into())
+    );
+    let stale = server.register_job_with(job("service", 2), enforce(stored + 7));
+    assert!(stale
+        .unwrap_err()
+        .to_string()
+        .ends_with(&format!("conflicting job modify index: {stored}")));
+    assert_eq!(
+        server.store.job("web").unwrap().version,
+        0,
+        "nothing written"
+    );
+    server
+        .register_job_with(job("service", 2), enforce(stored))
+        .unwrap();
+    assert_eq!(server.store.job("web").unwrap().version, 1);
+}
+
+#[test]
+fn each_table_keeps_the_index_of_its_own_last_write() {
+    let mut server = Server::new(Vec::new(), 3);
+    server.upsert_node(node("n1", "ready"));
+    let tables = server.store.table_indexes();
+    assert_eq!(
+        (tables.nodes, tables.allocs, tables.evals, tables.jobs),
+        (1, 0, 0, 0)
+    );
+    let registered = server.register_job(job("batch", 1)).unwrap();
+    let tables = server.store.table_indexes();
+    assert_eq!((tables.jobs, tables.evals, tables.allocs), (2, 2, 0));
+    assert_eq!(registered.index, 2);
+    server.process_next_eval().unwrap();
+    let tables = server.store.table_indexes();
+    assert_eq!(
+        (tables.allocs, tables.evals, tables.jobs, tables.nodes),
+        (3, 3, 2, 1)
+    );
+    // A purge deletes, and the tables' indexes still move forward.
+    let purge = StopJobOptions {
+        purge: true,
+        ..StopJobOptions::default()
+    };
+    server.stop_job("web", purge).unwrap();
+    assert_eq!(server.store.table_indexes().jobs, 4);
+}

@@ -57,10 +57,16 @@ class Agent:
             text=True,
             env=clean_env(**(env or {})),
         )
+        # Until the HTTP address is known and the node is ready (a new node turns ready at
+        # its first heartbeat, the next whole second; placements wait for it).
+        ready = addressed = False
         for line in self.proc.stdout:
             if "HTTP address:" in line:
                 self.address = line.split()[-1]
                 self.port = int(self.address.rsplit(":", 1)[1])
+                addressed = True
+            ready |= line.startswith("==> Node ") and line.rstrip().endswith(" is ready")
+            if addressed and ready:
                 break
         else:
             raise RuntimeError(f"the agent exited: {self.stderr()}")

@@ -105,9 +105,19 @@ def test_a_job_id_cannot_shadow_another_jobs_endpoint(agent):
     shadow = web_job(agent.address, job_id="web/allocations")
     status, text, _ = agent.http("PUT", "/v1/jobs", shadow)
     assert status == 400 and '"allocations" endpoint of job "web"' in text, text
-    for job_id in ["web?x=1", "p%20q", "a//b"]:
+    for job_id in ["a//b", "/web", "my job"]:
         status, text, _ = agent.http("PUT", "/v1/jobs", web_job(agent.address, job_id=job_id))
         assert status == 400 and text.startswith("invalid job: ID:"), (job_id, text)
+    # Nomad's other IDs are taken; escaped, they address their own job, and unescaped a `?`
+    # starts the query, as in any URL.
+    for job_id, escaped in [("web?x=1", "web%3Fx%3D1"), ("p%20q", "p%2520q")]:
+        odd = web_job(agent.address, job_id=job_id)
+        odd["Job"]["TaskGroups"][0]["Services"] = None
+        odd["Job"]["TaskGroups"][0]["Tasks"][0]["Services"] = None
+        assert agent.http("PUT", "/v1/jobs", odd)[0] == 200, job_id
+        assert agent.get(f"/v1/job/{escaped}")["ID"] == job_id
+        assert agent.http("DELETE", f"/v1/job/{escaped}?purge=true")[0] == 200
+    assert agent.get("/v1/job/web?x=1")["ID"] == "web"
     # A job ID with a slash is addressable, and its suffixed endpoints are its own.
     slashed = web_job(agent.address, job_id="team/web")
     group = slashed["Job"]["TaskGroups"][0]

@@ -105,6 +105,18 @@ impl Authority {
         }
     }
 
+    /// Whether the token may read (or write) the nodes.
+    pub fn allows_node(&self, write: bool) -> bool {
+        match self {
+            Authority::Unchecked | Authority::Management(_) => true,
+            Authority::Client(_, rules) => rules
+                .iter()
+                .map(|r| r.node)
+                .fold(Access::None, Access::max)
+                .allows(write),
+        }
+    }
+
     pub fn is_management(&self) -> bool {
         matches!(self, Authority::Unchecked | Authority::Management(_))
     }

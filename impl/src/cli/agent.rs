@@ -9,10 +9,15 @@ use std::io::Write;
 use std::net::SocketAddr;
 
 pub(super) fn agent(args: AgentArgs) -> Result<(), String> {
-    if !args.dev {
-        return Err("only -dev mode is supported: run `quiesce agent -dev`".into());
+    if !args.dev && args.config.is_empty() {
+        return Err(
+            "give -dev (a server and a client in one process) or -config FILE: run `quiesce \
+             agent -dev`"
+                .into(),
+        );
     }
-    let data_dir = match args.data_dir {
+    let settings = super::agent_config::read(&args.config)?;
+    let data_dir = match args.data_dir.or(settings.data_dir.clone()) {
         Some(dir) => dir,
         None => {
             let dir = std::env::temp_dir().join(format!("quiesce-{}", std::process::id()));
@@ -30,20 +35,60 @@ pub(super) fn agent(args: AgentArgs) -> Result<(), String> {
     // SIGINT and SIGTERM are taken by this thread (sigwait), so every thread the agent
     // starts inherits them blocked; tasks do not (std resets the mask of a child).
     let signals = shutdown_signals();
-    let mut config = AgentConfig::new(
-        data_dir.clone(),
-        SocketAddr::new(args.bind, args.port),
-        supervisor,
-    );
-    config.acl_enabled = args.acl_enabled;
+    let bind = args
+        .bind
+        .or(settings.bind_addr)
+        .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
+    let port = args.port.or(settings.http_port).unwrap_or(4646);
+    let mut config = AgentConfig::new(data_dir.clone(), SocketAddr::new(bind, port), supervisor);
+    config.acl_enabled = args.acl_enabled || settings.acl_enabled == Some(true);
+    // `-dev` runs a client whatever the files say (as Nomad's dev mode).
+    config.client_enabled = args.dev || settings.client_enabled == Some(true);
+    for (value, slot) in [
+        (args.node.or(settings.name), &mut config.name),
+        (args.region.or(settings.region), &mut config.region),
+        (args.dc.or(settings.datacenter), &mut config.datacenter),
+    ] {
+        if let Some(value) = value {
+            if value.is_empty() || value.chars().any(char::is_control) || value.len() > 128 {
+                return Err(format!(
+                    "{value:?}: a name, region or datacenter is 1 to 128 bytes without control \
+                     characters"
+                ));
+            }
+            *slot = value;
+        }
+    }
+    config.serf_port = settings.serf_port;
+    for key in &settings.ignored {
+        if let Some((_, why)) = super::agent_config::IGNORED.iter().find(|(k, _)| k == key) {
+            eprintln!("==> config: {key} has no effect: {why}");
+        }
+    }
     let agent = daemon::spawn(config)?;
-    println!("==> quiesce agent started (dev mode)");
+    let mode = if agent.shared.config.client_enabled {
+        "server and client"
+    } else {
+        "server only"
+    };
+    println!("==> quiesce agent started ({mode})");
     println!("    HTTP address: http://{}", agent.shared.config.bind);
     println!("    Data dir:     {}", data_dir.display());
     println!(
         "    Event log:    {}",
         data_dir.join(daemon::persist::EVENT_LOG_FILE).display()
     );
+    let node = {
+        let core = agent.shared.core();
+        let node = core.server.store.node(core.node()).cloned();
+        node
+    };
+    if let Some(node) = node {
+        println!("    Node:         {} ({})", node.id, node.name);
+        if node.is_ready() {
+            daemon::announce_ready(&node.id);
+        }
+    }
     let _ = std::io::stdout().flush();
     let caught = wait_for(&signals);
     // A clean stop: everything queued is made durable first. Tasks keep running under their

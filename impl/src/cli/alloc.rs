@@ -126,11 +126,40 @@ pub(super) fn monitor(api: &Api, eval_id: &str, stopped: Option<&[String]>) -> R
         index = eval["ModifyIndex"].as_u64().unwrap_or(index);
     };
     let status = text(&eval, "Status");
-    println!(
-        "==> {}: Evaluation {:?} finished with status {status:?}",
-        now(),
-        short(eval_id)
-    );
+    let blocked = text(&eval, "BlockedEval");
+    if blocked.is_empty() {
+        println!(
+            "==> {}: Evaluation {:?} finished with status {status:?}",
+            now(),
+            short(eval_id)
+        );
+    } else {
+        // Nomad's lines for placements that failed, and the evaluation left to retry them.
+        println!(
+            "==> {}: Evaluation {:?} finished with status {status:?} but failed to place all \
+             allocations:",
+            now(),
+            short(eval_id)
+        );
+        let queued = eval["QueuedAllocations"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        for (group, count) in queued {
+            let count = count.as_u64().unwrap_or(0);
+            let plural = if count == 1 { "" } else { "s" };
+            println!(
+                "    {}: Task Group {group:?} (failed to place {count} allocation{plural}):",
+                now()
+            );
+            println!("      * No node is ready to place on");
+        }
+        println!(
+            "    {}: Evaluation {:?} waiting for additional capacity to place remainder",
+            now(),
+            short(&blocked)
+        );
+    }
     match stopped {
         None => {
             let allocs = api.get(&format!("/v1/evaluation/{eval_id}/allocations"))?;

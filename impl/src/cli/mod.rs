@@ -5,6 +5,7 @@
 
 mod acl;
 mod agent;
+mod agent_config;
 mod alloc;
 mod api;
 mod job;
@@ -61,18 +62,31 @@ pub enum Top {
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
-    /// Development mode: server and client in one process (the only mode).
+    /// Development mode: server and client in one process.
     #[arg(long)]
     pub dev: bool,
-    /// Where state, task directories and the event log live (default: a new temporary
-    /// directory).
+    /// A configuration file in Nomad's format (JSON or HCL); repeatable, later files win.
+    /// Without -dev, the agent is a server, with a client if `client.enabled` is true.
+    #[arg(long = "config")]
+    pub config: Vec<PathBuf>,
+    /// Where state, task directories and the event log live (default: the config's
+    /// `data_dir`, else a new temporary directory).
     #[arg(long = "data-dir")]
     pub data_dir: Option<PathBuf>,
-    #[arg(long, default_value = "127.0.0.1")]
-    pub bind: IpAddr,
-    /// 0 picks a free port (printed at start-up).
-    #[arg(long, default_value_t = 4646)]
-    pub port: u16,
+    /// The address to listen on (default: the config's `bind_addr`, else 127.0.0.1).
+    #[arg(long)]
+    pub bind: Option<IpAddr>,
+    /// The HTTP port; 0 picks a free one (printed at start-up) (default: the config's
+    /// `ports.http`, else 4646).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// The agent's and its node's name (default: the host's name).
+    #[arg(long)]
+    pub node: Option<String>,
+    #[arg(long)]
+    pub region: Option<String>,
+    #[arg(long)]
+    pub dc: Option<String>,
     /// Check every request's ACL token (off by default, as in Nomad's dev agent).
     #[arg(long = "acl-enabled")]
     pub acl_enabled: bool,

@@ -21,8 +21,17 @@
 
 pub mod host;
 pub mod http;
+pub mod keyring;
+mod node;
+pub mod peers;
 pub mod persist;
+mod start;
 pub mod timers;
+mod workers;
+
+pub use node::{announce_ready, FirstHeartbeat};
+pub use start::spawn;
+use workers::*;
 
 use crate::client::raw_exec::{Event, ExitWatcher};
 use crate::client::shell::{Applied, RunnerShell};
@@ -46,7 +55,16 @@ use timers::{Due, Timers};
 pub struct AgentConfig {
     pub data_dir: PathBuf,
     pub bind: SocketAddr,
-    pub node_name: NodeId,
+    /// The agent's name: its member name and its node's (default: the host's name).
+    pub name: String,
+    pub region: String,
+    pub datacenter: String,
+    /// Whether the agent runs a client (`-dev`, or `client.enabled`): without one it is a
+    /// server only, whose evaluations block for want of a node.
+    pub client_enabled: bool,
+    pub first_heartbeat: node::FirstHeartbeat,
+    /// The port other agents join this one on (`/v1/agent/join`), if any.
+    pub serf_port: Option<u16>,
     pub max_kill_timeout_ns: i64,
     /// The program that runs task supervisors (this binary) and the arguments that make it
     /// one.
@@ -65,7 +83,12 @@ impl AgentConfig {
         AgentConfig {
             data_dir,
             bind,
-            node_name: "node-0".to_string(),
+            name: node::hostname(),
+            region: "global".into(),
+            datacenter: "dc1".into(),
+            client_enabled: true,
+            first_heartbeat: node::FirstHeartbeat::NextWholeSecond,
+            serf_port: None,
             max_kill_timeout_ns: DEFAULT_MAX_KILL_TIMEOUT_NS,
             supervisor,
             supervisor_args: vec!["supervise".to_string()],
@@ -173,6 +196,11 @@ const KILL_SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 const MAX_CLOSING: usize = 4096;
 
 impl Core {
+    /// The client's node ID (empty for a server-only agent).
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
     /// Drops what the client tracks of a forgotten allocation's tasks.
     fn forget_tasks(&mut self, alloc: &AllocId) {
         self.kills_in_flight.retain(|(id, _)| id != alloc);
@@ -213,32 +241,41 @@ impl Core {
         let store = &self.server.store;
         written
             .into_iter()
-            .filter_map(|record| {
-                Some(match &record {
-                    Record::Index => return None,
-                    Record::Job(id) => (
-                        Table::Jobs,
-                        id.clone(),
-                        store.job_versions_owned(id).cloned().map(Payload::Jobs),
-                    ),
-                    Record::Alloc(id) => (
-                        Table::Allocs,
-                        id.clone(),
-                        store
-                            .alloc_record(id)
-                            .map(|alloc| Payload::Alloc(Box::new(alloc.clone()))),
-                    ),
-                    Record::Eval(id) => (
-                        Table::Evals,
-                        id.clone(),
-                        store.eval(id).cloned().map(Payload::Eval),
-                    ),
-                    Record::Service(id) => (
-                        Table::Services,
-                        id.clone(),
-                        store.service(id).cloned().map(Payload::Service),
-                    ),
-                })
+            .map(|record| match &record {
+                Record::Index => (
+                    Table::Indexes,
+                    persist::INDEXES_KEY.to_string(),
+                    Some(Payload::Indexes(store.table_indexes())),
+                ),
+                Record::Node(id) => (
+                    Table::Nodes,
+                    id.clone(),
+                    store
+                        .node(id)
+                        .map(|node| Payload::Node(Box::new(node.clone()))),
+                ),
+                Record::Job(id) => (
+                    Table::Jobs,
+                    id.clone(),
+                    store.job_versions_owned(id).cloned().map(Payload::Jobs),
+                ),
+                Record::Alloc(id) => (
+                    Table::Allocs,
+                    id.clone(),
+                    store
+                        .alloc_record(id)
+                        .map(|alloc| Payload::Alloc(Box::new(alloc.clone()))),
+                ),
+                Record::Eval(id) => (
+                    Table::Evals,
+                    id.clone(),
+                    store.eval(id).cloned().map(Payload::Eval),
+                ),
+                Record::Service(id) => (
+                    Table::Services,
+                    id.clone(),
+                    store.service(id).cloned().map(Payload::Service),
+                ),
             })
             .collect()
     }
@@ -250,9 +287,14 @@ impl Core {
     pub fn process_evals(&mut self) {
         loop {
             match self.server.process_next_eval() {
-                Ok(Some((_, job))) => {
-                    self.log(LogEntry::step(Step::ProcessEval { job }, None, None))
-                }
+                // A blocked evaluation placed nothing: for the model it is still pending,
+                // and it is logged when it is processed again, once a node is ready.
+                Ok(Some(processed)) if processed.blocked => {}
+                Ok(Some(processed)) => self.log(LogEntry::step(
+                    Step::ProcessEval { job: processed.job },
+                    None,
+                    None,
+                )),
                 Ok(None) => return,
                 Err(error) => {
                     crate::daemon::say!("scheduler: {error}");
@@ -357,6 +399,9 @@ pub struct Shared {
     /// The runners by allocation: how timers and exits find them.
     runners: Mutex<BTreeMap<AllocId, RunnerShell<DaemonHost>>>,
     timers: Timers,
+    pub keyring: keyring::Keyring,
+    /// Other agents that joined this one, or that it joined.
+    pub peers: peers::Peers,
     /// Watches the raw_exec tasks for their exits (one thread for all of them).
     exits: ExitWatcher<(AllocId, usize)>,
     pub config: AgentConfig,
@@ -438,539 +483,4 @@ impl Shared {
 /// A running agent.
 pub struct Agent {
     pub shared: Arc<Shared>,
-}
-
-impl Agent {
-    /// Opens the data dir, restores the server and the runners (reattaching to their tasks),
-    /// and starts the scheduler, client and timer threads. The HTTP listener is separate
-    /// ([`http::serve`]).
-    pub fn start(config: AgentConfig) -> Result<Agent, String> {
-        raise_open_files_limit();
-        let (persist, loaded) = Persist::open(&config.data_dir)?;
-        let seed = unix_now_ns() as u64 ^ u64::from(std::process::id()).rotate_left(32);
-        let store = StateStore::restore(
-            loaded.index,
-            loaded.jobs,
-            loaded.allocs,
-            loaded.evals,
-            loaded.services,
-        );
-        let server = Server::restore(store, vec![config.node_name.clone()], seed);
-        let acl = restore_acl(loaded.acl)?;
-        let mut core = Core {
-            server,
-            acl,
-            committer: Committer::start(persist)?,
-            log_seq: loaded.log_seq,
-            pending_log: Vec::new(),
-            pending_pulls: BTreeSet::new(),
-            pulls_after: BTreeMap::new(),
-            fresh_pulls: Vec::new(),
-            pending_exits: std::collections::VecDeque::new(),
-            pending_deaths: Vec::new(),
-            asleep: Asleep::default(),
-            logged_pulls: loaded.logged_pulls,
-            node: config.node_name.clone(),
-            closing: Vec::new(),
-            last_pull: std::time::Instant::now(),
-            kills_in_flight: BTreeSet::new(),
-            last_kill: std::time::Instant::now(),
-            dead: BTreeSet::new(),
-        };
-        // Pulls the client had not taken when the agent stopped.
-        let pulled: BTreeMap<&AllocId, u64> = loaded
-            .runners
-            .iter()
-            .map(|r| (&r.runner.alloc.id, r.runner.alloc.alloc_modify_index))
-            .collect();
-        for alloc in core.server.store.allocs_for_node(&config.node_name) {
-            if pulled
-                .get(&alloc.id)
-                .is_none_or(|&seen| alloc.alloc_modify_index > seen)
-            {
-                core.pending_pulls.insert(alloc.id.clone());
-            }
-        }
-        let restarting = loaded
-            .runners
-            .iter()
-            .any(|r| r.runner.phase != RunnerPhase::Terminal);
-        if restarting {
-            core.log(LogEntry::step(Step::ClientRestart, None, None));
-            core.commit_durably()?;
-        }
-        // Evaluations left pending (their plans are durable with the write that made them,
-        // so these are the ones a crash caught before they were processed) are processed
-        // now, durably, before any runner is restored or pulls: no runner acts on a plan a
-        // crash could lose (see `Core::process_evals`).
-        if core.server.eval_pending() {
-            core.process_evals();
-            core.commit_durably()?;
-        }
-        let shared = Arc::new(Shared {
-            core: Mutex::new(core),
-            changes: tokio::sync::watch::Sender::new(()),
-            evals: Condvar::new(),
-            work: Condvar::new(),
-            runners: Mutex::new(BTreeMap::new()),
-            timers: Timers::default(),
-            exits: ExitWatcher::new().map_err(|e| format!("watching for task exits: {e}"))?,
-            config,
-        });
-        {
-            // An exit is queued for the client workers (who apply it after any pending
-            // pull: the kill path first), not applied on the watcher's thread, which a
-            // poststop task's launch would hold up.
-            let weak = Arc::downgrade(&shared);
-            shared
-                .exits
-                .start(move |found| {
-                    let Some(shared) = weak.upgrade() else {
-                        return;
-                    };
-                    let mut core = shared.core();
-                    // Deaths alone wake the workers only when they change what is due:
-                    // the first one (a worker arms its timer), or the last task in flight.
-                    let mut wake = core.pending_deaths.is_empty();
-                    for event in found {
-                        let exited = match event {
-                            Event::Died(token) => {
-                                let at = std::time::Instant::now();
-                                wake |= core.kills_in_flight.remove(&token)
-                                    && core.kills_in_flight.is_empty();
-                                core.dead.insert(token.clone());
-                                core.pending_deaths.push((token.0, token.1, at));
-                                continue;
-                            }
-                            Event::Exited(exited) => exited,
-                        };
-                        wake = true;
-                        core.kills_in_flight.remove(&exited.token);
-                        core.dead.remove(&exited.token);
-                        let (alloc, task) = exited.token;
-                        if let Some(error) = &exited.record.error {
-                            crate::daemon::say!("allocation {alloc} task {task}: {error}");
-                        }
-                        core.pending_exits
-                            .push_back((alloc, task, exited.record.result()));
-                        if let Some(connection) = exited.connection {
-                            core.closing.push(Box::new(connection));
-                        }
-                    }
-                    if wake {
-                        shared.notify(&core);
-                    }
-                })
-                .map_err(|e| format!("starting the exit watcher: {e}"))?;
-        }
-        {
-            let timers = shared.timers.clone();
-            let weak = Arc::downgrade(&shared);
-            std::thread::Builder::new()
-                .name("timers".into())
-                .spawn(move || {
-                    timers.run(|alloc, due| {
-                        if let Some(shared) = weak.upgrade() {
-                            shared.dispatch(alloc, due);
-                        }
-                    })
-                })
-                .map_err(|e| e.to_string())?;
-        }
-        for stored in loaded.runners {
-            restore_runner(&shared, stored);
-        }
-        for (name, body) in [
-            ("scheduler", scheduler_loop as fn(Arc<Shared>)),
-            ("client", client_loop),
-        ] {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name(name.into())
-                .spawn(move || body(shared))
-                .map_err(|e| e.to_string())?;
-        }
-        Ok(Agent { shared })
-    }
-}
-
-/// Raises the soft limit on open files to the hard limit, as Go's runtime does for Nomad:
-/// the agent holds descriptors for every task (its control connection, the pidfds of the
-/// task and its supervisor), and 1,024 — a common default — would stop it at a few hundred.
-fn raise_open_files_limit() {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard {
-            // An error leaves the limit as it was.
-            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-        }
-    }
-}
-
-/// The ACL store from its stored records.
-fn restore_acl(records: Vec<persist::AclRecord>) -> Result<crate::acl::AclStore, String> {
-    let (mut tokens, mut policies, mut bootstrapped) = (Vec::new(), Vec::new(), None);
-    for record in records {
-        match record {
-            persist::AclRecord::Token(token) => tokens.push(token),
-            persist::AclRecord::Policy(policy) => policies.push(policy),
-            persist::AclRecord::Bootstrap(index) => bootstrapped = Some(index),
-        }
-    }
-    crate::acl::AclStore::restore(tokens, policies, bootstrapped)
-}
-
-/// Binds the HTTP listener on `config.bind` (port 0 picks a free one), starts the agent and
-/// serves HTTP on a background thread. Returns the agent with `config.bind` set to the bound
-/// address.
-pub fn spawn(mut config: AgentConfig) -> Result<Agent, String> {
-    let socket = std::net::TcpListener::bind(config.bind)
-        .map_err(|e| format!("listening on {}: {e}", config.bind))?;
-    config.bind = socket
-        .local_addr()
-        .map_err(|e| format!("listening on {}: {e}", config.bind))?;
-    let runtime = http::runtime().map_err(|e| format!("starting the HTTP runtime: {e}"))?;
-    let agent = Agent::start(config)?;
-    let shared = Arc::clone(&agent.shared);
-    std::thread::Builder::new()
-        .name("http".into())
-        .spawn(move || runtime.block_on(http::serve(shared, socket)))
-        .map_err(|e| e.to_string())?;
-    Ok(agent)
-}
-
-/// Restores one runner from its stored state: terminal ones are only registered; the others
-/// reattach to their tasks, re-arm their timers and apply a stored flag (DESIGN.md).
-fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
-    let persist::StoredRunner {
-        runner: stored,
-        deadlines,
-    } = stored;
-    let id = stored.alloc.id.clone();
-    let mut registry = shared
-        .runners
-        .lock()
-        .expect("the registry lock is never poisoned");
-    let host = DaemonHost::new(&id, shared).resuming(deadlines);
-    if stored.phase == RunnerPhase::Terminal {
-        registry.insert(id, RunnerShell::new(stored, host, Vec::new()));
-        return;
-    }
-    let mut commands = Vec::new();
-    let restored = AllocRunner::restore(stored, unix_now_ns(), &mut commands);
-    // Reattach first, so a signal among the restore's commands reaches the task.
-    let reattach: Vec<Command> = restored
-        .tasks
-        .iter()
-        .enumerate()
-        .filter(|(_, task)| task.phase != crate::client::TaskPhase::NotStarted)
-        .filter(|(_, task)| task.phase != crate::client::TaskPhase::Dead)
-        .map(|(ix, _)| Command::StartTask { task: ix })
-        .collect();
-    // The kill requests of tasks stored as signalled (or SIGKILLed) go again: a step is
-    // stored before its requests are sent (they go once it is committed, see
-    // `DaemonHost::flush`), so a crash in between leaves a step the task never felt. The
-    // supervisor refuses what it has carried out, and its hello says so.
-    let resend: Vec<Command> = restored
-        .tasks
-        .iter()
-        .enumerate()
-        .filter(|(_, task)| task.phase == crate::client::TaskPhase::Signalled)
-        .flat_map(|(ix, task)| {
-            let signal = Command::Signal {
-                task: ix,
-                signal: task.kill_signal.clone(),
-                kill: task.kills,
-            };
-            let force = task.sigkilled.then_some(Command::ForceKill {
-                task: ix,
-                kill: task.kills,
-            });
-            std::iter::once(signal).chain(force)
-        })
-        .collect();
-    // Registered first, its commands carried out after the registry's lock is released: a
-    // reattach (or launch) must not hold up every other runner's timers and exits.
-    let shell = RunnerShell::unstarted(restored, host);
-    let starting = shell.starting();
-    registry.insert(id.clone(), shell.clone());
-    drop(registry);
-    // A newer record of the allocation (a stop whose pull, or the steps after it, a crash
-    // lost from the runner's stored state) is pulled in the same critical section, before
-    // the reattached tasks' exits can be delivered: a task signalled before the crash must
-    // not look as if it had ended on its own. The stop itself is durable (an API write's
-    // plan).
-    starting.restore([reattach, resend, commands].concat(), |runner, host| {
-        fetch_newer(shared, &id, runner, host)
-    });
-}
-
-/// The allocation's record, if it is newer than the runner's copy, for a pull; the pull's
-/// log entry is reserved and noted for the host (see [`Core::log_pull`]).
-fn fetch_newer(
-    shared: &Shared,
-    id: &AllocId,
-    runner: &AllocRunner,
-    host: &mut DaemonHost,
-) -> Option<crate::server::structs::Allocation> {
-    let mut core = shared.core();
-    let alloc = core.server.store.alloc_for_client(id)?.clone();
-    if alloc.alloc_modify_index <= runner.alloc.alloc_modify_index {
-        return None;
-    }
-    if let Some((seq, time_ns)) = core.log_pull(&alloc) {
-        host.note_pull(seq, time_ns, alloc.alloc_modify_index);
-    }
-    Some(alloc)
-}
-
-/// A runner whose allocation the server has deleted (a purge, once the client reported it
-/// terminal) and that has ended is forgotten: its registry entry and its stored state go.
-fn forget_if_gone(shared: &Arc<Shared>, id: &AllocId, shell: &RunnerShell<DaemonHost>) {
-    if !shell.inspect(|runner, _| runner.phase == RunnerPhase::Terminal) {
-        return;
-    }
-    let mut registry = shared
-        .runners
-        .lock()
-        .expect("the registry lock is never poisoned");
-    let mut core = shared.core();
-    if core.server.store.alloc_for_client(id).is_some() {
-        return;
-    }
-    registry.remove(id);
-    core.logged_pulls.remove(id);
-    core.forget_tasks(id);
-    let forget = vec![
-        (Table::Runners, id.clone(), None),
-        (Table::Pulls, id.clone(), None),
-    ];
-    core.commit(None, forget);
-    // Whatever the commit took for the client to pull, someone is woken for it.
-    shared.notify(&core);
-}
-
-/// Starts a named thread (the name shows in `top -H` and in profiles). A thread that cannot
-/// be started is a resource exhaustion the agent cannot recover from.
-pub(crate) fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) {
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(body)
-        .unwrap_or_else(|error| panic!("starting a {name} thread: {error}"));
-}
-
-/// Processes any evaluation no API write processed (none, as the server is today: an API
-/// write processes its own, and those pending at start-up are processed before the
-/// runners are restored), durably, before anyone acts on its plan.
-fn scheduler_loop(shared: Arc<Shared>) {
-    let mut core = shared.core();
-    loop {
-        while !core.server.eval_pending() {
-            core.asleep.scheduler = true;
-            core = shared
-                .evals
-                .wait(core)
-                .expect("the core lock is never poisoned");
-            core.asleep.scheduler = false;
-        }
-        match core.server.process_next_eval() {
-            Ok(Some((_, job))) => core.log(LogEntry::step(Step::ProcessEval { job }, None, None)),
-            Ok(None) => continue,
-            Err(error) => crate::daemon::say!("scheduler: {error}"),
-        }
-        if let Err(error) = core.commit_durably() {
-            crate::daemon::say!("scheduler: storing the plan: {error}");
-        }
-        shared.notify(&core);
-    }
-}
-
-/// How many client workers apply allocation updates and task exits at once (a stop of many
-/// allocations is pulled in parallel; see benches/benches/http_stop.rs).
-const CLIENT_WORKERS: usize = 4;
-
-/// The client: pulls every allocation update of this node and hands it to its runner, and
-/// applies the task exits the exit watcher reports, on [`CLIENT_WORKERS`] threads. Two
-/// pulls of one allocation may run at once: each reads the record under the runner's lock
-/// and applies it only if it is newer than the runner's copy, so they apply in order. A pull
-/// reads the record and logs `ClientSync` in one critical section of the core, so the event
-/// log orders pulls by what they read.
-fn client_loop(shared: Arc<Shared>) {
-    for _ in 1..CLIENT_WORKERS {
-        let shared = Arc::clone(&shared);
-        spawn_named("client", move || client_worker(&shared));
-    }
-    client_worker(&shared);
-}
-
-enum Work {
-    Pull(AllocId),
-    /// Ask the supervisor of a task that has died for its exit status.
-    Report(AllocId, usize),
-    Exit(AllocId, usize, ExitResult),
-}
-
-fn client_worker(shared: &Arc<Shared>) {
-    let mut batch = Vec::new();
-    let mut closing = Vec::new();
-    loop {
-        // Closed outside the core lock.
-        closing.clear();
-        {
-            let mut core = shared.core();
-            loop {
-                // An evaluation's plan goes first (API writes make theirs before they
-                // commit, so this matters only for the scheduler thread's): a pull after it
-                // takes a stop's flag and its desired status together. Pulls
-                // go before exits: the kill path before the bookkeeping of its results.
-                // One pull at a time (a worker that is descheduled holds up only its own),
-                // the exits a share at a time.
-                // A pull whose plan is not durable yet (its commit failed: a full disk)
-                // waits; the committer retries, and the workers look again as often.
-                let durable = core.committer.durable();
-                let ready = core
-                    .pending_pulls
-                    .iter()
-                    .find(|id| core.pulls_after.get(*id).is_none_or(|t| *t <= durable))
-                    .cloned();
-                let held = ready.is_none() && !core.pending_pulls.is_empty();
-                if !core.server.eval_pending() {
-                    if let Some(id) = ready.inspect(|id| {
-                        core.pending_pulls.remove(id);
-                        core.pulls_after.remove(id);
-                    }) {
-                        core.last_pull = std::time::Instant::now();
-                        batch.push(Work::Pull(id));
-                        break;
-                    }
-                }
-                // Exits are asked for once the kill path is quiet (see `Core::pending_deaths`).
-                // A steady stream of pulls defers them no longer than REPORT_LATEST.
-                let quiet = core.last_pull.elapsed();
-                let oldest = core.pending_deaths.first().map(|(_, _, at)| at.elapsed());
-                // Until the tasks signalled last have died (or KILL_SETTLE has passed).
-                let unsettled = if core.kills_in_flight.is_empty() {
-                    std::time::Duration::ZERO
-                } else {
-                    KILL_SETTLE.saturating_sub(core.last_kill.elapsed())
-                };
-                let settled = unsettled.is_zero();
-                if oldest.is_some_and(|waited| {
-                    (quiet >= REPORT_AFTER && settled) || waited >= REPORT_LATEST
-                }) {
-                    batch.extend(
-                        std::mem::take(&mut core.pending_deaths)
-                            .into_iter()
-                            .map(|(alloc, task, _)| Work::Report(alloc, task)),
-                    );
-                    break;
-                }
-                if !core.pending_exits.is_empty() {
-                    let share = core.pending_exits.len().div_ceil(CLIENT_WORKERS).min(8);
-                    batch.extend(
-                        core.pending_exits
-                            .drain(..share)
-                            .map(|(alloc, task, exit)| Work::Exit(alloc, task, exit)),
-                    );
-                    break;
-                }
-                // Connections close once the kill path is quiet (see `Core::closing`).
-                if !core.closing.is_empty()
-                    && ((quiet >= CLOSE_AFTER && settled) || core.closing.len() >= MAX_CLOSING)
-                {
-                    closing = std::mem::take(&mut core.closing);
-                    break;
-                }
-                // Asleep until there is work, or until deaths or connections are due.
-                let due = [
-                    oldest.map(|waited| {
-                        REPORT_AFTER
-                            .saturating_sub(quiet)
-                            .max(unsettled)
-                            .min(REPORT_LATEST.saturating_sub(waited))
-                    }),
-                    (!core.closing.is_empty())
-                        .then(|| CLOSE_AFTER.saturating_sub(quiet).max(unsettled)),
-                    held.then_some(persist::RETRY_AFTER),
-                ]
-                .into_iter()
-                .flatten()
-                .min();
-                core.asleep.workers += 1;
-                core = match due {
-                    None => shared
-                        .work
-                        .wait(core)
-                        .expect("the core lock is never poisoned"),
-                    Some(left) => {
-                        shared
-                            .work
-                            .wait_timeout(core, left.max(std::time::Duration::from_millis(1)))
-                            .expect("the core lock is never poisoned")
-                            .0
-                    }
-                };
-                core.asleep.workers -= 1;
-            }
-        }
-        for work in batch.drain(..) {
-            match work {
-                Work::Pull(id) => pull(shared, id),
-                Work::Report(alloc, task) => {
-                    if let Some(shell) = shared.runner(&alloc) {
-                        shell.inspect(|_, host| host.request_exit(task));
-                    }
-                }
-                Work::Exit(alloc, task, exit) => {
-                    if let Some(shell) = shared.runner(&alloc) {
-                        shell.task_exited(task, exit);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// One pull: an update for the allocation's runner, or its runner's creation.
-fn pull(shared: &Arc<Shared>, id: AllocId) {
-    let mut registry = shared
-        .runners
-        .lock()
-        .expect("the registry lock is never poisoned");
-    if let Some(shell) = registry.get(&id).cloned() {
-        drop(registry);
-        shell.pull(|runner, host| fetch_newer(shared, &id, runner, host));
-        forget_if_gone(shared, &id, &shell);
-        return;
-    }
-    let (alloc, logged) = {
-        let mut core = shared.core();
-        let Some(alloc) = core.server.store.alloc_for_client(&id).cloned() else {
-            return;
-        };
-        let logged = core.log_pull(&alloc);
-        (alloc, logged)
-    };
-    let mut commands = Vec::new();
-    let index = alloc.alloc_modify_index;
-    let runner = AllocRunner::new(
-        alloc,
-        shared.config.max_kill_timeout_ns,
-        unix_now_ns(),
-        &mut commands,
-    );
-    let mut host = DaemonHost::new(&id, shared);
-    if let Some((seq, time_ns)) = logged {
-        host.note_pull(seq, time_ns, index);
-    }
-    // Registered under the registry's lock (one runner per allocation); its first commands
-    // — launching the tasks — are carried out once that lock is released, so launches run
-    // in parallel and never hold up other runners' timers and exits. The shell's own lock
-    // is taken before it is registered: an event that reaches it in between (a second pull,
-    // a timer) waits for the creation — its log entry, launches and steps come first.
-    let shell = RunnerShell::unstarted(runner, host);
-    let starting = shell.starting();
-    registry.insert(id, shell.clone());
-    drop(registry);
-    starting.start(commands, Applied::Update);
 }

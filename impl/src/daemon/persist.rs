@@ -51,6 +51,9 @@ const SERVICES: TableDefinition<&str, &[u8]> = TableDefinition::new("services");
 const RUNNERS: TableDefinition<&str, &[u8]> = TableDefinition::new("runners");
 const PULLS: TableDefinition<&str, &[u8]> = TableDefinition::new("logged_pulls");
 const ACL: TableDefinition<&str, &[u8]> = TableDefinition::new("acl");
+const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
+const INDEXES: TableDefinition<&str, &[u8]> = TableDefinition::new("indexes");
+const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("keys");
 const LOG: TableDefinition<u64, &str> = TableDefinition::new("log");
 
 pub const DATABASE_FILE: &str = "state.redb";
@@ -68,7 +71,15 @@ pub enum Table {
     Pulls,
     /// ACL records, by key: `token/<accessor>`, `policy/<name>`, and `bootstrap` (its index).
     Acl,
+    Nodes,
+    /// The store's table indexes, as one record ([`INDEXES_KEY`]).
+    Indexes,
+    /// The agent's signing keys, by key ID.
+    Keys,
 }
+
+/// The key of the table indexes' record in [`Table::Indexes`].
+pub const INDEXES_KEY: &str = "tables";
 
 impl Table {
     fn definition(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
@@ -80,6 +91,9 @@ impl Table {
             Table::Runners => RUNNERS,
             Table::Pulls => PULLS,
             Table::Acl => ACL,
+            Table::Nodes => NODES,
+            Table::Indexes => INDEXES,
+            Table::Keys => KEYS,
         }
     }
 }
@@ -106,6 +120,9 @@ pub enum Payload {
     Pulled(String, u64),
     /// An ACL record (see [`Table::Acl`]).
     Acl(AclRecord),
+    Node(Box<crate::server::structs::Node>),
+    Indexes(crate::server::store::TableIndexes),
+    Key(crate::daemon::keyring::StoredKey),
 }
 
 /// An ACL record as stored.
@@ -162,6 +179,9 @@ impl Payload {
             Payload::Runner(encoded) => return std::borrow::Cow::Borrowed(encoded),
             Payload::Pulled(alloc, index) => serde_json::to_vec(&(alloc, index)),
             Payload::Acl(record) => serde_json::to_vec(record),
+            Payload::Node(node) => serde_json::to_vec(node),
+            Payload::Indexes(indexes) => serde_json::to_vec(indexes),
+            Payload::Key(key) => serde_json::to_vec(key),
         };
         std::borrow::Cow::Owned(encoded.expect("stored records always serialize"))
     }
@@ -220,10 +240,9 @@ impl Batch {
 #[derive(Debug, Default)]
 pub struct Loaded {
     pub index: u64,
-    pub jobs: BTreeMap<String, Vec<Job>>,
-    pub allocs: Vec<Allocation>,
-    pub evals: Vec<Evaluation>,
-    pub services: Vec<ServiceRegistration>,
+    pub tables: crate::server::store::Tables,
+    pub table_indexes: crate::server::store::TableIndexes,
+    pub keys: Vec<crate::daemon::keyring::StoredKey>,
     pub runners: Vec<StoredRunner>,
     pub logged_pulls: BTreeMap<String, u64>,
     /// The last event log sequence number.
@@ -335,6 +354,9 @@ impl Persist {
                 Table::Runners,
                 Table::Pulls,
                 Table::Acl,
+                Table::Nodes,
+                Table::Indexes,
+                Table::Keys,
             ] {
                 setup
                     .open_table(table.definition())
@@ -381,20 +403,26 @@ impl Persist {
             }
             Ok(())
         }
+        let tables = &mut loaded.tables;
         each(&read, Table::Jobs, |versions: Vec<Job>| {
             if let Some(last) = versions.last() {
-                loaded.jobs.insert(last.id.clone(), versions);
+                tables.jobs.insert(last.id.clone(), versions);
             }
         })?;
         each(&read, Table::Allocs, |stored: StoredAlloc| {
             let mut alloc = stored.alloc;
             alloc.tombstone = stored.tombstone;
-            loaded.allocs.push(alloc);
+            tables.allocs.push(alloc);
         })?;
-        each(&read, Table::Evals, |eval| loaded.evals.push(eval))?;
+        each(&read, Table::Evals, |eval| tables.evals.push(eval))?;
         each(&read, Table::Services, |service| {
-            loaded.services.push(service)
+            tables.services.push(service)
         })?;
+        each(&read, Table::Nodes, |node| tables.nodes.push(node))?;
+        each(&read, Table::Indexes, |indexes| {
+            loaded.table_indexes = indexes
+        })?;
+        each(&read, Table::Keys, |key| loaded.keys.push(key))?;
         each(&read, Table::Runners, |runner| loaded.runners.push(runner))?;
         each(&read, Table::Pulls, |(alloc, index): (String, u64)| {
             loaded.logged_pulls.insert(alloc, index);

@@ -23,6 +23,35 @@ pub struct StopJobOptions {
     pub eval_priority: Option<i64>,
 }
 
+/// The options of `POST /v1/jobs` beside the job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegisterOptions {
+    /// 1..=100; `None` uses the job's priority.
+    pub eval_priority: Option<i64>,
+    /// `EnforceIndex` with its `JobModifyIndex`: register only if the stored job's
+    /// `JobModifyIndex` is this (0: only if there is no such job).
+    pub enforce_index: Option<u64>,
+}
+
+/// The options of `PUT /v1/allocation/:id/stop`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StopAllocOptions {
+    pub no_shutdown_delay: bool,
+    /// Marks the allocation for rescheduling (`DesiredTransition.Reschedule`) as well.
+    pub reschedule: bool,
+}
+
+/// What the scheduler did with one evaluation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Processed {
+    pub eval: EvalId,
+    pub job: JobId,
+    /// No node could take its placements: it left a blocked evaluation, to be processed
+    /// again once a node is ready, and placed nothing (the model's evaluation is still
+    /// pending).
+    pub blocked: bool,
+}
+
 /// The answer to a write: the evaluation it created (empty when none) and the index.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteResponse {
@@ -37,7 +66,9 @@ pub enum ServerError {
     AllocNotFound(AllocId),
     EvalPriorityOutOfRange(i64),
     JobNotStopped(JobId),
-    NoNodes,
+    /// `EnforceIndex` refused the registration: Nomad's text after "Enforcing job modify
+    /// index N: ".
+    EnforceIndex(u64, String),
 }
 
 impl fmt::Display for ServerError {
@@ -53,7 +84,9 @@ impl fmt::Display for ServerError {
                 )
             }
             ServerError::JobNotStopped(id) => write!(f, "job {id} is not stopped"),
-            ServerError::NoNodes => write!(f, "no client nodes to place allocations on"),
+            ServerError::EnforceIndex(index, why) => {
+                write!(f, "Enforcing job modify index {index}: {why}")
+            }
         }
     }
 }
@@ -73,8 +106,11 @@ pub struct Server {
     pub store: StateStore,
     broker: EvalBroker,
     ids: IdGen,
-    /// The client nodes allocations are placed on.
+    /// The client nodes allocations are placed on (the ready ones).
     nodes: Vec<NodeId>,
+    /// Each job's blocked evaluation, if it has one (out of the broker until a node is
+    /// ready).
+    blocked: BTreeMap<JobId, EvalId>,
 }
 
 impl Server {
@@ -84,6 +120,7 @@ impl Server {
             broker: EvalBroker::default(),
             ids: IdGen::new(seed),
             nodes,
+            blocked: BTreeMap::new(),
         }
     }
 
@@ -99,11 +136,72 @@ impl Server {
         for eval in pending {
             broker.enqueue(&eval.job_id, &eval.id);
         }
+        let blocked = store
+            .evals()
+            .filter(|eval| eval.status == EvalStatus::Blocked)
+            .map(|eval| (eval.job_id.clone(), eval.id.clone()))
+            .collect();
+        let mut nodes = nodes;
+        nodes.extend(
+            store
+                .nodes()
+                .filter(|node| node.is_ready() && !nodes.contains(&node.id))
+                .map(|node| node.id.clone())
+                .collect::<Vec<_>>(),
+        );
         Server {
             store,
             broker,
             ids: IdGen::new(seed),
             nodes,
+            blocked,
+        }
+    }
+
+    /// A new UUID from the server's generator (the daemon's node ID, its keys).
+    pub fn uuid(&mut self) -> String {
+        self.ids.uuid()
+    }
+
+    /// Registers or updates a client node, in one write. A node that is ready takes
+    /// placements from now on, and every blocked evaluation goes back to the broker, as
+    /// Nomad unblocks them when a node's capacity changes.
+    pub fn upsert_node(&mut self, mut node: Node) -> u64 {
+        let index = self.store.next_index();
+        node.create_index = self
+            .store
+            .node(&node.id)
+            .map_or(index, |old| old.create_index);
+        node.modify_index = index;
+        for event in node.events.iter_mut().filter(|e| e.create_index == 0) {
+            event.create_index = index;
+        }
+        let ready = node.is_ready();
+        if ready && !self.nodes.contains(&node.id) {
+            self.nodes.push(node.id.clone());
+        } else if !ready {
+            self.nodes.retain(|id| id != &node.id);
+        }
+        self.store.put_node(node);
+        if ready {
+            self.unblock(index);
+        }
+        index
+    }
+
+    /// Every blocked evaluation back to the broker, oldest first.
+    fn unblock(&mut self, index: u64) {
+        let mut blocked: Vec<(u64, EvalId, JobId)> = std::mem::take(&mut self.blocked)
+            .into_iter()
+            .filter_map(|(job, id)| Some((self.store.eval(&id)?.create_index, id, job)))
+            .collect();
+        blocked.sort();
+        for (_, id, job) in blocked {
+            if let Some(eval) = self.store.eval_mut(&id) {
+                eval.status = EvalStatus::Pending;
+                eval.modify_index = index;
+            }
+            self.broker.enqueue(&job, &id);
         }
     }
 
@@ -135,16 +233,22 @@ impl Server {
             job_modify_index: job.job_modify_index,
             status: EvalStatus::Pending,
             status_description: String::new(),
+            blocked_eval: String::new(),
+            previous_eval: String::new(),
+            next_eval: String::new(),
+            queued_allocations: BTreeMap::new(),
             create_index: index,
             modify_index: index,
         }
     }
 
     /// Stores the evaluation and hands it to the broker, which cancels an older pending
-    /// evaluation of the same job (Nomad's broker supersedes them).
+    /// evaluation of the same job (Nomad's broker supersedes them), and a blocked one.
     fn enqueue(&mut self, eval: Evaluation, index: u64) -> EvalId {
         let id = eval.id.clone();
-        if let Some(superseded) = self.broker.enqueue(&eval.job_id, &id) {
+        let superseded = self.broker.enqueue(&eval.job_id, &id);
+        let blocked = self.blocked.remove(&eval.job_id);
+        for superseded in superseded.into_iter().chain(blocked) {
             if let Some(old) = self.store.eval_mut(&superseded) {
                 old.status = EvalStatus::Canceled;
                 old.status_description = format!("superseded by evaluation {id}");
@@ -157,10 +261,49 @@ impl Server {
 
     /// `POST /v1/jobs`: a new version only when the spec (or `Stop`) changed; an evaluation
     /// every time.
-    pub fn register_job(&mut self, mut job: Job) -> Result<WriteResponse, ServerError> {
+    pub fn register_job(&mut self, job: Job) -> Result<WriteResponse, ServerError> {
+        self.register_job_with(job, RegisterOptions::default())
+    }
+
+    /// `POST /v1/jobs` with its options.
+    pub fn register_job_with(
+        &mut self,
+        mut job: Job,
+        options: RegisterOptions,
+    ) -> Result<WriteResponse, ServerError> {
         job.canonicalize();
         job.validate().map_err(ServerError::InvalidJob)?;
+        if let Some(priority) = options.eval_priority {
+            if !(1..=100).contains(&priority) {
+                return Err(ServerError::EvalPriorityOutOfRange(priority));
+            }
+        }
         let previous = self.store.job(&job.id).cloned();
+        if let Some(expected) = options.enforce_index {
+            // Nomad's texts (`nomad/job_endpoint.go`, read for facts).
+            match (&previous, expected) {
+                (Some(_), 0) => {
+                    return Err(ServerError::EnforceIndex(0, "job already exists".into()))
+                }
+                (None, 0) => {}
+                (None, expected) => {
+                    return Err(ServerError::EnforceIndex(
+                        expected,
+                        "job does not exist".into(),
+                    ))
+                }
+                (Some(stored), expected) if stored.job_modify_index != expected => {
+                    return Err(ServerError::EnforceIndex(
+                        expected,
+                        format!(
+                            "job exists with conflicting job modify index: {}",
+                            stored.job_modify_index
+                        ),
+                    ))
+                }
+                (Some(_), _) => {}
+            }
+        }
         if let Some(previous) = &previous {
             if previous.spec_only() == job.spec_only() && previous.stop == job.stop {
                 // As Nomad: no new version, but an evaluation all the same (it places what
@@ -170,7 +313,7 @@ impl Server {
                     previous,
                     "job-register",
                     &previous.job_type.clone(),
-                    previous.priority,
+                    options.eval_priority.unwrap_or(previous.priority),
                     index,
                 );
                 let eval_id = self.enqueue(eval, index);
@@ -186,7 +329,7 @@ impl Server {
             &job,
             "job-register",
             &job.job_type.clone(),
-            job.priority,
+            options.eval_priority.unwrap_or(job.priority),
             index,
         );
         self.store.put_job_version(job);
@@ -247,7 +390,8 @@ impl Server {
             self.store.put_job_version(stopped);
         }
         let priority = options.eval_priority.unwrap_or(job.priority);
-        let mut eval = self.new_eval(&job, "job-deregister", "service", priority, index);
+        let eval_type = job.job_type.clone();
+        let mut eval = self.new_eval(&job, "job-deregister", &eval_type, priority, index);
         eval.job_modify_index = index;
         let eval_id = self.enqueue(eval, index);
         Ok(WriteResponse { eval_id, index })
@@ -282,6 +426,20 @@ impl Server {
         alloc_id: &str,
         no_shutdown_delay: bool,
     ) -> Result<WriteResponse, ServerError> {
+        let options = StopAllocOptions {
+            no_shutdown_delay,
+            reschedule: false,
+        };
+        self.stop_alloc_with(alloc_id, options)
+    }
+
+    /// `alloc stop` with its options.
+    pub fn stop_alloc_with(
+        &mut self,
+        alloc_id: &str,
+        options: StopAllocOptions,
+    ) -> Result<WriteResponse, ServerError> {
+        let no_shutdown_delay = options.no_shutdown_delay;
         let alloc = self
             .store
             .alloc(alloc_id)
@@ -293,6 +451,9 @@ impl Server {
         self.store
             .update_alloc(alloc_id, index, newly_flagged, |alloc| {
                 alloc.desired_transition.migrate = Some(true);
+                if options.reschedule {
+                    alloc.desired_transition.reschedule = Some(true);
+                }
                 if newly_flagged {
                     alloc.desired_transition.no_shutdown_delay = Some(true);
                 }
@@ -326,34 +487,64 @@ impl Server {
     }
 
     /// The scheduler processes the next pending evaluation: reconcile its job and apply the
-    /// plan in one write. Returns the evaluation and its job, or `None` when none is
-    /// pending.
-    pub fn process_next_eval(&mut self) -> Result<Option<(EvalId, JobId)>, ServerError> {
+    /// plan in one write. Returns what it did, or `None` when none is pending.
+    pub fn process_next_eval(&mut self) -> Result<Option<Processed>, ServerError> {
         let Some(job) = self.broker.next_job().cloned() else {
             return Ok(None);
         };
         let Some(eval_id) = self.broker.dequeue() else {
             return Ok(None);
         };
+        let processed = |blocked| Processed {
+            eval: eval_id.clone(),
+            job: job.clone(),
+            blocked,
+        };
         let Some(eval) = self.store.eval(&eval_id).cloned() else {
-            return Ok(Some((eval_id, job)));
+            return Ok(Some(processed(false)));
         };
         let plan = scheduler::reconcile(&self.store, &eval.job_id);
         let index = self.store.next_index();
-        self.apply_plan(plan, &eval, index)?;
-        if let Some(eval) = self.store.eval_mut(&eval_id) {
-            eval.status = EvalStatus::Complete;
-            eval.modify_index = index;
+        let queued = self.apply_plan(plan, &eval, index);
+        let blocked_eval = (!queued.is_empty()).then(|| self.block(&eval, &queued, index));
+        if let Some(stored) = self.store.eval_mut(&eval_id) {
+            stored.status = EvalStatus::Complete;
+            stored.modify_index = index;
+            stored.queued_allocations = queued;
+            if let Some(blocked) = &blocked_eval {
+                stored.blocked_eval = blocked.clone();
+            }
         }
-        Ok(Some((eval_id, job)))
+        Ok(Some(processed(blocked_eval.is_some())))
     }
 
+    /// Leaves a blocked evaluation for what `eval` could not place (Nomad's
+    /// `queued-allocs`).
+    fn block(&mut self, eval: &Evaluation, queued: &BTreeMap<String, u64>, index: u64) -> EvalId {
+        let mut blocked = eval.clone();
+        blocked.id = self.ids.uuid();
+        blocked.status = EvalStatus::Blocked;
+        blocked.status_description = "created to place remaining allocations".into();
+        blocked.triggered_by = "queued-allocs".into();
+        blocked.previous_eval = eval.id.clone();
+        blocked.blocked_eval = String::new();
+        blocked.queued_allocations = queued.clone();
+        blocked.create_index = index;
+        blocked.modify_index = index;
+        let id = blocked.id.clone();
+        self.blocked.insert(eval.job_id.clone(), id.clone());
+        self.store.put_eval(blocked);
+        id
+    }
+
+    /// Applies a plan; returns how many allocations of each group it could not place (no
+    /// node is ready).
     fn apply_plan(
         &mut self,
         plan: scheduler::Plan,
         eval: &Evaluation,
         index: u64,
-    ) -> Result<(), ServerError> {
+    ) -> BTreeMap<String, u64> {
         for (id, description) in plan.stop {
             // The stop preserves the transition, and so the flag (§1.6 "Flag survives").
             self.store.update_alloc(&id, index, true, |alloc| {
@@ -361,11 +552,15 @@ impl Server {
                 alloc.desired_description = description.to_string();
             });
         }
+        let mut queued = BTreeMap::new();
         if plan.place.is_empty() {
-            return Ok(());
+            return queued;
         }
         if self.nodes.is_empty() {
-            return Err(ServerError::NoNodes);
+            for placement in plan.place {
+                *queued.entry(placement.group).or_insert(0) += 1;
+            }
+            return queued;
         }
         let mut load: BTreeMap<&NodeId, usize> = self.nodes.iter().map(|node| (node, 0)).collect();
         for alloc in self.store.allocs().filter(|a| !a.is_terminal()) {
@@ -418,7 +613,7 @@ impl Server {
         for id in placed {
             self.store.update_alloc(&id, index, true, |_| {});
         }
-        Ok(())
+        queued
     }
 
     /// A client's report: task states and client status. Reports do not bump

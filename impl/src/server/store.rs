@@ -1,11 +1,25 @@
-//! The state store: tables for jobs (every version kept), allocations, evaluations and
+//! The state store: tables for jobs (every version kept), allocations, evaluations, nodes and
 //! service registrations, and one monotonically increasing index. Every server write is one
 //! call that takes the next index once and changes the tables together, as Nomad's FSM
-//! applies one raft entry.
+//! applies one raft entry. Each table also keeps the index of its last write (Nomad's
+//! `index` table): a list answers, and blocks on, its own table's index, so a write to one
+//! table does not wake the readers of another.
 
-use super::structs::{AllocId, Allocation, EvalId, Evaluation, JobId, NodeId, ServiceRegistration};
+use super::structs::{
+    AllocId, Allocation, EvalId, Evaluation, JobId, Node, NodeId, ServiceRegistration,
+};
 use crate::spec::Job;
 use std::collections::{BTreeMap, BTreeSet};
+
+/// A durable copy's records, table by table (see [`StateStore::restore`]).
+#[derive(Clone, Debug, Default)]
+pub struct Tables {
+    pub jobs: BTreeMap<JobId, Vec<Job>>,
+    pub allocs: Vec<Allocation>,
+    pub evals: Vec<Evaluation>,
+    pub services: Vec<ServiceRegistration>,
+    pub nodes: Vec<Node>,
+}
 
 #[derive(Clone, Debug, Default)]
 pub struct StateStore {
@@ -17,12 +31,25 @@ pub struct StateStore {
     allocs_by_job: BTreeMap<JobId, BTreeSet<AllocId>>,
     evals: BTreeMap<EvalId, Evaluation>,
     services: BTreeMap<String, ServiceRegistration>,
+    nodes: BTreeMap<NodeId, Node>,
+    /// The index of each table's last write.
+    table_indexes: TableIndexes,
     /// Allocations whose `AllocModifyIndex` changed since the last drain: what clients will
     /// pull. Hosts drain it to learn which pulls became possible without scanning.
     client_changes: Vec<AllocId>,
     /// Records written since the last drain, when a host stores them durably (the daemon);
     /// `None` keeps no journal (the simulator, which clones stores freely).
     written: Option<BTreeSet<Record>>,
+}
+
+/// The index of each table's last write (a deletion included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TableIndexes {
+    pub jobs: u64,
+    pub allocs: u64,
+    pub evals: u64,
+    pub services: u64,
+    pub nodes: u64,
 }
 
 /// A record of the store, as a durable copy names it.
@@ -34,17 +61,39 @@ pub enum Record {
     Alloc(AllocId),
     Eval(EvalId),
     Service(String),
+    Node(NodeId),
 }
 
 impl StateStore {
     /// A store rebuilt from a durable copy, journalling its writes from now on.
-    pub fn restore(
-        index: u64,
-        jobs: BTreeMap<JobId, Vec<Job>>,
-        allocs: Vec<Allocation>,
-        evals: Vec<Evaluation>,
-        services: Vec<ServiceRegistration>,
-    ) -> Self {
+    /// A store rebuilt from a durable copy, journalling its writes from now on. A table's
+    /// index is the one stored, or, if none was (or it is older), its newest record's.
+    pub fn restore(index: u64, tables: Tables, indexes: TableIndexes) -> Self {
+        let Tables {
+            jobs,
+            allocs,
+            evals,
+            services,
+            nodes,
+        } = tables;
+        let newest = |indexes: &mut dyn Iterator<Item = u64>| indexes.max().unwrap_or(0);
+        let table_indexes = TableIndexes {
+            jobs: indexes.jobs.max(newest(
+                &mut jobs.values().flatten().map(|job| job.modify_index),
+            )),
+            allocs: indexes
+                .allocs
+                .max(newest(&mut allocs.iter().map(|a| a.modify_index))),
+            evals: indexes
+                .evals
+                .max(newest(&mut evals.iter().map(|e| e.modify_index))),
+            services: indexes
+                .services
+                .max(newest(&mut services.iter().map(|s| s.create_index))),
+            nodes: indexes
+                .nodes
+                .max(newest(&mut nodes.iter().map(|n| n.modify_index))),
+        };
         let mut store = StateStore {
             index,
             jobs,
@@ -60,6 +109,10 @@ impl StateStore {
         for service in services {
             store.put_service(service);
         }
+        for node in nodes {
+            store.put_node(node);
+        }
+        store.table_indexes = table_indexes;
         store.written = Some(BTreeSet::new());
         store
     }
@@ -79,9 +132,24 @@ impl StateStore {
     }
 
     fn wrote(&mut self, record: Record) {
+        let index = self.index;
+        let tables = &mut self.table_indexes;
+        match &record {
+            Record::Index => {}
+            Record::Job(_) => tables.jobs = index,
+            Record::Alloc(_) => tables.allocs = index,
+            Record::Eval(_) => tables.evals = index,
+            Record::Service(_) => tables.services = index,
+            Record::Node(_) => tables.nodes = index,
+        }
         if let Some(written) = self.written.as_mut() {
             written.insert(record);
         }
+    }
+
+    /// The index of each table's last write.
+    pub fn table_indexes(&self) -> TableIndexes {
+        self.table_indexes
     }
 
     /// Every version of a job (for a durable copy).
@@ -268,6 +336,19 @@ impl StateStore {
     pub(super) fn delete_service(&mut self, id: &str) -> bool {
         self.wrote(Record::Service(id.to_string()));
         self.services.remove(id).is_some()
+    }
+
+    pub fn node(&self, id: &str) -> Option<&Node> {
+        self.nodes.get(id)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.values()
+    }
+
+    pub(super) fn put_node(&mut self, node: Node) {
+        self.wrote(Record::Node(node.id.clone()));
+        self.nodes.insert(node.id.clone(), node);
     }
 
     /// The node an allocation runs on, for hosts that route pulls.

@@ -177,6 +177,9 @@ impl Allocation {
 #[serde(rename_all = "lowercase")]
 pub enum EvalStatus {
     Pending,
+    /// Waiting for a node to place on (Nomad's blocked evaluation): out of the broker until
+    /// a node turns ready.
+    Blocked,
     Complete,
     Canceled,
 }
@@ -196,8 +199,73 @@ pub struct Evaluation {
     pub job_modify_index: u64,
     pub status: EvalStatus,
     pub status_description: String,
+    /// The blocked evaluation this one left (Nomad's link fields; `""` when none).
+    #[serde(default)]
+    pub blocked_eval: EvalId,
+    /// For a blocked evaluation: the one that left it.
+    #[serde(default)]
+    pub previous_eval: EvalId,
+    #[serde(default)]
+    pub next_eval: EvalId,
+    /// Allocations of each group still to place when the scheduler processed it.
+    #[serde(default)]
+    pub queued_allocations: BTreeMap<String, u64>,
     pub create_index: u64,
     pub modify_index: u64,
+}
+
+/// A client node (`/v1/node/:id`): the daemon's one node, as Nomad's API shows it. The
+/// simulator's nodes are names only and have no record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Node {
+    #[serde(rename = "ID")]
+    pub id: NodeId,
+    pub name: String,
+    pub datacenter: String,
+    pub node_pool: String,
+    /// `initializing` until its first heartbeat, then `ready`.
+    pub status: String,
+    /// Unix seconds of the last status change.
+    pub status_updated_at: i64,
+    #[serde(rename = "HTTPAddr")]
+    pub http_addr: String,
+    /// What the client fingerprinted: the drivers, the host.
+    pub attributes: BTreeMap<String, String>,
+    /// `raw_exec` (and any other driver), detected and healthy, and when.
+    pub drivers: BTreeMap<String, DriverInfo>,
+    pub events: Vec<NodeEvent>,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+impl Node {
+    pub fn is_ready(&self) -> bool {
+        self.status == NODE_READY
+    }
+}
+
+pub const NODE_INITIALIZING: &str = "initializing";
+pub const NODE_READY: &str = "ready";
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DriverInfo {
+    pub detected: bool,
+    pub healthy: bool,
+    pub health_description: String,
+    /// RFC 3339.
+    pub update_time: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct NodeEvent {
+    pub message: String,
+    pub subsystem: String,
+    /// RFC 3339.
+    pub timestamp: String,
+    pub create_index: u64,
 }
 
 /// A native service registration (`/v1/service/:name`), so deregistration is visible.

@@ -4,7 +4,9 @@
 
 mod validate;
 
-pub use validate::{MAX_ALLOCS_PER_JOB, MAX_NAME_BYTES, MAX_TASKS_PER_GROUP};
+pub use validate::{
+    JOB_ENDPOINT_SUFFIXES, MAX_ALLOCS_PER_JOB, MAX_NAME_BYTES, MAX_TASKS_PER_GROUP,
+};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -163,6 +165,14 @@ impl std::error::Error for SpecErrors {}
 /// Decode a register body, apply Nomad's defaults and validate it. A body that does not
 /// decode (wrong JSON type, a duration given as a string) is an error naming the position.
 pub fn parse_register_body(body: &[u8]) -> Result<Job, SpecErrors> {
+    let job = decode_register_body(body)?;
+    job.validate()?;
+    Ok(job)
+}
+
+/// Decode a register body and apply Nomad's defaults, without validating it (what
+/// `/v1/jobs/parse` with `Canonicalize` answers, and what `/v1/validate/job` validates).
+pub fn decode_register_body(body: &[u8]) -> Result<Job, SpecErrors> {
     let decode_error = |error: serde_json::Error| {
         SpecErrors(vec![SpecError {
             field: "Job".to_string(),
@@ -174,7 +184,6 @@ pub fn parse_register_body(body: &[u8]) -> Result<Job, SpecErrors> {
     let request: JobRegisterRequest = serde_json::from_value(value).map_err(decode_error)?;
     let mut job = request.job;
     job.canonicalize();
-    job.validate()?;
     Ok(job)
 }
 

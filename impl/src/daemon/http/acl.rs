@@ -36,6 +36,10 @@ pub(super) enum Need {
     Either(&'static str, &'static str),
     /// `agent` read.
     AgentRead,
+    /// `node` read (the nodes; the agent's members, as Nomad).
+    NodeRead,
+    /// `agent` write (a join).
+    AgentWrite,
 }
 
 /// `Ok` if the token may, else Nomad's 403. Every object quiesce holds is in `default`
@@ -49,6 +53,8 @@ pub(super) fn check(authority: &Authority, need: Need) -> Result<(), ApiError> {
         Need::Capability(cap) => authority.allows(namespace, cap),
         Need::Either(a, b) => authority.allows(namespace, a) || authority.allows(namespace, b),
         Need::AgentRead => authority.allows_agent(false),
+        Need::NodeRead => authority.allows_node(false),
+        Need::AgentWrite => authority.allows_agent(true),
     };
     authority.require(allowed).map_err(acl_error)
 }

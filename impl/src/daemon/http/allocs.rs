@@ -4,7 +4,7 @@ use super::*;
 
 pub(super) fn get_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     let index = |_: &StateStore, alloc: &Allocation| alloc.modify_index;
-    let render = |_: &Core, alloc: &Allocation| alloc_json(alloc);
+    let render = |core: &Core, alloc: &Allocation| alloc_json(alloc, &node_name(core, alloc));
     read_one(
         shared,
         query,
@@ -15,9 +15,18 @@ pub(super) fn get_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Repl
     )
 }
 
+/// `/v1/evaluation/:id`; with `related=true`, `RelatedEvals`: the stubs of the evaluations
+/// linked to it through `NextEval`, `PreviousEval` and `BlockedEval`, transitively.
 pub(super) fn get_eval(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    let related = query.bool("related")?;
     let index = |_: &StateStore, eval: &Evaluation| eval.modify_index;
-    let render = |_: &Core, eval: &Evaluation| eval_json(eval);
+    let render = |core: &Core, eval: &Evaluation| {
+        let mut value = eval_json(eval);
+        if related {
+            value["RelatedEvals"] = json!(related_evals(&core.server.store, eval));
+        }
+        value
+    };
     read_one(
         shared,
         query,
@@ -28,12 +37,32 @@ pub(super) fn get_eval(shared: &Shared, id: &str, query: &Query) -> Result<Reply
     )
 }
 
-pub(super) fn alloc_json(alloc: &Allocation) -> Value {
+pub(super) fn alloc_json(alloc: &Allocation, node_name: &str) -> Value {
     let mut value = serde_json::to_value(alloc).expect("allocations serialize");
     let object = value.as_object_mut().expect("an allocation is an object");
-    object.insert("NodeName".into(), json!(alloc.node_id));
+    object.insert("NodeName".into(), json!(node_name));
     object.insert("JobType".into(), json!(alloc.job.job_type));
+    // Nomad's string IDs are `""` when unset, never `null`.
+    for (key, id) in [
+        ("PreviousAllocation", &alloc.previous_allocation),
+        ("NextAllocation", &alloc.next_allocation),
+    ] {
+        object.insert(key.into(), json!(id.as_deref().unwrap_or("")));
+    }
+    // Tasks share the host's network (raw_exec): no interface or address of their own.
+    object.insert(
+        "NetworkStatus".into(),
+        json!({"InterfaceName": "", "Address": "", "AddressIPv6": "", "DNS": null}),
+    );
     value
+}
+
+/// The name of the node an allocation is placed on (its ID if the node is not known).
+pub(super) fn node_name(core: &Core, alloc: &Allocation) -> String {
+    core.server
+        .store
+        .node(&alloc.node_id)
+        .map_or_else(|| alloc.node_id.clone(), |node| node.name.clone())
 }
 
 /// AllocListStub: the allocation without its job (lists are read often, by blocking
@@ -61,21 +90,21 @@ pub(super) struct AllocStub<'a> {
     client_status: ClientStatus,
     client_description: &'a str,
     task_states: &'a BTreeMap<String, crate::server::structs::TaskState>,
-    previous_allocation: &'a Option<String>,
-    next_allocation: &'a Option<String>,
+    previous_allocation: &'a str,
+    next_allocation: &'a str,
     create_index: u64,
     modify_index: u64,
     alloc_modify_index: u64,
 }
 
-pub(super) fn alloc_stub(alloc: &Allocation) -> Value {
+pub(super) fn alloc_stub(alloc: &Allocation, node_name: &str) -> Value {
     serde_json::to_value(AllocStub {
         id: &alloc.id,
         namespace: &alloc.namespace,
         eval_id: &alloc.eval_id,
         name: &alloc.name,
         node_id: &alloc.node_id,
-        node_name: &alloc.node_id,
+        node_name,
         job_id: &alloc.job_id,
         job_type: &alloc.job.job_type,
         job_version: alloc.job_version,
@@ -86,8 +115,8 @@ pub(super) fn alloc_stub(alloc: &Allocation) -> Value {
         client_status: alloc.client_status,
         client_description: &alloc.client_description,
         task_states: &alloc.task_states,
-        previous_allocation: &alloc.previous_allocation,
-        next_allocation: &alloc.next_allocation,
+        previous_allocation: alloc.previous_allocation.as_deref().unwrap_or(""),
+        next_allocation: alloc.next_allocation.as_deref().unwrap_or(""),
         create_index: alloc.create_index,
         modify_index: alloc.modify_index,
         alloc_modify_index: alloc.alloc_modify_index,
@@ -96,23 +125,29 @@ pub(super) fn alloc_stub(alloc: &Allocation) -> Value {
 }
 
 /// Allocation stubs, serialized after the core's lock is released.
-pub(super) fn stubs<'a>(
-    core: &'a Core,
-    chosen: impl Iterator<Item = &'a Allocation>,
-) -> (Vec<Allocation>, u64) {
-    (chosen.cloned().collect(), core.server.store.index())
+pub(super) fn stubs<'a>(core: &'a Core, chosen: impl Iterator<Item = &'a Allocation>) -> Stubs {
+    let chosen: Vec<(Allocation, String)> = chosen
+        .map(|alloc| (alloc.clone(), node_name(core, alloc)))
+        .collect();
+    (chosen, core.server.store.table_indexes().allocs)
 }
 
-pub(super) fn stub_reply((chosen, index): (Vec<Allocation>, u64)) -> Result<Reply, ApiError> {
+/// Allocations chosen for a list, each with its node's name, and the list's index.
+pub(super) type Stubs = (Vec<(Allocation, String)>, u64);
+
+pub(super) fn stub_reply((chosen, index): Stubs) -> Result<Reply, ApiError> {
     ok(
-        json!(chosen.iter().map(alloc_stub).collect::<Vec<_>>()),
+        json!(chosen
+            .iter()
+            .map(|(alloc, node)| alloc_stub(alloc, node))
+            .collect::<Vec<_>>()),
         index,
     )
 }
 
 pub(super) fn list_allocs(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
     query.bool("resources")?;
-    let core = blocking(shared, query)?;
+    let core = blocking_table(shared, query, allocs_table)?;
     let prefix = query.get("prefix").unwrap_or("");
     let chosen = stubs(
         &core,
@@ -127,7 +162,7 @@ pub(super) fn list_allocs(shared: &Shared, query: &Query) -> Result<Reply, ApiEr
 
 pub(super) fn stop_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     let no_shutdown_delay = query.bool("no_shutdown_delay")?;
-    query.bool("reschedule")?;
+    let reschedule = query.bool("reschedule")?;
     let mut core = shared.core();
     let context = core
         .server
@@ -136,7 +171,13 @@ pub(super) fn stop_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Rep
         .map(|a| (a.id.clone(), a.job_id.clone(), a.task_group.clone()));
     let response = core
         .server
-        .stop_alloc(id, no_shutdown_delay)
+        .stop_alloc_with(
+            id,
+            crate::server::StopAllocOptions {
+                no_shutdown_delay,
+                reschedule,
+            },
+        )
         .map_err(|e| match e {
             ServerError::AllocNotFound(_) => error(404, "allocation not found"),
             other => error(500, other.to_string()),
@@ -159,25 +200,113 @@ pub(super) fn eval_json(eval: &Evaluation) -> Value {
     serde_json::to_value(eval).expect("evaluations serialize")
 }
 
+/// Nomad's `EvaluationStub`s of the evaluations linked to `eval`, in creation order.
+fn related_evals(store: &StateStore, eval: &Evaluation) -> Vec<Value> {
+    let mut seen = std::collections::BTreeSet::from([eval.id.clone()]);
+    let mut todo = vec![eval];
+    let mut found = Vec::new();
+    while let Some(next) = todo.pop() {
+        for link in [&next.next_eval, &next.previous_eval, &next.blocked_eval] {
+            if link.is_empty() || !seen.insert(link.clone()) {
+                continue;
+            }
+            if let Some(linked) = store.eval(link) {
+                found.push(linked);
+                todo.push(linked);
+            }
+        }
+    }
+    found.sort_by_key(|e| (e.create_index, e.id.clone()));
+    found
+        .into_iter()
+        .map(|e| {
+            json!({
+                "ID": e.id, "Namespace": e.namespace, "Priority": e.priority, "Type": e.eval_type,
+                "TriggeredBy": e.triggered_by, "JobID": e.job_id, "NodeID": "", "DeploymentID": "",
+                "Status": eval_json(e)["Status"], "StatusDescription": e.status_description,
+                "WaitUntil": null, "NextEval": e.next_eval, "PreviousEval": e.previous_eval,
+                "BlockedEval": e.blocked_eval, "CreateIndex": e.create_index,
+                "ModifyIndex": e.modify_index, "CreateTime": 0, "ModifyTime": 0,
+            })
+        })
+        .collect()
+}
+
+/// `/v1/evaluations`: in the order they were created (`reverse=true`: newest first),
+/// filtered by `prefix`, `job` and `status`, a page of `per_page` at a time from
+/// `next_token`, as Nomad's paginated list: the token is `<CreateIndex>.<ID>` of the first
+/// evaluation of the next page, sent as `X-Nomad-NextToken` only when there is one.
 pub(super) fn list_evals(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking(shared, query)?;
+    let per_page = match query.int("per_page")? {
+        None | Some(0) => None,
+        Some(n) if n > 0 => Some(n as usize),
+        Some(n) => {
+            return Err(error(
+                400,
+                format!("Invalid per_page {n}: must be positive"),
+            ))
+        }
+    };
+    let reverse = query.bool("reverse")?;
+    if query.get("filter").is_some_and(|f| !f.is_empty()) {
+        return Err(error(
+            400,
+            "filter expressions are not supported by this agent (use prefix, job or status)",
+        ));
+    }
+    let start = match query.get("next_token").filter(|t| !t.is_empty()) {
+        None => None,
+        Some(token) => Some(
+            token
+                .split_once('.')
+                .and_then(|(index, id)| Some((index.parse::<u64>().ok()?, id.to_string())))
+                .ok_or_else(|| error(400, format!("Invalid next_token {token:?}")))?,
+        ),
+    };
+    let core = blocking_table(shared, query, evals_table)?;
     let prefix = query.get("prefix").unwrap_or("");
     let job = query.get("job");
     let status = query.get("status");
-    let evals: Vec<Value> = core
+    let mut evals: Vec<&Evaluation> = core
         .server
         .store
         .evals()
         .filter(|e| e.id.starts_with(prefix))
         .filter(|e| job.is_none_or(|job| e.job_id == job))
         .filter(|e| status.is_none_or(|s| eval_json(e)["Status"] == s))
-        .map(eval_json)
         .collect();
-    ok(json!(evals), core.server.store.index())
+    let key = |e: &Evaluation| (e.create_index, e.id.clone());
+    evals.sort_by_key(|e| key(e));
+    if reverse {
+        evals.reverse();
+    }
+    if let Some(start) = &start {
+        evals.retain(|e| {
+            if reverse {
+                key(e) <= *start
+            } else {
+                key(e) >= *start
+            }
+        });
+    }
+    let mut next_token = None;
+    if let Some(per_page) = per_page {
+        if let Some(next) = evals.get(per_page) {
+            next_token = Some(format!("{}.{}", next.create_index, next.id));
+            evals.truncate(per_page);
+        }
+    }
+    let body = json!(evals.into_iter().map(eval_json).collect::<Vec<_>>());
+    Ok(Reply {
+        status: 200,
+        body,
+        index: Some(core.server.store.table_indexes().evals),
+        next_token,
+    })
 }
 
 pub(super) fn eval_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking(shared, query)?;
+    let core = blocking_table(shared, query, allocs_table)?;
     let chosen = stubs(
         &core,
         core.server.store.allocs().filter(|a| a.eval_id == id),

@@ -58,10 +58,30 @@ pub(super) fn read_one<T>(
     )
 }
 
-/// A blocking read of a list: its index is the store's.
-pub(super) fn blocking<'a>(
+/// A blocking read of a list of one table: its index is the table's (Nomad's `index`
+/// table), so writes to other tables neither wake it nor move the index it answers.
+pub(super) fn blocking_table<'a>(
     shared: &'a Shared,
     query: &Query,
+    table: fn(&TableIndexes) -> u64,
 ) -> Result<std::sync::MutexGuard<'a, Core>, ApiError> {
-    blocking_on(shared, query, |core| core.server.store.index())
+    blocking_on(shared, query, |core| {
+        table(&core.server.store.table_indexes())
+    })
+}
+
+/// The allocations table's index.
+pub(super) fn allocs_table(tables: &TableIndexes) -> u64 {
+    tables.allocs
+}
+
+/// The evaluations table's index.
+pub(super) fn evals_table(tables: &TableIndexes) -> u64 {
+    tables.evals
+}
+
+/// The index of the jobs list: the jobs' table, or the allocations' (a job's status and
+/// summary follow its allocations; Nomad takes the later of `jobs` and `job_summary`).
+pub(super) fn jobs_table(tables: &TableIndexes) -> u64 {
+    tables.jobs.max(tables.allocs)
 }

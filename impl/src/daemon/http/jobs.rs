@@ -101,9 +101,8 @@ pub(super) fn summary(core: &Core, job: &Job) -> Value {
 }
 
 pub(super) fn list_jobs(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
-    let meta = query.bool("meta")?;
-    let _ = meta;
-    let core = blocking(shared, query)?;
+    query.bool("meta")?;
+    let core = blocking_table(shared, query, jobs_table)?;
     let prefix = query.get("prefix").unwrap_or("");
     let jobs: Vec<Value> = core
         .server
@@ -122,7 +121,7 @@ pub(super) fn list_jobs(shared: &Shared, query: &Query) -> Result<Reply, ApiErro
             })
         })
         .collect();
-    ok(json!(jobs), core.server.store.index())
+    ok(json!(jobs), jobs_table(&core.server.store.table_indexes()))
 }
 
 pub(super) fn job_versions(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
@@ -156,7 +155,8 @@ pub(super) fn job_versions(shared: &Shared, id: &str, query: &Query) -> Result<R
 }
 
 pub(super) fn job_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking(shared, query)?;
+    query.bool("all")?;
+    let core = blocking_table(shared, query, allocs_table)?;
     let chosen = stubs(
         &core,
         core.server.store.allocs_by_job(id).filter(|a| !a.tombstone),
@@ -166,7 +166,7 @@ pub(super) fn job_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Rep
 }
 
 pub(super) fn job_evals(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking(shared, query)?;
+    let core = blocking_table(shared, query, evals_table)?;
     let evals: Vec<Value> = core
         .server
         .store
@@ -174,7 +174,7 @@ pub(super) fn job_evals(shared: &Shared, id: &str, query: &Query) -> Result<Repl
         .filter(|e| e.job_id == id)
         .map(eval_json)
         .collect();
-    ok(json!(evals), core.server.store.index())
+    ok(json!(evals), core.server.store.table_indexes().evals)
 }
 
 /// The most arguments a raw_exec task's command takes.
@@ -246,20 +246,41 @@ pub(super) fn register(
     if !has_job {
         return Err(error(400, "Job must be specified"));
     }
-    let eval_priority = value
-        .as_object()
-        .and_then(|o| {
-            o.iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case("EvalPriority"))
-        })
-        .and_then(|(_, v)| v.as_i64())
-        .unwrap_or(0);
+    let member = |name: &str| {
+        value
+            .as_object()
+            .and_then(|o| o.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)))
+            .map(|(_, v)| v)
+            .filter(|v| !v.is_null())
+    };
+    let eval_priority = match member("EvalPriority") {
+        None => 0,
+        Some(v) => v
+            .as_i64()
+            .ok_or_else(|| error(400, "EvalPriority must be an integer"))?,
+    };
     if eval_priority != 0 && !(1..=100).contains(&eval_priority) {
         return Err(error(
             400,
             "Eval priority must be between 1 and 100 inclusively",
         ));
     }
+    let enforce = match member("EnforceIndex") {
+        None => false,
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| error(400, "EnforceIndex must be a boolean"))?,
+    };
+    let job_modify_index = match member("JobModifyIndex") {
+        None => 0,
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| error(400, "JobModifyIndex must be a non-negative integer"))?,
+    };
+    let options = crate::server::RegisterOptions {
+        eval_priority: (eval_priority != 0).then_some(eval_priority),
+        enforce_index: enforce.then_some(job_modify_index),
+    };
     let job = spec::parse_register_body(body).map_err(|e| error(400, e.to_string()))?;
     if job.namespace != "default" {
         // One namespace only: every object, and every ACL check, is in `default`.
@@ -289,7 +310,7 @@ pub(super) fn register(
     let existing = core.server.store.job(&job.id).map(|j| j.modify_index);
     let response = core
         .server
-        .register_job(job.clone())
+        .register_job_with(job.clone(), options)
         .map_err(|e| error(400, e.to_string()))?;
     if starts {
         // Re-registering a stopped job unchanged is `job start`, a step of the alphabet.
@@ -348,15 +369,55 @@ pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError>
             status: 200,
             body: job,
             index: None,
+            next_token: None,
         });
     }
     let wrapped = serde_json::to_vec(&json!({ "Job": job })).expect("JSON values serialize");
-    let job = spec::parse_register_body(&wrapped).map_err(|e| error(400, e.to_string()))?;
+    let job = spec::decode_register_body(&wrapped).map_err(|e| error(400, e.to_string()))?;
     Ok(Reply {
         status: 200,
         body: serde_json::to_value(job).expect("jobs serialize"),
         index: None,
+        next_token: None,
     })
+}
+
+/// `/v1/validate/job`: the job's problems, as registering it would find them, in Nomad's
+/// answer (200 whatever it found; `ValidationErrors` lists them).
+pub(super) fn validate_job(body: &[u8]) -> Result<Reply, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(error(400, "Request body is empty"));
+    }
+    let problems: Vec<String> = match spec::decode_register_body(body) {
+        Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
+        Ok(job) => {
+            let mut found = job.validate().err().map_or_else(Vec::new, |e| e.0);
+            if found.is_empty() {
+                found.extend(driver_errors(&job));
+            }
+            if job.namespace != "default" {
+                found.push(SpecError {
+                    field: "Namespace".into(),
+                    problem: format!("nonexistent namespace {:?}", job.namespace),
+                });
+            }
+            found.iter().map(ToString::to_string).collect()
+        }
+    };
+    let joined = match problems.len() {
+        0 => String::new(),
+        n => format!(
+            "{n} error{} occurred:\n{}",
+            if n == 1 { "" } else { "s" },
+            problems
+                .iter()
+                .map(|p| format!("\t* {p}\n"))
+                .collect::<String>()
+        ),
+    };
+    plain(json!({"DriverConfigValidated": problems.is_empty(),
+                 "ValidationErrors": if problems.is_empty() { Value::Null } else { json!(problems) },
+                 "Error": joined, "Warnings": ""}))
 }
 
 pub(super) fn commit(shared: &Shared, core: &mut Core) -> Result<(), ApiError> {

@@ -9,26 +9,30 @@
 //! job ID may contain `/`.
 
 pub(super) mod acl;
+mod agent;
 mod allocs;
 mod blocking;
 pub(super) mod guard;
 mod jobs;
+mod nodes;
 mod request;
 mod server;
 mod services;
 
 use acl::{acl_routes, authority, check, Need};
+use agent::*;
 use allocs::*;
 use blocking::*;
 use guard::browser_guard;
 use jobs::*;
+use nodes::*;
 use request::*;
 pub use server::{runtime, serve, HttpLimits};
 use services::*;
 
 use super::host::DRIVERS;
 use super::{Core, Shared};
-use crate::server::store::StateStore;
+use crate::server::store::{StateStore, TableIndexes};
 use crate::server::structs::{Allocation, ClientStatus, Evaluation};
 use crate::server::{ServerError, StopJobOptions};
 use crate::spec::{self, Job, SpecError, SpecErrors};
@@ -44,6 +48,18 @@ pub struct Reply {
     status: u16,
     body: Value,
     index: Option<u64>,
+    /// `X-Nomad-NextToken`: where the next page of a paginated list starts.
+    next_token: Option<String>,
+}
+
+/// A JSON answer with no index (the agent's own state, not the store's).
+fn plain(body: Value) -> Result<Reply, ApiError> {
+    Ok(Reply {
+        status: 200,
+        body,
+        index: None,
+        next_token: None,
+    })
 }
 
 /// An error answer: status and Nomad's plain-text message.
@@ -79,6 +95,7 @@ fn ok(body: Value, index: u64) -> Result<Reply, ApiError> {
         status: 200,
         body,
         index: Some(index),
+        next_token: None,
     })
 }
 
@@ -173,8 +190,15 @@ fn route(
     query: &Query,
     body: &[u8],
 ) -> Result<Reply, ApiError> {
+    if path == "/.well-known/jwks.json" {
+        return if is_read(method) {
+            need_nothing(authority).and_then(|()| jwks(shared))
+        } else {
+            Err(error(405, "Invalid method"))
+        };
+    }
     let Some(rest) = path.strip_prefix("/v1/") else {
-        return Err(error(404, ""));
+        return Err(not_served(path));
     };
     let is_get = *method == Method::Get;
     let is_write = matches!(method, Method::Post | Method::Put);
@@ -188,31 +212,29 @@ fn route(
         "jobs" if is_write => {
             need(Need::Capability("submit-job")).and_then(|()| register(shared, None, body))
         }
-        "jobs" => invalid(),
         "jobs/parse" if is_write => {
             need(Need::Either("parse-job", "submit-job")).and_then(|()| parse_hcl(shared, body))
         }
-        "jobs/parse" => invalid(),
+        "validate/job" if is_write => {
+            need(Need::Capability("read-job")).and_then(|()| validate_job(body))
+        }
         "allocations" if is_get => read().and_then(|()| list_allocs(shared, query)),
         "evaluations" if is_get => read().and_then(|()| list_evals(shared, query)),
         "services" if is_get => read().and_then(|()| list_services(shared, query)),
+        "nodes" if is_get => need(Need::NodeRead).and_then(|()| list_nodes(shared, query)),
         "agent/self" if is_get => need(Need::AgentRead).and_then(|()| agent_self(shared)),
-        "status/leader" if is_get => need(Need::Nothing).map(|()| Reply {
-            status: 200,
-            body: json!(shared.config.bind.to_string()),
-            index: None,
-        }),
-        "status/peers" if is_get => need(Need::Nothing).map(|()| Reply {
-            status: 200,
-            body: json!([shared.config.bind.to_string()]),
-            index: None,
-        }),
-        "regions" if is_get => need(Need::Nothing).map(|()| Reply {
-            status: 200,
-            body: json!(["global"]),
-            index: None,
-        }),
-        "allocations" | "evaluations" | "services" | "agent/self" | "status/leader"
+        "agent/members" if is_get => need(Need::NodeRead).and_then(|()| members(shared)),
+        "agent/join" if is_write => need(Need::AgentWrite).and_then(|()| join(shared, query)),
+        "metrics" if is_get => need(Need::Nothing).and_then(|()| metrics(shared, query)),
+        "status/leader" if is_get => {
+            need(Need::Nothing).and_then(|()| plain(json!(shared.config.bind.to_string())))
+        }
+        "status/peers" if is_get => {
+            need(Need::Nothing).and_then(|()| plain(json!([shared.config.bind.to_string()])))
+        }
+        "regions" if is_get => need(Need::Nothing).and_then(|()| regions(shared)),
+        "jobs" | "jobs/parse" | "validate/job" | "allocations" | "evaluations" | "services"
+        | "nodes" | "agent/self" | "agent/members" | "agent/join" | "metrics" | "status/leader"
         | "status/peers" | "regions" => invalid(),
         _ => {
             if let Some(acl) = rest.strip_prefix("acl/") {
@@ -227,7 +249,7 @@ fn route(
                     Some((id, "stop")) if is_write => need(Need::Capability("alloc-lifecycle"))
                         .and_then(|()| stop_alloc(shared, id, query)),
                     None | Some((_, "stop")) => invalid(),
-                    Some(_) => Err(error(404, "resource not found")),
+                    Some(_) => Err(not_served(path)),
                 };
             }
             if let Some(eval) = rest.strip_prefix("evaluation/") {
@@ -237,7 +259,16 @@ fn route(
                         read().and_then(|()| eval_allocs(shared, id, query))
                     }
                     None | Some((_, "allocations")) => invalid(),
-                    Some(_) => Err(error(404, "resource not found")),
+                    Some(_) => Err(not_served(path)),
+                };
+            }
+            if let Some(node) = rest.strip_prefix("node/") {
+                return match node.split_once('/') {
+                    None if is_get => {
+                        need(Need::NodeRead).and_then(|()| get_node(shared, node, query))
+                    }
+                    None => invalid(),
+                    Some(_) => Err(not_served(path)),
                 };
             }
             if let Some(name) = rest.strip_prefix("service/") {
@@ -247,9 +278,32 @@ fn route(
                     invalid()
                 };
             }
-            Err(error(404, ""))
+            Err(not_served(path))
         }
     }
+}
+
+fn is_read(method: &Method) -> bool {
+    matches!(method, Method::Get | Method::Head)
+}
+
+fn need_nothing(authority: &crate::acl::Authority) -> Result<(), ApiError> {
+    check(authority, Need::Nothing)
+}
+
+/// A 404 for a path this agent does not serve, saying so (Nomad's is an empty body).
+fn not_served(path: &str) -> ApiError {
+    let mut shown: String = path.chars().take(200).collect();
+    if shown.len() < path.len() {
+        shown.push('…');
+    }
+    error(
+        404,
+        format!(
+            "{shown:?} is not an endpoint this agent serves (quiesce serves the subset of \
+             Nomad's HTTP API listed in its README)"
+        ),
+    )
 }
 
 /// `/v1/job/:id[/suffix]`, routed by suffix on the decoded path (IDs may contain `/`).
@@ -263,6 +317,19 @@ fn job_routes(
 ) -> Result<Reply, ApiError> {
     let is_get = *method == Method::Get;
     let need = |capability| check(authority, Need::Capability(capability));
+    // An endpoint of jobs this agent does not serve is named so, never taken for a job ID
+    // (no job ID ends in one of them).
+    if let Some(suffix) = spec::JOB_ENDPOINT_SUFFIXES.iter().find(|suffix| {
+        !matches!(
+            **suffix,
+            "allocations" | "versions" | "evaluations" | "summary"
+        ) && rest.ends_with(&format!("/{suffix}"))
+    }) {
+        return Err(error(
+            404,
+            format!("the job endpoint {suffix:?} is not served by this agent"),
+        ));
+    }
     for suffix in ["allocations", "versions", "evaluations", "summary"] {
         if let Some(id) = rest.strip_suffix(&format!("/{suffix}")) {
             if !is_get {

@@ -8,30 +8,19 @@ pub(super) fn split_url(url: &str) -> (String, String) {
     (percent_decode(path, false), query.to_string())
 }
 
-/// Percent-decoding; `plus` turns `+` into a space (query strings).
+/// Percent-decoding (an invalid escape is kept as it is, and bytes that are not UTF-8
+/// become U+FFFD); `plus` turns `+` into a space (query strings).
 pub(super) fn percent_decode(text: &str, plus: bool) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(byte) => {
-                        out.push(byte);
-                        i += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b'+' if plus => out.push(b' '),
-            byte => out.push(byte),
-        }
-        i += 1;
+    let decode = |text: &str| {
+        percent_encoding::percent_decode_str(text)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    if plus && text.contains('+') {
+        decode(&text.replace('+', " "))
+    } else {
+        decode(text)
     }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A request's method, as the routes tell them apart.
@@ -60,9 +49,11 @@ impl From<&str> for Method {
     }
 }
 
-/// The query string's parameters (the last of a repeated one wins).
+/// The query string's parameters (the last of a repeated one wins; [`Query::all`] has
+/// each).
 pub struct Query {
     params: BTreeMap<String, String>,
+    pairs: Vec<(String, String)>,
     /// A blocking query's `wait` has passed: it answers what there is.
     pub(super) waited_out: bool,
 }
@@ -70,14 +61,26 @@ pub struct Query {
 impl Query {
     pub(super) fn parse(query: &str) -> Result<Query, ApiError> {
         let mut params = BTreeMap::new();
+        let mut pairs = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            params.insert(percent_decode(key, true), percent_decode(value, true));
+            let (key, value) = (percent_decode(key, true), percent_decode(value, true));
+            params.insert(key.clone(), value.clone());
+            pairs.push((key, value));
         }
         Ok(Query {
             params,
+            pairs,
             waited_out: false,
         })
+    }
+
+    /// Every value of a parameter given more than once (`address=a&address=b`), in order.
+    pub(super) fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.pairs
+            .iter()
+            .filter(move |(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
     }
 
     pub(super) fn get(&self, name: &str) -> Option<&str> {
@@ -154,8 +157,14 @@ mod tests {
     #[test]
     fn paths_and_queries_are_percent_decoded() {
         assert_eq!(split_url("/v1/job/my%20job?x=1").0, "/v1/job/my job");
-        let query = Query::parse("namespace=%2A&filter=a+b").unwrap();
+        let query = Query::parse("namespace=%2A&filter=a+b&a=1&a=%32&bad=%zz%4").unwrap();
         assert_eq!(query.get("namespace"), Some("*"));
         assert_eq!(query.get("filter"), Some("a b"));
+        assert_eq!(query.all("a").collect::<Vec<_>>(), ["1", "2"]);
+        assert_eq!(query.get("bad"), Some("%zz%4"));
+        assert_eq!(
+            split_url("/v1/job/%E5%AD%97%0A%FF").0,
+            "/v1/job/字\n\u{fffd}"
+        );
     }
 }

@@ -283,16 +283,18 @@ async fn read_body(
 /// An answer as Nomad sends it: JSON with the `X-Nomad-*` headers, or an error's plain
 /// text.
 fn render(answer: Result<Reply, ApiError>) -> Response<Full<Bytes>> {
-    let (status, content_type, body, index) = match answer {
+    let (status, content_type, body, index, next_token) = match answer {
         Ok(reply) => {
             let mut text = serde_json::to_vec(&reply.body).expect("JSON values serialize");
             text.push(b'\n');
-            (reply.status, "application/json", text, reply.index)
+            let next = reply.next_token;
+            (reply.status, "application/json", text, reply.index, next)
         }
         Err(e) => (
             e.status,
             "text/plain; charset=utf-8",
             e.message.into_bytes(),
+            None,
             None,
         ),
     };
@@ -305,6 +307,10 @@ fn render(answer: Result<Reply, ApiError>) -> Response<Full<Bytes>> {
         headers.insert("X-Nomad-Index", HeaderValue::from(index));
         headers.insert("X-Nomad-KnownLeader", HeaderValue::from_static("true"));
         headers.insert("X-Nomad-LastContact", HeaderValue::from_static("0"));
+    }
+    // A page token is the agent's own text (an index and an ID), never the client's.
+    if let Some(token) = next_token.and_then(|t| HeaderValue::from_str(&t).ok()) {
+        headers.insert("X-Nomad-NextToken", token);
     }
     response
 }

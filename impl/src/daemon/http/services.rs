@@ -1,9 +1,9 @@
-//! `/v1/service(s)` and `/v1/agent/self`.
+//! `/v1/service(s)`.
 
 use super::*;
 
 pub(super) fn list_services(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking(shared, query)?;
+    let core = blocking_table(shared, query, |t| t.services)?;
     let mut names: BTreeMap<(String, String), ()> = BTreeMap::new();
     for service in core.server.store.services() {
         let namespace = core
@@ -24,11 +24,12 @@ pub(super) fn list_services(shared: &Shared, query: &Query) -> Result<Reply, Api
         .into_iter()
         .map(|(namespace, services)| json!({"Namespace": namespace, "Services": services}))
         .collect();
-    ok(json!(list), core.server.store.index())
+    ok(json!(list), core.server.store.table_indexes().services)
 }
 
 pub(super) fn get_service(shared: &Shared, name: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking(shared, query)?;
+    let core = blocking_table(shared, query, |t| t.services)?;
+    let node = core.node.clone();
     let registrations: Vec<Value> = core
         .server
         .store
@@ -37,31 +38,14 @@ pub(super) fn get_service(shared: &Shared, name: &str, query: &Query) -> Result<
         .map(|s| {
             let mut value = serde_json::to_value(s).expect("services serialize");
             value["Namespace"] = json!("default");
-            value["NodeID"] = json!(shared.config.node_name);
-            value["Datacenter"] = json!("dc1");
+            value["NodeID"] = json!(node);
+            value["Datacenter"] = json!(shared.config.datacenter);
             value["ModifyIndex"] = json!(s.create_index);
             value
         })
         .collect();
-    ok(json!(registrations), core.server.store.index())
-}
-
-// ---------------------------------------------------------------------------- agent
-
-pub(super) fn agent_self(shared: &Shared) -> Result<Reply, ApiError> {
-    let bind = shared.config.bind;
-    let runners = shared.runner_count().to_string();
-    Ok(Reply {
-        status: 200,
-        body: json!({
-            "config": {"Region": "global", "Datacenter": "dc1", "NodeName": shared.config.node_name,
-                       "DataDir": shared.config.data_dir, "Version": {"Version": env!("CARGO_PKG_VERSION")},
-                       "DevMode": true},
-            "member": {"Name": shared.config.node_name, "Addr": bind.ip().to_string(),
-                       "Port": bind.port(), "Status": "alive", "Tags": {"region": "global", "dc": "dc1"}},
-            "stats": {"nomad": {"server": "true", "leader": "true", "leader_addr": bind.to_string()},
-                      "client": {"known_servers": bind.to_string(), "alloc_runners": runners}},
-        }),
-        index: None,
-    })
+    ok(
+        json!(registrations),
+        core.server.store.table_indexes().services,
+    )
 }

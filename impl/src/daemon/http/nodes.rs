@@ -1,0 +1,99 @@
+//! `/v1/nodes` and `/v1/node/:id`: the client's node.
+
+use super::*;
+use crate::server::structs::Node;
+
+/// Nomad's default range for dynamic ports, which the node offers.
+pub const MIN_DYNAMIC_PORT: u16 = 20000;
+pub const MAX_DYNAMIC_PORT: u16 = 32000;
+
+/// What the host has: CPU (MHz × cores, as Nomad's fingerprint counts it), memory, disk.
+fn resources() -> Value {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as u64;
+    let mhz = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|line| line.starts_with("cpu MHz"))
+                .and_then(|line| line.split(':').nth(1))
+                .and_then(|mhz| mhz.trim().parse::<f64>().ok())
+        })
+        .map_or(1000, |mhz| mhz as u64);
+    let memory_mb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|line| line.starts_with("MemTotal:"))
+                .and_then(|line| line.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb / 1024);
+    json!({
+        "Cpu": {"CpuShares": mhz * cores, "TotalCpuCores": cores, "ReservableCpuCores": null},
+        "Memory": {"MemoryMB": memory_mb}, "Disk": {"DiskMB": 0}, "Networks": [],
+        "Devices": null, "NodeNetworks": null,
+        "MinDynamicPort": MIN_DYNAMIC_PORT, "MaxDynamicPort": MAX_DYNAMIC_PORT,
+    })
+}
+
+fn node_json(node: &Node) -> Value {
+    let mut value = serde_json::to_value(node).expect("nodes serialize");
+    let object = value.as_object_mut().expect("a node is an object");
+    for (key, extra) in [
+        ("NodeClass", json!("")),
+        ("SchedulingEligibility", json!("eligible")),
+        ("Drain", json!(false)),
+        ("DrainStrategy", json!(null)),
+        ("StatusDescription", json!("")),
+        ("Meta", json!({})),
+        ("Links", json!({})),
+        ("TLSEnabled", json!(false)),
+        ("NodeResources", resources()),
+        ("ReservedResources", json!(null)),
+        ("HostVolumes", json!(null)),
+        ("CSIControllerPlugins", json!(null)),
+        ("CSINodePlugins", json!(null)),
+    ] {
+        object.insert(key.into(), extra);
+    }
+    value
+}
+
+fn node_stub(node: &Node) -> Value {
+    json!({
+        "Address": node.http_addr.rsplit_once(':').map_or("", |(host, _)| host),
+        "ID": node.id, "Datacenter": node.datacenter, "Name": node.name, "NodeClass": "",
+        "NodePool": node.node_pool, "Version": env!("CARGO_PKG_VERSION"), "Drain": false,
+        "SchedulingEligibility": "eligible", "Status": node.status, "StatusDescription": "",
+        "Drivers": node.drivers, "HostVolumes": null, "LastDrain": null,
+        "CreateIndex": node.create_index, "ModifyIndex": node.modify_index,
+    })
+}
+
+pub(super) fn list_nodes(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
+    query.bool("resources")?;
+    query.bool("os")?;
+    let core = blocking_table(shared, query, |t| t.nodes)?;
+    let prefix = query.get("prefix").unwrap_or("");
+    let nodes: Vec<Value> = core
+        .server
+        .store
+        .nodes()
+        .filter(|node| node.id.starts_with(prefix))
+        .map(node_stub)
+        .collect();
+    ok(json!(nodes), core.server.store.table_indexes().nodes)
+}
+
+pub(super) fn get_node(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    let index = |_: &StateStore, node: &Node| node.modify_index;
+    let render = |_: &Core, node: &Node| node_json(node);
+    read_one(
+        shared,
+        query,
+        |s| s.node(id),
+        index,
+        "node not found",
+        render,
+    )
+}
