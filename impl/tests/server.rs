@@ -407,3 +407,97 @@ fn each_table_keeps_the_index_of_its_own_last_write() {
     server.stop_job("web", purge).unwrap();
     assert_eq!(server.store.table_indexes().jobs, 4);
 }
+
+#[test]
+fn a_changed_group_rolls_out_through_the_stop_path_and_a_count_change_only_scales() {
+    let mut server = server_with(job("service", 2));
+    let old = alloc_ids(&server);
+    // The count alone: one more allocation, the two running ones untouched.
+    server.register_job(job("service", 3)).unwrap();
+    server.process_next_eval().unwrap();
+    let live = |server: &Server| -> Vec<_> {
+        let mut live: Vec<_> = server
+            .store
+            .allocs_by_job("web")
+            .filter(|a| a.desired_status == DesiredStatus::Run)
+            .map(|a| (a.id.clone(), a.job_version))
+            .collect();
+        live.sort();
+        live
+    };
+    assert_eq!(live(&server).len(), 3);
+    for id in &old {
+        let alloc = server.store.alloc(id).unwrap();
+        assert_eq!(
+            (alloc.desired_status, alloc.job_version),
+            (DesiredStatus::Run, 1)
+        );
+    }
+    // A changed task: every allocation is stopped as a job update and replaced at the new
+    // version, each replacement naming the one it replaces.
+    let mut changed = job("service", 3);
+    changed.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
+    server.register_job(changed).unwrap();
+    server.process_next_eval().unwrap();
+    let replaced = alloc_ids(&server);
+    let stopped: Vec<_> = replaced
+        .iter()
+        .filter_map(|id| server.store.alloc(id))
+        .filter(|a| a.desired_status == DesiredStatus::Stop)
+        .collect();
+    assert_eq!(stopped.len(), 3);
+    for alloc in &stopped {
+        assert_eq!(
+            alloc.desired_description,
+            "alloc not needed due to job update"
+        );
+        let next = server
+            .store
+            .alloc(alloc.next_allocation.as_ref().unwrap())
+            .unwrap();
+        assert_eq!(
+            (next.job_version, next.previous_allocation.as_ref()),
+            (2, Some(&alloc.id))
+        );
+        assert!(!next.desired_transition.should_ignore_shutdown_delay());
+    }
+    assert!(live(&server).iter().all(|(_, version)| *version == 2));
+    // The same spec again changes nothing.
+    let before = live(&server);
+    let mut again = job("service", 3);
+    again.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
+    server.register_job(again).unwrap();
+    server.process_next_eval().unwrap();
+    assert_eq!(live(&server), before);
+}
+
+#[test]
+fn a_group_removed_from_the_job_has_its_allocations_stopped() {
+    let mut two = job("service", 1);
+    let mut api = two.task_groups[0].clone();
+    api.name = "api".into();
+    two.task_groups.push(api);
+    let mut server = server_with(two);
+    assert_eq!(server.store.allocs().count(), 2);
+    server.register_job(job("service", 1)).unwrap();
+    server.process_next_eval().unwrap();
+    let api_alloc = server
+        .store
+        .allocs()
+        .find(|a| a.task_group == "api")
+        .unwrap();
+    assert_eq!(api_alloc.desired_status, DesiredStatus::Stop);
+    assert_eq!(
+        api_alloc.desired_description,
+        "alloc not needed due to job update"
+    );
+    let web = server
+        .store
+        .allocs()
+        .find(|a| a.task_group == "web")
+        .unwrap();
+    assert_eq!(
+        (web.desired_status, web.job_version),
+        (DesiredStatus::Run, 1)
+    );
+}

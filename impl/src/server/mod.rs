@@ -11,6 +11,7 @@ use crate::spec::{Job, SpecErrors};
 pub use broker::EvalBroker;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use store::StateStore;
 use structs::*;
 
@@ -551,6 +552,21 @@ impl Server {
                 alloc.desired_status = DesiredStatus::Stop;
                 alloc.desired_description = description.to_string();
             });
+        }
+        if !plan.in_place.is_empty() {
+            let job = self
+                .store
+                .job(&eval.job_id)
+                .map(|job| Arc::new(job.clone()));
+            for id in &plan.in_place {
+                if let Some(job) = &job {
+                    // The server's record only: the client runs the same tasks.
+                    self.store.update_alloc(id, index, false, |alloc| {
+                        alloc.job_version = job.version;
+                        alloc.job = Arc::clone(job);
+                    });
+                }
+            }
         }
         let mut queued = BTreeMap::new();
         if plan.place.is_empty() {

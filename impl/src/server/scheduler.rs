@@ -1,10 +1,14 @@
 //! The reconciler (`reference/nomad-stop-path.md` §1.6): stop every non-terminal allocation
 //! of a stopped or purged job; stop and replace migrating ones; place up to `count` (a
-//! batch allocation that completed counts as placed).
+//! batch allocation that completed counts as placed). A new version of the job rolls out:
+//! an allocation whose group changed (anything but its count) is stopped through the stop
+//! path and replaced at the new version (a destructive update, all at once: no `update`
+//! strategy); one whose group is unchanged moves to the new version in place; a group that
+//! is gone has its allocations stopped.
 
 use super::store::StateStore;
 use super::structs::{AllocId, ClientStatus, DesiredStatus};
-use crate::spec::Job;
+use crate::spec::{Job, TaskGroup};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -27,6 +31,24 @@ pub struct Placement {
 pub struct Plan {
     pub stop: Vec<(AllocId, &'static str)>,
     pub place: Vec<Placement>,
+    /// Allocations updated in place to the job's version (their group is unchanged).
+    pub in_place: Vec<AllocId>,
+}
+
+/// A group as it runs: everything but its count.
+fn runs_the_same(old: &Job, new: &TaskGroup) -> bool {
+    old.task_groups
+        .iter()
+        .find(|group| group.name == new.name)
+        .is_some_and(|group| {
+            TaskGroup {
+                count: None,
+                ..group.clone()
+            } == TaskGroup {
+                count: None,
+                ..new.clone()
+            }
+        })
 }
 
 /// What the scheduler would do for `job_id` given the store as it is.
@@ -60,6 +82,11 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
     } else {
         BTreeSet::new()
     };
+    for alloc in &live {
+        if !job.task_groups.iter().any(|g| g.name == alloc.task_group) {
+            plan.stop.push((alloc.id.clone(), DESC_JOB_UPDATE));
+        }
+    }
     for group in &job.task_groups {
         let in_group: Vec<_> = live.iter().filter(|a| a.task_group == group.name).collect();
         let mut kept: BTreeSet<u64> = completed
@@ -81,6 +108,16 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                 kept.insert(index);
             } else if !kept.insert(index) || index >= count_of(group.count) {
                 plan.stop.push((alloc.id.clone(), DESC_NOT_NEEDED));
+            } else if alloc.job_version != job.version && !runs_the_same(&alloc.job, group) {
+                plan.stop.push((alloc.id.clone(), DESC_JOB_UPDATE));
+                plan.place.push(Placement {
+                    job: Arc::clone(&shared),
+                    group: group.name.clone(),
+                    index,
+                    previous: Some(alloc.id.clone()),
+                });
+            } else if alloc.job_version != job.version {
+                plan.in_place.push(alloc.id.clone());
             }
         }
         for index in (0..count_of(group.count)).filter(|index| !kept.contains(index)) {

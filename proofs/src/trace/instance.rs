@@ -64,6 +64,10 @@ pub struct Instance {
     /// model).
     version: u64,
     model: Option<StopPathModel>,
+    /// The group as registered, but for its count (the model's projection of it may be
+    /// equal for two groups that run differently, e.g. in a task's environment; a change
+    /// rolls the allocations out, which the model has no step for).
+    group_spec: Option<quiesce::spec::TaskGroup>,
     candidates: Vec<Candidate>,
     pub judged: Judged,
     /// Steps replayed against the model.
@@ -82,6 +86,17 @@ enum Refusal {
     OutsideTheModel(String),
 }
 
+/// `group` of `spec`, but for its count.
+fn group_spec(spec: &Job, group: &str) -> Option<quiesce::spec::TaskGroup> {
+    spec.task_groups
+        .iter()
+        .find(|g| g.name == group)
+        .map(|g| quiesce::spec::TaskGroup {
+            count: None,
+            ..g.clone()
+        })
+}
+
 impl Instance {
     /// The model of `group` of the job `spec`, registered at entry `seq`: the job stored,
     /// its evaluation pending, nothing placed.
@@ -92,6 +107,7 @@ impl Instance {
             registered_at: seq,
             version: spec.version,
             model: None,
+            group_spec: group_spec(spec, group),
             candidates: Vec::new(),
             judged: Judged::Full,
             replayed: 0,
@@ -140,6 +156,7 @@ impl Instance {
             registered_at: 0,
             version: 0,
             model: None,
+            group_spec: None,
             candidates: Vec::new(),
             judged: Judged::Until {
                 seq,
@@ -178,7 +195,9 @@ impl Instance {
         }
         let same = match (model_of(spec, &self.group), &self.model) {
             (Ok(new), Some(old)) => {
-                new.cfg.group == old.cfg.group && new.cfg.count == old.cfg.count
+                new.cfg.group == old.cfg.group
+                    && new.cfg.count == old.cfg.count
+                    && group_spec(spec, &self.group) == self.group_spec
             }
             _ => false,
         };
