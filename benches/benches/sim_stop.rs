@@ -26,6 +26,7 @@ fn big_job() -> Job {
         Some(vec![Service {
             name: name.into(),
             provider: "nomad".into(),
+            ..Service::default()
         }])
     };
     let mut app = task("app", 30 * SECOND);
@@ -50,6 +51,7 @@ fn big_job() -> Job {
             shutdown_delay_ns: Some(30 * SECOND),
             services: services("web"),
             tasks: vec![app, proxy, flush],
+            ..TaskGroup::default()
         }],
         ..Job::default()
     }

@@ -18,6 +18,7 @@ fn task_dir(name: &str) -> PathBuf {
 fn shell(dir: &Path, script: &str) -> Launch {
     Launch {
         user: None,
+        files: Vec::new(),
         dir: dir.to_path_buf(),
         command: "/bin/sh".into(),
         args: vec!["-c".into(), script.into()],
@@ -29,6 +30,7 @@ fn shell(dir: &Path, script: &str) -> Launch {
 fn sleep(dir: &Path, user: Option<&str>) -> Launch {
     Launch {
         user: user.map(str::to_string),
+        files: Vec::new(),
         dir: dir.to_path_buf(),
         command: "/bin/sleep".into(),
         args: vec!["60".into()],
@@ -156,6 +158,7 @@ fn a_task_that_cannot_start_says_why() {
     let dir = task_dir("missing");
     let launch = Launch {
         user: None,
+        files: Vec::new(),
         dir: dir.clone(),
         command: "/no/such/program".into(),
         args: Vec::new(),

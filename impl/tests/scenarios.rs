@@ -19,6 +19,7 @@ fn service(name: &str) -> Option<Vec<Service>> {
     Some(vec![Service {
         name: name.to_string(),
         provider: "nomad".to_string(),
+        ..Service::default()
     }])
 }
 
@@ -57,6 +58,7 @@ fn web_job(count: i64) -> Job {
             shutdown_delay_ns: Some(GROUP_DELAY),
             services: service("web"),
             tasks: vec![app, proxy, flush],
+            ..TaskGroup::default()
         }],
         ..Job::default()
     }

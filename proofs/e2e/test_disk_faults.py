@@ -11,10 +11,11 @@ from conftest import Agent, validate_log
 
 
 def padded_job(job_id, pad_bytes):
-    """A job with no allocation, whose spec is `pad_bytes` of Meta: it takes room and
-    starts nothing."""
-    return {"Job": {"ID": job_id, "Meta": {"pad": "x" * pad_bytes}, "TaskGroups": [{
+    """A job with no allocation, whose spec is `pad_bytes` of a task's Env: it takes room
+    and starts nothing."""
+    return {"Job": {"ID": job_id, "TaskGroups": [{
         "Name": "g", "Count": 0, "Tasks": [{"Name": "t", "Driver": "raw_exec",
+                                            "Env": {"PAD": "x" * pad_bytes},
                                             "Config": {"command": "/bin/true"}}]}]}}
 
 

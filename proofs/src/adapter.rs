@@ -57,6 +57,7 @@ pub fn jobspec(cfg: &ModelCfg) -> Job {
             vec![Service {
                 name: name.to_string(),
                 provider: "nomad".to_string(),
+                ..Service::default()
             }]
         })
     };
@@ -94,6 +95,7 @@ pub fn jobspec(cfg: &ModelCfg) -> Job {
             shutdown_delay_ns: cfg.group.shutdown_delay.then_some(30 * SECOND),
             services: services(&cfg.group.name, cfg.group.service),
             tasks,
+            ..TaskGroup::default()
         }],
         ..Job::default()
     }

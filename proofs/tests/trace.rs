@@ -35,6 +35,7 @@ fn service(name: &str) -> Option<Vec<Service>> {
     Some(vec![Service {
         name: name.into(),
         provider: "nomad".into(),
+        ..Service::default()
     }])
 }
 
@@ -73,6 +74,7 @@ fn api_job() -> Job {
                 shutdown_delay_ns: Some(10 * SECOND),
                 services: service("api-front"),
                 tasks: vec![leader, sidecar, cleanup],
+                ..TaskGroup::default()
             },
             TaskGroup {
                 name: "back".into(),
@@ -80,6 +82,7 @@ fn api_job() -> Job {
                 shutdown_delay_ns: None,
                 services: None,
                 tasks: vec![task("worker", 1, service("api-worker"))],
+                ..TaskGroup::default()
             },
         ],
         ..Job::default()

@@ -78,15 +78,19 @@ pub(super) fn agent(args: AgentArgs) -> Result<(), String> {
         "    Event log:    {}",
         data_dir.join(daemon::persist::EVENT_LOG_FILE).display()
     );
-    let node = {
+    let (node, ready) = {
         let core = agent.shared.core();
-        let node = core.server.store.node(core.node()).cloned();
-        node
+        let ready = core
+            .server
+            .store
+            .node(core.node())
+            .is_some_and(|n| n.is_ready());
+        (core.node().to_string(), ready)
     };
-    if let Some(node) = node {
-        println!("    Node:         {} ({})", node.id, node.name);
-        if node.is_ready() {
-            daemon::announce_ready(&node.id);
+    if !node.is_empty() {
+        println!("    Node:         {node} ({})", agent.shared.config.name);
+        if ready {
+            daemon::announce_ready(&node);
         }
     }
     let _ = std::io::stdout().flush();

@@ -45,6 +45,11 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             let api = Api::new(&address)?;
             let body = read_jobspec(&file)?;
             let answer = api.call("PUT", "/v1/jobs", Some(&body))?;
+            let warnings = text(&answer, "Warnings");
+            if !warnings.is_empty() {
+                // As Nomad's CLI: "Job Warnings:" and the server's text, then a blank line.
+                println!("Job Warnings:\n{warnings}\n");
+            }
             let eval = text(&answer, "EvalID");
             if eval.is_empty() {
                 println!("Job registered; no evaluation was created");

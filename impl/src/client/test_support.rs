@@ -14,6 +14,7 @@ pub(crate) fn alloc(stop: bool, flag: bool, group_delay_s: i64, task_delay_s: i6
         Some(vec![Service {
             name: name.into(),
             provider: "nomad".into(),
+            ..Service::default()
         }])
     };
     let app = Task {
@@ -30,6 +31,7 @@ pub(crate) fn alloc(stop: bool, flag: bool, group_delay_s: i64, task_delay_s: i6
         shutdown_delay_ns: Some(group_delay_s * SECOND),
         services: services("web"),
         tasks: vec![app],
+        ..TaskGroup::default()
     };
     Allocation {
         id: "a1".into(),
@@ -38,6 +40,7 @@ pub(crate) fn alloc(stop: bool, flag: bool, group_delay_s: i64, task_delay_s: i6
         name: "web.web[0]".into(),
         node_id: "node-0".into(),
         job_id: "web".into(),
+        ports: Vec::new(),
         job: Arc::new(Job {
             id: "web".into(),
             task_groups: vec![group],

@@ -240,7 +240,7 @@ impl DaemonHost {
                 raw_exec::launch(
                     &shared.config.supervisor,
                     &args,
-                    &launch_of(task, runner, &dir),
+                    &launch_of(task, runner, &dir, &shared.config),
                 )
             }
             // Never launched again on a doubt: a task must not run twice.
@@ -509,7 +509,12 @@ fn task_spec(runner: &AllocRunner, ix: usize) -> Option<&Task> {
 
 /// The command line and environment of a raw_exec task (`Config.command`, `Config.args`,
 /// `Env`, and Nomad's `NOMAD_*` variables).
-fn launch_of(task: &Task, runner: &AllocRunner, dir: &std::path::Path) -> Launch {
+fn launch_of(
+    task: &Task,
+    runner: &AllocRunner,
+    dir: &std::path::Path,
+    agent: &super::AgentConfig,
+) -> Launch {
     let config = task.config.clone().unwrap_or_default();
     let command = config
         .get("command")
@@ -540,15 +545,88 @@ fn launch_of(task: &Task, runner: &AllocRunner, dir: &std::path::Path) -> Launch
         ("NOMAD_JOB_ID".into(), alloc.job_id.clone()),
         ("NOMAD_JOB_NAME".into(), alloc.job.name.clone()),
         ("NOMAD_NAMESPACE".into(), alloc.namespace.clone()),
+        ("NOMAD_REGION".into(), alloc.job.region.clone()),
+        ("NOMAD_DC".into(), agent.datacenter.clone()),
     ];
+    env.extend(nomad_env(task, runner, agent));
     env.extend(task.env.clone().unwrap_or_default());
+    let files = task
+        .templates
+        .iter()
+        .flatten()
+        .map(|template| {
+            let mode = u32::from_str_radix(&template.perms, 8).unwrap_or(0o644);
+            let path = std::path::PathBuf::from(&template.dest_path);
+            (path, template.embedded_tmpl.clone().into_bytes(), mode)
+        })
+        .collect();
     Launch {
         dir: dir.to_path_buf(),
         command: interpolate(&command, &env),
         args: args.iter().map(|arg| interpolate(arg, &env)).collect(),
         env,
         user: (!task.user.is_empty()).then(|| task.user.clone()),
+        files,
     }
+}
+
+/// Nomad's variables for what the job asks beside the command: its meta (the job's, then
+/// the group's, then the task's, a later one winning; each key as written and in upper
+/// case, as Nomad sets both), the task's resources, and the group's ports on the host.
+fn nomad_env(
+    task: &Task,
+    runner: &AllocRunner,
+    config: &super::AgentConfig,
+) -> Vec<(String, String)> {
+    let alloc = &runner.alloc;
+    let group = alloc
+        .job
+        .task_groups
+        .iter()
+        .find(|group| group.name == alloc.task_group);
+    let mut meta = BTreeMap::new();
+    for level in [
+        alloc.job.meta.as_ref(),
+        group.and_then(|g| g.meta.as_ref()),
+        task.meta.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        meta.extend(level.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    let mut env = Vec::new();
+    for (key, value) in meta {
+        let safe: String = key
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        env.push((format!("NOMAD_META_{safe}"), value.clone()));
+        env.push((format!("NOMAD_META_{}", safe.to_ascii_uppercase()), value));
+    }
+    if let Some(resources) = &task.resources {
+        if let Some(cpu) = resources.cpu {
+            env.push(("NOMAD_CPU_LIMIT".into(), cpu.to_string()));
+        }
+        if let Some(memory) = resources.memory_mb {
+            env.push(("NOMAD_MEMORY_LIMIT".into(), memory.to_string()));
+        }
+        if let Some(max) = resources.memory_max_mb {
+            env.push(("NOMAD_MEMORY_MAX_LIMIT".into(), max.to_string()));
+        }
+    }
+    let ip = config.bind.ip().to_string();
+    for port in &alloc.ports {
+        let label = &port.label;
+        let value = port.value.to_string();
+        env.push((format!("NOMAD_IP_{label}"), ip.clone()));
+        env.push((format!("NOMAD_PORT_{label}"), value.clone()));
+        env.push((format!("NOMAD_HOST_PORT_{label}"), value.clone()));
+        env.push((format!("NOMAD_ADDR_{label}"), format!("{ip}:{value}")));
+        env.push((format!("NOMAD_HOST_ADDR_{label}"), format!("{ip}:{value}")));
+        env.push((format!("NOMAD_HOST_IP_{label}"), ip.clone()));
+    }
+    env
 }
 
 /// Nomad's runtime interpolation, for the task's own variables: `${NAME}` becomes the value

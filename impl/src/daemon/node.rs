@@ -75,46 +75,26 @@ fn now_secs() -> i64 {
     unix_now_ns().div_euclid(1_000_000_000)
 }
 
-/// Registers the client's node (a new one, or the stored one again, with its ID): returns
-/// its ID and whether its first heartbeat is still to come.
-pub(super) fn register(core: &mut Core, config: &AgentConfig) -> (NodeId, bool) {
+/// The client's node: the stored one, registered again now (a node the server knows keeps
+/// its ID and its status); or a new one, with a new ID, which registers — ready — at its
+/// first heartbeat ([`FirstHeartbeat`]): returned, to be registered then, unless that is
+/// now.
+pub(super) fn register(core: &mut Core, config: &AgentConfig) -> (NodeId, Option<Node>) {
     let now = now_secs();
     let stored = core.server.store.nodes().next().cloned();
-    let at_once = config.first_heartbeat == FirstHeartbeat::AtOnce;
     let mut node = match stored {
-        // Known to the server and ready: it stays ready (its tasks run on).
-        Some(node) if node.is_ready() => node,
-        Some(node) => Node {
-            status: if at_once {
-                NODE_READY
-            } else {
-                NODE_INITIALIZING
-            }
-            .into(),
-            status_updated_at: now,
-            ..node
-        },
+        Some(node) => node,
         None => Node {
             id: core.server.uuid(),
             name: config.name.clone(),
             datacenter: config.datacenter.clone(),
             node_pool: "default".into(),
-            status: if at_once {
-                NODE_READY
-            } else {
-                NODE_INITIALIZING
-            }
-            .into(),
+            status: NODE_INITIALIZING.into(),
             status_updated_at: now,
             http_addr: String::new(),
             attributes: BTreeMap::new(),
             drivers: BTreeMap::new(),
-            events: vec![NodeEvent {
-                message: "Node registered".into(),
-                subsystem: "Cluster".into(),
-                timestamp: rfc3339(now),
-                create_index: 0,
-            }],
+            events: Vec::new(),
             create_index: 0,
             modify_index: 0,
         },
@@ -124,15 +104,35 @@ pub(super) fn register(core: &mut Core, config: &AgentConfig) -> (NodeId, bool) 
     node.http_addr = config.bind.to_string();
     node.attributes = attributes(config);
     node.drivers = drivers(&rfc3339(now));
-    let waiting = !node.is_ready();
     let id = node.id.clone();
+    if !node.is_ready() && config.first_heartbeat == FirstHeartbeat::NextWholeSecond {
+        return (id, Some(node));
+    }
+    if !node.is_ready() {
+        ready(&mut node, now);
+    }
     core.server.upsert_node(node);
-    (id, waiting)
+    (id, None)
 }
 
-/// The first heartbeat, on its own thread: at the next whole second, the node turns ready,
-/// and the evaluations that blocked without it are processed (durably, as an API write's).
-pub(super) fn first_heartbeat(shared: &Arc<Shared>, node: NodeId) {
+/// The node turns ready, now.
+fn ready(node: &mut Node, now: i64) {
+    node.status = NODE_READY.into();
+    node.status_updated_at = now;
+    if node.events.is_empty() {
+        node.events.push(NodeEvent {
+            message: "Node registered".into(),
+            subsystem: "Cluster".into(),
+            timestamp: rfc3339(now),
+            create_index: 0,
+        });
+    }
+}
+
+/// The first heartbeat, on its own thread: at the next whole second, the node registers,
+/// ready, and the evaluations that blocked without it are processed (durably, as an API
+/// write's).
+pub(super) fn first_heartbeat(shared: &Arc<Shared>, mut node: Node) {
     let weak = Arc::downgrade(shared);
     spawn_named("heartbeat", move || {
         let into_second = unix_now_ns().rem_euclid(1_000_000_000) as u64;
@@ -141,19 +141,16 @@ pub(super) fn first_heartbeat(shared: &Arc<Shared>, node: NodeId) {
             return;
         };
         let mut core = shared.core();
-        let Some(mut ready) = core.server.store.node(&node).cloned() else {
-            return;
-        };
-        ready.status = NODE_READY.into();
-        ready.status_updated_at = now_secs();
-        core.server.upsert_node(ready);
+        ready(&mut node, now_secs());
+        let id = node.id.clone();
+        core.server.upsert_node(node);
         core.process_evals();
         if let Err(error) = core.commit_durably() {
             say!("storing the node's first heartbeat: {error}");
         }
         shared.notify(&core);
         drop(core);
-        announce_ready(&node);
+        announce_ready(&id);
     });
 }
 

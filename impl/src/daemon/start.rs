@@ -46,10 +46,10 @@ impl Agent {
         // The node, before anything is placed or pulled; a server-only agent has none.
         let mut first_heartbeat = None;
         if config.client_enabled {
-            let (node, waiting) = node::register(&mut core, &config);
-            core.node = node.clone();
+            let (node, later) = node::register(&mut core, &config);
+            core.node = node;
             core.commit_durably()?;
-            first_heartbeat = waiting.then_some(node);
+            first_heartbeat = later;
         }
         // Pulls the client had not taken when the agent stopped.
         let pulled: BTreeMap<&AllocId, u64> = loaded

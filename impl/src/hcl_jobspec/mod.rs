@@ -11,11 +11,14 @@
 //! * `${...}` in strings is kept as text; the agent interpolates `${NOMAD_*}` and the task's
 //!   `env` when it starts a raw_exec task.
 //!
-//! Blocks that do not touch the stop path (`resources`, `network`, `restart`, `update`,
-//! `constraint`, `meta`, `logs`, `template`, …) are accepted and ignored. Anything else — an
-//! unknown attribute or block, an expression that needs evaluating (variables, functions,
-//! conditionals) — is an error naming where it is, never silently dropped.
+//! The blocks beside the stop path (`meta`, `constraint`, `network`, `resources`, `template`,
+//! `restart`, `update`, `logs`, …) are read into their API fields (`blocks.rs`), where the
+//! agent honours them, warns that it does not, or refuses them, by name
+//! (`spec::fields`). Anything else — an unknown attribute or block, an expression that needs
+//! evaluating (variables, functions, conditionals) — is an error naming where it is, never
+//! silently dropped.
 
+mod blocks;
 mod bounded;
 
 pub use bounded::{parse_hcl_main, parse_job_bounded, PARSE_CPU_SECONDS};
@@ -26,52 +29,6 @@ use serde_json::{json, Map, Value};
 pub fn error(what: impl std::fmt::Display) -> String {
     format!("Failed to parse job: {what}")
 }
-
-/// Blocks accepted and ignored, by where they appear.
-const IGNORED_JOB_BLOCKS: [&str; 8] = [
-    "meta",
-    "constraint",
-    "affinity",
-    "spread",
-    "update",
-    "migrate",
-    "reschedule",
-    "ui",
-];
-const IGNORED_GROUP_BLOCKS: [&str; 15] = [
-    "network",
-    "restart",
-    "reschedule",
-    "update",
-    "migrate",
-    "ephemeral_disk",
-    "constraint",
-    "affinity",
-    "spread",
-    "meta",
-    "volume",
-    "scaling",
-    "disconnect",
-    "consul",
-    "vault",
-];
-const IGNORED_TASK_BLOCKS: [&str; 14] = [
-    "resources",
-    "logs",
-    "template",
-    "artifact",
-    "restart",
-    "constraint",
-    "affinity",
-    "meta",
-    "identity",
-    "vault",
-    "volume_mount",
-    "dispatch_payload",
-    "scaling",
-    "consul",
-];
-const IGNORED_SERVICE_BLOCKS: [&str; 3] = ["check", "connect", "check_restart"];
 
 /// Parses an HCL jobspec into the API's Job object (not wrapped in `{"Job": …}`).
 pub fn parse_job(text: &str) -> Result<Value, String> {
@@ -107,7 +64,10 @@ pub fn parse_job(text: &str) -> Result<Value, String> {
             "region" => "Region",
             "namespace" => "Namespace",
             "name" => "Name",
-            "all_at_once" | "node_pool" => continue,
+            "all_at_once" => "AllAtOnce",
+            "node_pool" => "NodePool",
+            "vault_token" => "VaultToken",
+            "consul_token" => "ConsulToken",
             other => return Err(unknown_attribute(&at, other)),
         };
         out.insert(
@@ -125,8 +85,10 @@ pub fn parse_job(text: &str) -> Result<Value, String> {
                 let name = task_value["Name"].clone();
                 groups.push(json!({"Name": name, "Tasks": [task_value]}));
             }
-            ignored if IGNORED_JOB_BLOCKS.contains(&ignored) => {}
-            other => return Err(unknown_block(&at, other)),
+            other => match blocks::job_block(other) {
+                Some(kind) => blocks::add(&mut out, kind, block, &at)?,
+                None => return Err(unknown_block(&at, other)),
+            },
         }
     }
     out.insert("TaskGroups".into(), Value::Array(groups));
@@ -162,9 +124,18 @@ fn group(block: &hcl::Block, parent: &str) -> Result<Value, String> {
             "shutdown_delay" => {
                 out.insert("ShutdownDelay".into(), duration(attribute.expr(), &path)?)
             }
-            "stop_after_client_disconnect"
-            | "max_client_disconnect"
-            | "prevent_reschedule_on_lost" => None,
+            "stop_after_client_disconnect" => out.insert(
+                "StopAfterClientDisconnect".into(),
+                duration(attribute.expr(), &path)?,
+            ),
+            "max_client_disconnect" => out.insert(
+                "MaxClientDisconnect".into(),
+                duration(attribute.expr(), &path)?,
+            ),
+            "prevent_reschedule_on_lost" => out.insert(
+                "PreventRescheduleOnLost".into(),
+                value(attribute.expr(), &path)?,
+            ),
             other => return Err(unknown_attribute(&at, other)),
         };
     }
@@ -174,8 +145,10 @@ fn group(block: &hcl::Block, parent: &str) -> Result<Value, String> {
         match inner.identifier.as_str() {
             "task" => tasks.push(task(inner, &at)?),
             "service" => services.push(service(inner, &at)?),
-            ignored if IGNORED_GROUP_BLOCKS.contains(&ignored) => {}
-            other => return Err(unknown_block(&at, other)),
+            other => match blocks::group_block(other) {
+                Some(kind) => blocks::add(&mut out, kind, inner, &at)?,
+                None => return Err(unknown_block(&at, other)),
+            },
         }
     }
     out.insert("Tasks".into(), Value::Array(tasks));
@@ -200,7 +173,7 @@ fn task(block: &hcl::Block, parent: &str) -> Result<Value, String> {
             "kill_timeout" => out.insert("KillTimeout".into(), duration(expr, &path)?),
             "shutdown_delay" => out.insert("ShutdownDelay".into(), duration(expr, &path)?),
             "user" => out.insert("User".into(), value(expr, &path)?),
-            "kind" => None,
+            "kind" => out.insert("Kind".into(), value(expr, &path)?),
             other => return Err(unknown_attribute(&at, other)),
         };
     }
@@ -227,8 +200,10 @@ fn task(block: &hcl::Block, parent: &str) -> Result<Value, String> {
                 out.insert("Lifecycle".into(), Value::Object(lifecycle));
             }
             "service" => services.push(service(inner, &at)?),
-            ignored if IGNORED_TASK_BLOCKS.contains(&ignored) => {}
-            other => return Err(unknown_block(&at, other)),
+            other => match blocks::task_block(other) {
+                Some(kind) => blocks::add(&mut out, kind, inner, &at)?,
+                None => return Err(unknown_block(&at, other)),
+            },
         }
     }
     if !services.is_empty() {
@@ -245,21 +220,24 @@ fn service(block: &hcl::Block, parent: &str) -> Result<Value, String> {
         match attribute.key() {
             "name" => out.insert("Name".into(), value(attribute.expr(), &path)?),
             "provider" => out.insert("Provider".into(), value(attribute.expr(), &path)?),
-            "port"
-            | "tags"
-            | "canary_tags"
-            | "address_mode"
-            | "address"
-            | "task"
-            | "meta"
-            | "enable_tag_override"
-            | "on_update" => None,
+            "port" => out.insert("PortLabel".into(), value(attribute.expr(), &path)?),
+            "tags" => out.insert("Tags".into(), value(attribute.expr(), &path)?),
+            "task" => out.insert("TaskName".into(), value(attribute.expr(), &path)?),
+            "canary_tags" => out.insert("CanaryTags".into(), value(attribute.expr(), &path)?),
+            "address_mode" => out.insert("AddressMode".into(), value(attribute.expr(), &path)?),
+            "address" => out.insert("Address".into(), value(attribute.expr(), &path)?),
+            "enable_tag_override" => {
+                out.insert("EnableTagOverride".into(), value(attribute.expr(), &path)?)
+            }
+            "on_update" => out.insert("OnUpdate".into(), value(attribute.expr(), &path)?),
             other => return Err(unknown_attribute(&at, other)),
         };
     }
     for inner in block.body.blocks() {
-        if !IGNORED_SERVICE_BLOCKS.contains(&inner.identifier.as_str()) {
-            return Err(unknown_block(&at, inner.identifier.as_str()));
+        let kind = inner.identifier.as_str();
+        match blocks::service_block(kind) {
+            Some(kind) => blocks::add(&mut out, kind, inner, &at)?,
+            None => return Err(unknown_block(&at, kind)),
         }
     }
     Ok(Value::Object(out))

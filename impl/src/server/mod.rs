@@ -2,6 +2,7 @@
 //! a scheduler that reconciles jobs (`reference/nomad-stop-path.md` §1).
 
 mod broker;
+pub mod placement;
 mod scheduler;
 pub mod store;
 pub mod structs;
@@ -578,21 +579,36 @@ impl Server {
             }
             return queued;
         }
-        let mut load: BTreeMap<&NodeId, usize> = self.nodes.iter().map(|node| (node, 0)).collect();
+        let mut load: BTreeMap<NodeId, usize> =
+            self.nodes.iter().map(|node| (node.clone(), 0)).collect();
         for alloc in self.store.allocs().filter(|a| !a.is_terminal()) {
             if let Some(count) = load.get_mut(&alloc.node_id) {
                 *count += 1;
             }
         }
         let mut placed = Vec::new();
+        let mut taken = std::collections::BTreeSet::new();
         for placement in plan.place {
-            let (&node, count) = load
-                .iter_mut()
-                .min_by_key(|(_, count)| **count)
-                .expect("nodes");
-            *count += 1;
-            let node = node.clone();
             let job = placement.job;
+            let Some(group) = job.task_groups.iter().find(|g| g.name == placement.group) else {
+                continue;
+            };
+            // The least loaded node that can take it, and its ports there.
+            let mut nodes: Vec<(NodeId, usize)> = load
+                .iter()
+                .filter(|(node, _)| placement::feasible(&self.store, node, &job, group))
+                .map(|(node, count)| (node.clone(), *count))
+                .collect();
+            nodes.sort_by_key(|(node, count)| (*count, node.clone()));
+            let chosen = nodes.into_iter().find_map(|(node, _)| {
+                placement::assign_ports(&self.store, &node, group, &mut taken)
+                    .map(|ports| (node, ports))
+            });
+            let Some((node, ports)) = chosen else {
+                *queued.entry(placement.group.clone()).or_insert(0) += 1;
+                continue;
+            };
+            *load.get_mut(&node).expect("a node of the load") += 1;
             let alloc = Allocation {
                 id: self.ids.uuid(),
                 namespace: job.namespace.clone(),
@@ -614,8 +630,9 @@ impl Server {
                 create_index: index,
                 modify_index: index,
                 alloc_modify_index: index,
+                ports,
                 tombstone: false,
-                job,
+                job: Arc::clone(&job),
             };
             if let Some(previous) = &placement.previous {
                 let next = alloc.id.clone();
@@ -649,6 +666,10 @@ impl Server {
         });
         if tombstone && terminal {
             self.store.delete_alloc(alloc_id);
+        }
+        // What it held (its ports) is free: a placement that could not have them may now.
+        if terminal && !self.blocked.is_empty() {
+            self.unblock(index);
         }
     }
 

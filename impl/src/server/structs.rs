@@ -160,10 +160,23 @@ pub struct Allocation {
     pub modify_index: u64,
     /// Bumped by every change the client must act on: desired status, the flag, a purge.
     pub alloc_modify_index: u64,
+    /// The ports of its group's network, given at placement (the API shows them under
+    /// `AllocatedResources.Shared.Ports`).
+    #[serde(default, rename = "AllocatedPorts")]
+    pub ports: Vec<AllocatedPort>,
     /// The job was purged: the record carries desired stop and the flag to the client and is
     /// removed once the client reports it terminal. The API answers 404 for it.
     #[serde(skip)]
     pub tombstone: bool,
+}
+
+/// One port of an allocation: its label, the host's port, and where the task listens.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AllocatedPort {
+    pub label: String,
+    pub value: u16,
+    pub to: i64,
 }
 
 impl Allocation {

@@ -2,7 +2,9 @@
 //! integer nanoseconds; `reference/http-api.md` §4), Nomad's defaults, and a validation pass
 //! whose errors name the field and the problem (`validate.rs`).
 
+pub mod fields;
 mod validate;
+pub mod validate_extra;
 
 pub use validate::{
     JOB_ENDPOINT_SUFFIXES, MAX_ALLOCS_PER_JOB, MAX_NAME_BYTES, MAX_TASKS_PER_GROUP,
@@ -39,7 +41,13 @@ pub struct Job {
     pub namespace: String,
     pub region: String,
     pub datacenters: Vec<String>,
+    /// `default` (the agent's one node pool) or unset.
+    pub node_pool: String,
     pub task_groups: Vec<TaskGroup>,
+    /// The user's own keys and values, kept; tasks see them as `NOMAD_META_<key>`.
+    pub meta: Option<BTreeMap<String, String>>,
+    /// Judged against the node's attributes at placement.
+    pub constraints: Option<Vec<Constraint>>,
     /// Set by the server (`job stop` writes a new version with `Stop=true`).
     pub stop: bool,
     // Bookkeeping, set by the server: the only fields besides `Stop` in which two stored
@@ -75,6 +83,10 @@ pub struct TaskGroup {
     pub shutdown_delay_ns: Option<i64>,
     pub services: Option<Vec<Service>>,
     pub tasks: Vec<Task>,
+    pub meta: Option<BTreeMap<String, String>>,
+    /// Host-mode networks: their ports are given to each allocation at placement.
+    pub networks: Option<Vec<Network>>,
+    pub constraints: Option<Vec<Constraint>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -98,6 +110,68 @@ pub struct Task {
     /// does when the agent runs as root (the supervisor takes on the user's uid, gid and
     /// groups before it executes the task).
     pub user: String,
+    pub meta: Option<BTreeMap<String, String>>,
+    /// Recorded, and given to the task as `NOMAD_CPU_LIMIT` and `NOMAD_MEMORY_LIMIT`; not
+    /// enforced.
+    pub resources: Option<Resources>,
+    pub constraints: Option<Vec<Constraint>>,
+    /// Files written into the task's directory before it starts (inline data only).
+    pub templates: Option<Vec<Template>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Resources {
+    #[serde(rename = "CPU")]
+    pub cpu: Option<i64>,
+    #[serde(rename = "Cores")]
+    pub cores: Option<i64>,
+    #[serde(rename = "MemoryMB")]
+    pub memory_mb: Option<i64>,
+    #[serde(rename = "MemoryMaxMB")]
+    pub memory_max_mb: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Constraint {
+    #[serde(rename = "LTarget")]
+    pub l_target: String,
+    #[serde(rename = "RTarget")]
+    pub r_target: String,
+    #[serde(rename = "Operand")]
+    pub operand: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Network {
+    /// `host` (or unset): the only mode.
+    pub mode: String,
+    pub dynamic_ports: Option<Vec<Port>>,
+    pub reserved_ports: Option<Vec<Port>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Port {
+    pub label: String,
+    /// A reserved (static) port's number; 0 for a dynamic one.
+    pub value: i64,
+    /// Where the task listens when it maps the port (kept; host mode does not map).
+    pub to: i64,
+    pub host_network: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Template {
+    /// The file's contents, as given: no template directives are rendered.
+    pub embedded_tmpl: String,
+    /// Relative to the task's directory.
+    pub dest_path: String,
+    /// Octal, e.g. `"0644"` (the default).
+    pub perms: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -113,6 +187,12 @@ pub struct Lifecycle {
 pub struct Service {
     pub name: String,
     pub provider: String,
+    pub tags: Option<Vec<String>>,
+    /// The port (a group network's label) the registration carries.
+    pub port_label: String,
+    /// For a group service: the task it belongs to (kept).
+    pub task_name: String,
+    pub meta: Option<BTreeMap<String, String>>,
 }
 
 /// A task's role in the kill order (`reference/nomad-stop-path.md` §2.5).
@@ -165,14 +245,26 @@ impl std::error::Error for SpecErrors {}
 /// Decode a register body, apply Nomad's defaults and validate it. A body that does not
 /// decode (wrong JSON type, a duration given as a string) is an error naming the position.
 pub fn parse_register_body(body: &[u8]) -> Result<Job, SpecErrors> {
-    let job = decode_register_body(body)?;
+    parse_register_body_warned(body).map(|(job, _)| job)
+}
+
+/// [`parse_register_body`], with the warnings for fields accepted and not honoured
+/// ([`fields`]).
+pub fn parse_register_body_warned(body: &[u8]) -> Result<(Job, Vec<String>), SpecErrors> {
+    let (job, warnings) = decode_register_body_warned(body)?;
     job.validate()?;
-    Ok(job)
+    Ok((job, warnings))
 }
 
 /// Decode a register body and apply Nomad's defaults, without validating it (what
 /// `/v1/jobs/parse` with `Canonicalize` answers, and what `/v1/validate/job` validates).
 pub fn decode_register_body(body: &[u8]) -> Result<Job, SpecErrors> {
+    decode_register_body_warned(body).map(|(job, _)| job)
+}
+
+/// [`decode_register_body`], with the warnings. A field this agent refuses, or an unknown
+/// one that is set, is an error naming it ([`fields::classify`]).
+pub fn decode_register_body_warned(body: &[u8]) -> Result<(Job, Vec<String>), SpecErrors> {
     let decode_error = |error: serde_json::Error| {
         SpecErrors(vec![SpecError {
             field: "Job".to_string(),
@@ -180,15 +272,49 @@ pub fn decode_register_body(body: &[u8]) -> Result<Job, SpecErrors> {
         }])
     };
     let mut value: serde_json::Value = serde_json::from_slice(body).map_err(decode_error)?;
+    let job_value = value
+        .as_object()
+        .and_then(|o| o.iter().find(|(k, _)| k.eq_ignore_ascii_case("job")))
+        .map(|(_, v)| v);
+    let classified = job_value.map(fields::classify).unwrap_or_default();
+    if !classified.refused.is_empty() {
+        return Err(SpecErrors(classified.refused));
+    }
     normalize_keys(&mut value);
     let request: JobRegisterRequest = serde_json::from_value(value).map_err(decode_error)?;
     let mut job = request.job;
     job.canonicalize();
-    Ok(job)
+    Ok((job, classified.warnings))
 }
 
 /// Every field name of the jobspec types, as Nomad spells it.
-const FIELDS: [&str; 29] = [
+const FIELDS: [&str; 55] = [
+    "NodePool",
+    "Meta",
+    "Constraints",
+    "LTarget",
+    "RTarget",
+    "Operand",
+    "Networks",
+    "Mode",
+    "DynamicPorts",
+    "ReservedPorts",
+    "Label",
+    "Value",
+    "To",
+    "HostNetwork",
+    "Resources",
+    "CPU",
+    "Cores",
+    "MemoryMB",
+    "MemoryMaxMB",
+    "Templates",
+    "EmbeddedTmpl",
+    "DestPath",
+    "Perms",
+    "Tags",
+    "PortLabel",
+    "TaskName",
     "Job",
     "ID",
     "Name",
@@ -221,7 +347,7 @@ const FIELDS: [&str; 29] = [
 ];
 
 /// Fields whose values are the user's own maps: their keys are data, never renamed.
-const USER_MAPS: [&str; 2] = ["Config", "Env"];
+const USER_MAPS: [&str; 3] = ["Config", "Env", "Meta"];
 
 /// Go's JSON decoding, which Nomad's API clients rely on (`reference/http-api.md` §4.1): a
 /// key matches a field whatever its case, and `null` stands for an absent value. Keys are

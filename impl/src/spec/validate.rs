@@ -217,6 +217,7 @@ impl Job {
                 }
             }
         }
+        super::validate_extra::check(self, &mut fail);
         if errors.is_empty() {
             Ok(())
         } else {

@@ -93,6 +93,9 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
     /// The user to run the task as (`None`: the agent's own).
     pub user: Option<String>,
+    /// Files to write into the task's directory before it starts (its templates): the path
+    /// (relative, of normal components only: `spec` validates it), the contents, the mode.
+    pub files: Vec<(PathBuf, Vec<u8>, u32)>,
 }
 
 /// A running (or finished) supervised task, as the daemon holds it.
@@ -144,6 +147,9 @@ fn task_dir(launch: &Launch) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         other => other?,
     }
+    for (path, contents, mode) in &launch.files {
+        write_file(&launch.dir, path, contents, *mode)?;
+    }
     // A user the host does not have: the supervisor refuses to start the task, and its
     // exit record says why.
     if let Some(user) = launch
@@ -155,6 +161,46 @@ fn task_dir(launch: &Launch) -> io::Result<()> {
         std::os::unix::fs::lchown(&local, Some(user.uid.as_raw()), Some(user.gid.as_raw()))?;
     }
     Ok(())
+}
+
+/// Writes a template's file under `dir` before the task starts, following no symlink: each
+/// directory on the way is made (0755) or must be a directory, and the file is created
+/// without following a link (it is the task's to read, as its mode says).
+fn write_file(dir: &Path, path: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut at = dir.to_path_buf();
+    let parts: Vec<_> = path.components().collect();
+    for part in &parts[..parts.len().saturating_sub(1)] {
+        at.push(part);
+        match fs::symlink_metadata(&at) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(io::Error::other(format!(
+                    "{}: not a directory",
+                    at.display()
+                )))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::DirBuilder::new().mode(0o755).create(&at)?
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    at.push(
+        parts
+            .last()
+            .ok_or_else(|| io::Error::other("an empty path"))?,
+    );
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&at)?;
+    file.write_all(contents)?;
+    fs::set_permissions(&at, fs::Permissions::from_mode(mode))
 }
 
 /// Starts a supervised task: `supervisor` is the program to run as the supervisor (the

@@ -49,12 +49,45 @@ pub(super) fn alloc_json(alloc: &Allocation, node_name: &str) -> Value {
     ] {
         object.insert(key.into(), json!(id.as_deref().unwrap_or("")));
     }
+    object.remove("AllocatedPorts");
+    object.insert("AllocatedResources".into(), allocated_resources(alloc));
     // Tasks share the host's network (raw_exec): no interface or address of their own.
     object.insert(
         "NetworkStatus".into(),
         json!({"InterfaceName": "", "Address": "", "AddressIPv6": "", "DNS": null}),
     );
     value
+}
+
+/// Nomad's `AllocatedResources`: each task's resources as its spec records them, and the
+/// group's ports on the host.
+pub(super) fn allocated_resources(alloc: &Allocation) -> Value {
+    let group = alloc
+        .job
+        .task_groups
+        .iter()
+        .find(|group| group.name == alloc.task_group);
+    let tasks: Map<String, Value> = group
+        .into_iter()
+        .flat_map(|group| &group.tasks)
+        .map(|task| {
+            let r = task.resources.clone().unwrap_or_default();
+            let resources = json!({
+                "Cpu": {"CpuShares": r.cpu.unwrap_or(0), "ReservedCores": null},
+                "Memory": {"MemoryMB": r.memory_mb.unwrap_or(0),
+                           "MemoryMaxMB": r.memory_max_mb.unwrap_or(0)},
+                "Networks": null, "Devices": null,
+            });
+            (task.name.clone(), resources)
+        })
+        .collect();
+    let ports: Vec<Value> = alloc
+        .ports
+        .iter()
+        .map(|p| json!({"Label": p.label, "Value": p.value, "To": p.to, "HostIP": ""}))
+        .collect();
+    json!({"Tasks": tasks, "TaskLifecycles": null,
+           "Shared": {"Ports": ports, "Networks": null, "DiskMB": 0}})
 }
 
 /// The name of the node an allocation is placed on (its ID if the node is not known).
@@ -95,9 +128,11 @@ pub(super) struct AllocStub<'a> {
     create_index: u64,
     modify_index: u64,
     alloc_modify_index: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allocated_resources: Option<Value>,
 }
 
-pub(super) fn alloc_stub(alloc: &Allocation, node_name: &str) -> Value {
+pub(super) fn alloc_stub(alloc: &Allocation, node_name: &str, resources: bool) -> Value {
     serde_json::to_value(AllocStub {
         id: &alloc.id,
         namespace: &alloc.namespace,
@@ -120,6 +155,7 @@ pub(super) fn alloc_stub(alloc: &Allocation, node_name: &str) -> Value {
         create_index: alloc.create_index,
         modify_index: alloc.modify_index,
         alloc_modify_index: alloc.alloc_modify_index,
+        allocated_resources: resources.then(|| allocated_resources(alloc)),
     })
     .expect("allocations serialize")
 }
@@ -135,18 +171,18 @@ pub(super) fn stubs<'a>(core: &'a Core, chosen: impl Iterator<Item = &'a Allocat
 /// Allocations chosen for a list, each with its node's name, and the list's index.
 pub(super) type Stubs = (Vec<(Allocation, String)>, u64);
 
-pub(super) fn stub_reply((chosen, index): Stubs) -> Result<Reply, ApiError> {
+pub(super) fn stub_reply((chosen, index): Stubs, resources: bool) -> Result<Reply, ApiError> {
     ok(
         json!(chosen
             .iter()
-            .map(|(alloc, node)| alloc_stub(alloc, node))
+            .map(|(alloc, node)| alloc_stub(alloc, node, resources))
             .collect::<Vec<_>>()),
         index,
     )
 }
 
 pub(super) fn list_allocs(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
-    query.bool("resources")?;
+    let resources = query.bool("resources")?;
     let core = blocking_table(shared, query, allocs_table)?;
     let prefix = query.get("prefix").unwrap_or("");
     let chosen = stubs(
@@ -157,7 +193,7 @@ pub(super) fn list_allocs(shared: &Shared, query: &Query) -> Result<Reply, ApiEr
             .filter(|a| a.id.starts_with(prefix)),
     );
     drop(core);
-    stub_reply(chosen)
+    stub_reply(chosen, resources)
 }
 
 pub(super) fn stop_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
@@ -312,5 +348,5 @@ pub(super) fn eval_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Re
         core.server.store.allocs().filter(|a| a.eval_id == id),
     );
     drop(core);
-    stub_reply(chosen)
+    stub_reply(chosen, false)
 }

@@ -162,7 +162,7 @@ pub(super) fn job_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Rep
         core.server.store.allocs_by_job(id).filter(|a| !a.tombstone),
     );
     drop(core);
-    stub_reply(chosen)
+    stub_reply(chosen, false)
 }
 
 pub(super) fn job_evals(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
@@ -281,7 +281,9 @@ pub(super) fn register(
         eval_priority: (eval_priority != 0).then_some(eval_priority),
         enforce_index: enforce.then_some(job_modify_index),
     };
-    let job = spec::parse_register_body(body).map_err(|e| error(400, e.to_string()))?;
+    let (job, mut warnings) =
+        spec::parse_register_body_warned(body).map_err(|e| error(400, e.to_string()))?;
+    warnings.extend(spec::fields::shutdown_delay_warnings(&job));
     if job.namespace != "default" {
         // One namespace only: every object, and every ACL check, is in `default`.
         return Err(error(
@@ -337,7 +339,8 @@ pub(super) fn register(
         .unwrap_or(0);
     ok(
         json!({"EvalID": response.eval_id, "EvalCreateIndex": response.index,
-               "JobModifyIndex": job_modify_index, "Warnings": "", "Index": response.index,
+               "JobModifyIndex": job_modify_index,
+               "Warnings": spec::fields::warnings_text(&warnings), "Index": response.index,
                "LastContact": 0, "KnownLeader": true, "NextToken": ""}),
         response.index,
     )
@@ -388,9 +391,12 @@ pub(super) fn validate_job(body: &[u8]) -> Result<Reply, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(error(400, "Request body is empty"));
     }
-    let problems: Vec<String> = match spec::decode_register_body(body) {
+    let mut warnings = Vec::new();
+    let problems: Vec<String> = match spec::decode_register_body_warned(body) {
         Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
-        Ok(job) => {
+        Ok((job, warned)) => {
+            warnings = warned;
+            warnings.extend(spec::fields::shutdown_delay_warnings(&job));
             let mut found = job.validate().err().map_or_else(Vec::new, |e| e.0);
             if found.is_empty() {
                 found.extend(driver_errors(&job));
@@ -417,7 +423,7 @@ pub(super) fn validate_job(body: &[u8]) -> Result<Reply, ApiError> {
     };
     plain(json!({"DriverConfigValidated": problems.is_empty(),
                  "ValidationErrors": if problems.is_empty() { Value::Null } else { json!(problems) },
-                 "Error": joined, "Warnings": ""}))
+                 "Error": joined, "Warnings": spec::fields::warnings_text(&warnings)}))
 }
 
 pub(super) fn commit(shared: &Shared, core: &mut Core) -> Result<(), ApiError> {

@@ -41,6 +41,19 @@ pub(super) fn get_service(shared: &Shared, name: &str, query: &Query) -> Result<
             value["NodeID"] = json!(node);
             value["Datacenter"] = json!(shared.config.datacenter);
             value["ModifyIndex"] = json!(s.create_index);
+            let alloc = core.server.store.alloc_for_client(&s.alloc_id);
+            let spec = alloc.and_then(|alloc| service_spec(alloc, &s.task, &s.service_name));
+            let tags = spec.and_then(|spec| spec.tags.clone()).unwrap_or_default();
+            let port = spec
+                .filter(|spec| !spec.port_label.is_empty())
+                .and_then(|spec| {
+                    let ports = &alloc.expect("the spec is the allocation's").ports;
+                    ports.iter().find(|p| p.label == spec.port_label)
+                })
+                .map_or(0, |p| p.value);
+            value["Tags"] = json!(tags);
+            value["Address"] = json!(shared.config.bind.ip().to_string());
+            value["Port"] = json!(port);
             value
         })
         .collect();
@@ -48,4 +61,28 @@ pub(super) fn get_service(shared: &Shared, name: &str, query: &Query) -> Result<
         json!(registrations),
         core.server.store.table_indexes().services,
     )
+}
+
+/// The spec of an allocation's service (`task` empty for a group service).
+fn service_spec<'a>(
+    alloc: &'a crate::server::structs::Allocation,
+    task: &str,
+    name: &str,
+) -> Option<&'a spec::Service> {
+    let group = alloc
+        .job
+        .task_groups
+        .iter()
+        .find(|g| g.name == alloc.task_group)?;
+    let services = if task.is_empty() {
+        group.services.as_deref()
+    } else {
+        group
+            .tasks
+            .iter()
+            .find(|t| t.name == task)?
+            .services
+            .as_deref()
+    };
+    services?.iter().find(|s| s.name == name)
 }

@@ -1,0 +1,374 @@
+//! The jobspec's blocks beside the stop path, in the API's shape: those the agent honours
+//! converted field by field (`meta`, `constraint`, `network` and its ports, `resources`,
+//! `template`), the others converted generically (attributes and blocks under their API
+//! names) so that `spec::fields` can warn about them or refuse them by name — never
+//! dropped here.
+
+use super::{duration, error, free_map, single_label, unknown_attribute, value};
+use serde_json::{json, Map, Value};
+
+/// Where an HCL block goes in the API's object, and how it is read.
+pub enum Kind {
+    /// The user's map (`meta`): string values.
+    Meta,
+    /// A list of `constraint` blocks.
+    Constraints,
+    /// A group's `network` (one, as a list of one).
+    Network,
+    Resources,
+    /// A list of `template` blocks.
+    Templates,
+    /// Any other block: `(API key, whether several make a list)`.
+    Generic(&'static str, bool),
+}
+
+/// The blocks a job, a group, a task and a service may hold beside the ones `mod.rs`
+/// reads, and their API names.
+pub fn job_block(name: &str) -> Option<Kind> {
+    Some(match name {
+        "meta" => Kind::Meta,
+        "constraint" => Kind::Constraints,
+        "affinity" => Kind::Generic("Affinities", true),
+        "spread" => Kind::Generic("Spreads", true),
+        "update" => Kind::Generic("Update", false),
+        "migrate" => Kind::Generic("Migrate", false),
+        "reschedule" => Kind::Generic("Reschedule", false),
+        "ui" => Kind::Generic("UI", false),
+        "periodic" => Kind::Generic("Periodic", false),
+        "parameterized" => Kind::Generic("ParameterizedJob", false),
+        "multiregion" => Kind::Generic("Multiregion", false),
+        _ => return None,
+    })
+}
+
+pub fn group_block(name: &str) -> Option<Kind> {
+    Some(match name {
+        "meta" => Kind::Meta,
+        "constraint" => Kind::Constraints,
+        "network" => Kind::Network,
+        "restart" => Kind::Generic("RestartPolicy", false),
+        "reschedule" => Kind::Generic("ReschedulePolicy", false),
+        "update" => Kind::Generic("Update", false),
+        "migrate" => Kind::Generic("Migrate", false),
+        "ephemeral_disk" => Kind::Generic("EphemeralDisk", false),
+        "affinity" => Kind::Generic("Affinities", true),
+        "spread" => Kind::Generic("Spreads", true),
+        "volume" => Kind::Generic("Volumes", true),
+        "scaling" => Kind::Generic("Scaling", false),
+        "disconnect" => Kind::Generic("Disconnect", false),
+        "consul" => Kind::Generic("Consul", false),
+        _ => return None,
+    })
+}
+
+pub fn task_block(name: &str) -> Option<Kind> {
+    Some(match name {
+        "meta" => Kind::Meta,
+        "constraint" => Kind::Constraints,
+        "resources" => Kind::Resources,
+        "template" => Kind::Templates,
+        "logs" => Kind::Generic("LogConfig", false),
+        "artifact" => Kind::Generic("Artifacts", true),
+        "restart" => Kind::Generic("RestartPolicy", false),
+        "affinity" => Kind::Generic("Affinities", true),
+        "identity" => Kind::Generic("Identities", true),
+        "vault" => Kind::Generic("Vault", false),
+        "volume_mount" => Kind::Generic("VolumeMounts", true),
+        "dispatch_payload" => Kind::Generic("DispatchPayload", false),
+        "scaling" => Kind::Generic("ScalingPolicies", true),
+        "consul" => Kind::Generic("Consul", false),
+        "action" => Kind::Generic("Actions", true),
+        "schedule" => Kind::Generic("Schedule", false),
+        _ => return None,
+    })
+}
+
+pub fn service_block(name: &str) -> Option<Kind> {
+    Some(match name {
+        "meta" => Kind::Meta,
+        "check" => Kind::Generic("Checks", true),
+        "check_restart" => Kind::Generic("CheckRestart", false),
+        "connect" => Kind::Generic("Connect", false),
+        _ => return None,
+    })
+}
+
+/// `snake_case` as the API's `PascalCase`.
+fn pascal(name: &str) -> String {
+    name.split('_')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_ascii_uppercase().to_string() + chars.as_str()
+            })
+        })
+        .collect()
+}
+
+/// A block's attributes and blocks under their API names.
+fn generic(body: &hcl::Body, at: &str) -> Result<Value, String> {
+    let mut out = Map::new();
+    for attribute in body.attributes() {
+        let path = format!("{at}.{}", attribute.key());
+        out.insert(pascal(attribute.key()), value(attribute.expr(), &path)?);
+    }
+    for block in body.blocks() {
+        let path = format!("{at}.{}", block.identifier.as_str());
+        out.insert(
+            pascal(block.identifier.as_str()),
+            generic(&block.body, &path)?,
+        );
+    }
+    Ok(Value::Object(out))
+}
+
+/// Adds `block` to `out` as `kind` says.
+pub fn add(
+    out: &mut Map<String, Value>,
+    kind: Kind,
+    block: &hcl::Block,
+    at: &str,
+) -> Result<(), String> {
+    let at = format!("{at}.{}", block.identifier.as_str());
+    let push = |out: &mut Map<String, Value>, key: &str, item: Value| {
+        let list = out.entry(key).or_insert_with(|| json!([]));
+        if let Value::Array(items) = list {
+            items.push(item);
+        }
+    };
+    match kind {
+        Kind::Meta => {
+            let mut meta = Map::new();
+            let Value::Object(read) = free_map(&block.body, &at)? else {
+                unreachable!("free_map reads an object")
+            };
+            for (key, item) in read {
+                let text = match item {
+                    Value::String(text) => text,
+                    Value::Number(_) | Value::Bool(_) => item.to_string(),
+                    _ => return Err(error(format!("{at}.{key}: a meta value is a string"))),
+                };
+                meta.insert(key, json!(text));
+            }
+            let existing = out.entry("Meta").or_insert_with(|| json!({}));
+            if let Value::Object(existing) = existing {
+                existing.extend(meta);
+            }
+        }
+        Kind::Constraints => push(out, "Constraints", constraint(&block.body, &at)?),
+        Kind::Network => push(out, "Networks", network(&block.body, &at)?),
+        Kind::Resources => {
+            out.insert("Resources".into(), resources(&block.body, &at)?);
+        }
+        Kind::Templates => push(out, "Templates", template(&block.body, &at)?),
+        Kind::Generic(key, true) => push(out, key, generic(&block.body, &at)?),
+        Kind::Generic(key, false) => {
+            out.insert(key.into(), generic(&block.body, &at)?);
+        }
+    }
+    Ok(())
+}
+
+fn constraint(body: &hcl::Body, at: &str) -> Result<Value, String> {
+    let mut out = Map::new();
+    for attribute in body.attributes() {
+        let path = format!("{at}.{}", attribute.key());
+        let read = value(attribute.expr(), &path)?;
+        let text = match &read {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        match attribute.key() {
+            "attribute" => out.insert("LTarget".into(), json!(text)),
+            "value" => out.insert("RTarget".into(), json!(text)),
+            "operator" => out.insert("Operand".into(), json!(text)),
+            // Nomad's shorthands: `distinct_hosts = true` and the like name the operator.
+            shorthand @ ("distinct_hosts" | "distinct_property" | "regexp" | "version"
+            | "semver" | "set_contains" | "set_contains_any") => {
+                out.insert("Operand".into(), json!(shorthand));
+                out.insert("RTarget".into(), json!(text))
+            }
+            other => return Err(unknown_attribute(at, other)),
+        };
+    }
+    Ok(Value::Object(out))
+}
+
+fn network(body: &hcl::Body, at: &str) -> Result<Value, String> {
+    let mut out = Map::new();
+    for attribute in body.attributes() {
+        let path = format!("{at}.{}", attribute.key());
+        out.insert(pascal(attribute.key()), value(attribute.expr(), &path)?);
+    }
+    let (mut dynamic, mut reserved) = (Vec::new(), Vec::new());
+    for block in body.blocks() {
+        let path = format!("{at}.{}", block.identifier.as_str());
+        if block.identifier.as_str() != "port" {
+            out.insert(
+                pascal(block.identifier.as_str()),
+                generic(&block.body, &path)?,
+            );
+            continue;
+        }
+        let label = single_label(block, "port")?;
+        let mut port = Map::new();
+        port.insert("Label".into(), json!(label));
+        let mut is_static = false;
+        for attribute in block.body.attributes() {
+            let path = format!("{path}.{}", attribute.key());
+            let read = value(attribute.expr(), &path)?;
+            match attribute.key() {
+                "static" => {
+                    is_static = true;
+                    port.insert("Value".into(), read);
+                }
+                "to" => {
+                    port.insert("To".into(), read);
+                }
+                "host_network" => {
+                    port.insert("HostNetwork".into(), read);
+                }
+                other => return Err(unknown_attribute(&path, other)),
+            }
+        }
+        if is_static {
+            reserved.push(Value::Object(port));
+        } else {
+            dynamic.push(Value::Object(port));
+        }
+    }
+    out.insert("DynamicPorts".into(), Value::Array(dynamic));
+    out.insert("ReservedPorts".into(), Value::Array(reserved));
+    Ok(Value::Object(out))
+}
+
+fn resources(body: &hcl::Body, at: &str) -> Result<Value, String> {
+    let mut out = Map::new();
+    for attribute in body.attributes() {
+        let path = format!("{at}.{}", attribute.key());
+        let key = match attribute.key() {
+            "cpu" => "CPU".to_string(),
+            "cores" => "Cores".into(),
+            "memory" => "MemoryMB".into(),
+            "memory_max" => "MemoryMaxMB".into(),
+            "disk" => "DiskMB".into(),
+            "iops" => "IOPS".into(),
+            "secrets" => "SecretsMB".into(),
+            other => pascal(other),
+        };
+        out.insert(key, value(attribute.expr(), &path)?);
+    }
+    for block in body.blocks() {
+        let path = format!("{at}.{}", block.identifier.as_str());
+        let key = match block.identifier.as_str() {
+            "device" => "Devices".to_string(),
+            "network" => "Networks".into(),
+            "numa" => "NUMA".into(),
+            other => pascal(other),
+        };
+        out.insert(key, generic(&block.body, &path)?);
+    }
+    Ok(Value::Object(out))
+}
+
+fn template(body: &hcl::Body, at: &str) -> Result<Value, String> {
+    let mut out = Map::new();
+    for attribute in body.attributes() {
+        let path = format!("{at}.{}", attribute.key());
+        let key = match attribute.key() {
+            "data" => "EmbeddedTmpl".to_string(),
+            "destination" => "DestPath".into(),
+            "source" => "SourcePath".into(),
+            "perms" => "Perms".into(),
+            "env" => "Envvars".into(),
+            "splay"
+            | "change_mode"
+            | "change_signal"
+            | "left_delimiter"
+            | "right_delimiter"
+            | "uid"
+            | "gid"
+            | "error_on_missing_key"
+            | "once" => match attribute.key() {
+                "left_delimiter" => "LeftDelim".into(),
+                "right_delimiter" => "RightDelim".into(),
+                "error_on_missing_key" => "ErrMissingKey".into(),
+                other => pascal(other),
+            },
+            other => return Err(unknown_attribute(at, other)),
+        };
+        let read = if key == "Splay" {
+            duration(attribute.expr(), &path)?
+        } else {
+            value(attribute.expr(), &path)?
+        };
+        out.insert(key, read);
+    }
+    for block in body.blocks() {
+        let path = format!("{at}.{}", block.identifier.as_str());
+        out.insert(
+            pascal(block.identifier.as_str()),
+            generic(&block.body, &path)?,
+        );
+    }
+    Ok(Value::Object(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_job;
+
+    #[test]
+    fn the_blocks_beside_the_stop_path_read_into_the_api_shape() {
+        let job = parse_job(
+            r#"job "web" {
+  node_pool = "default"
+  meta { team = "edge" }
+  constraint {
+    attribute = "${attr.kernel.name}"
+    value     = "linux"
+  }
+  update { max_parallel = 2 }
+  group "g" {
+    network {
+      port "http" {}
+      port "admin" { static = 8081 }
+    }
+    restart { attempts = 2 }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/sleep" }
+      resources {
+        cpu    = 200
+        memory = 128
+      }
+      template {
+        data        = "hello"
+        destination = "local/hello.txt"
+      }
+      artifact { source = "https://example.com/x" }
+      service {
+        name = "web"
+        port = "http"
+        tags = ["edge", "v1"]
+      }
+    }
+  }
+}"#,
+        )
+        .unwrap();
+        assert_eq!(job["Meta"]["team"], "edge");
+        assert_eq!(job["Constraints"][0]["LTarget"], "${attr.kernel.name}");
+        assert_eq!(job["Update"]["MaxParallel"], 2);
+        let group = &job["TaskGroups"][0];
+        assert_eq!(group["Networks"][0]["DynamicPorts"][0]["Label"], "http");
+        assert_eq!(group["Networks"][0]["ReservedPorts"][0]["Value"], 8081);
+        assert_eq!(group["RestartPolicy"]["Attempts"], 2);
+        let task = &group["Tasks"][0];
+        assert_eq!(task["Resources"]["MemoryMB"], 128);
+        assert_eq!(task["Templates"][0]["DestPath"], "local/hello.txt");
+        assert_eq!(task["Artifacts"][0]["Source"], "https://example.com/x");
+        assert_eq!(task["Services"][0]["PortLabel"], "http");
+        assert_eq!(task["Services"][0]["Tags"][1], "v1");
+    }
+}
