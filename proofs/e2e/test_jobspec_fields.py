@@ -177,3 +177,19 @@ def test_a_constraint_the_node_does_not_meet_places_nothing(agent):
     status, body, _ = agent.http("PUT", "/v1/jobs", job)
     assert agent.get(f"/v1/evaluation/{body['EvalID']}")["BlockedEval"]
     assert agent.allocs("east") == []
+
+
+def test_a_command_that_does_not_exist_is_a_driver_failure(agent):
+    job = {"Job": {"ID": "missing", "Type": "batch", "TaskGroups": [{"Name": "g", "Tasks": [
+        {"Name": "t", "Driver": "raw_exec", "Config": {"command": "/no/such/program"}}]}]}}
+    assert agent.http("PUT", "/v1/jobs", job)[0] == 200
+    [alloc] = agent.wait_until("the allocation", lambda: agent.allocs("missing"))
+    agent.wait_terminal([alloc["ID"]])
+    events = agent.get(f"/v1/allocation/{alloc['ID']}")["TaskStates"]["t"]["Events"]
+    types = [e["Type"] for e in events]
+    assert "Driver Failure" in types and types.index("Driver Failure") < types.index("Terminated"), types
+    failure = events[types.index("Driver Failure")]
+    assert "/no/such/program" in failure["DisplayMessage"], failure
+    assert "No such file" in failure["DisplayMessage"], failure
+    out = agent.cli("alloc", "status", alloc["ID"]).stdout
+    assert "Driver Failure" in out and "/no/such/program" in out, out

@@ -13,9 +13,38 @@ pub(super) fn alloc(command: AllocCommand) -> Result<(), String> {
             let stub = resolve(&api, "Alloc", "allocations", &alloc)?;
             alloc_status(&api, &text(&stub, "ID"))
         }
+        AllocCommand::Logs {
+            alloc,
+            task,
+            task_flag,
+            stderr,
+            follow,
+            address,
+        } => {
+            let api = Api::new(&address)?;
+            let stub = resolve(&api, "Alloc", "allocations", &alloc)?;
+            let tasks: Vec<String> = stub["TaskStates"]
+                .as_object()
+                .map(|states| states.keys().cloned().collect())
+                .unwrap_or_default();
+            let task = match task_flag.or(task) {
+                Some(task) => task,
+                None if tasks.len() == 1 => tasks[0].clone(),
+                None => {
+                    return Err(format!(
+                        "Allocation {:?} is running the following tasks:\n  * {}\n\nPlease \
+                         specify the task.",
+                        short(&text(&stub, "ID")),
+                        tasks.join("\n  * ")
+                    ))
+                }
+            };
+            logs(&api, &text(&stub, "ID"), &task, stderr, follow)
+        }
         AllocCommand::Stop {
             alloc,
             no_shutdown_delay,
+            reschedule,
             detach,
             address,
         } => {
@@ -24,7 +53,10 @@ pub(super) fn alloc(command: AllocCommand) -> Result<(), String> {
             let id = text(&stub, "ID");
             let answer = api.call(
                 "PUT",
-                &format!("/v1/allocation/{id}/stop?no_shutdown_delay={no_shutdown_delay}"),
+                &format!(
+                    "/v1/allocation/{id}/stop?no_shutdown_delay={no_shutdown_delay}\
+                     &reschedule={reschedule}"
+                ),
                 None,
             )?;
             let eval = text(&answer, "EvalID");
@@ -32,7 +64,51 @@ pub(super) fn alloc(command: AllocCommand) -> Result<(), String> {
                 println!("{eval}");
                 return Ok(());
             }
-            monitor(&api, &eval, Some(&[id]))
+            monitor(&api, &eval, Some(std::slice::from_ref(&id)))?;
+            // The allocation that replaces it, placed by the same evaluation.
+            let stopped = api.get(&format!("/v1/allocation/{id}"))?;
+            let next = text(&stopped, "NextAllocation");
+            if !next.is_empty() {
+                println!(
+                    "    {}: Allocation {:?} replaced by {:?}",
+                    now(),
+                    short(&id),
+                    short(&next)
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Prints a task's log from the start; with `follow`, goes on asking from where it got to
+/// (the agent does not stream) until interrupted.
+fn logs(api: &Api, alloc: &str, task: &str, stderr: bool, follow: bool) -> Result<(), String> {
+    use std::io::Write;
+    let kind = if stderr { "stderr" } else { "stdout" };
+    let mut offset = 0u64;
+    loop {
+        let path = format!(
+            "/v1/client/fs/logs/{alloc}?task={}&type={kind}&origin=start&offset={offset}",
+            super::api::segment(task)
+        );
+        let frame = api.get(&path)?;
+        let data = frame["Data"].as_str().unwrap_or_default();
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|e| format!("the agent's log frame does not decode: {e}"))?;
+        let mut out = std::io::stdout().lock();
+        out.write_all(&bytes).map_err(|e| e.to_string())?;
+        out.flush().map_err(|e| e.to_string())?;
+        offset = frame["Offset"]
+            .as_u64()
+            .unwrap_or(offset + bytes.len() as u64);
+        if !follow {
+            return Ok(());
+        }
+        if bytes.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(250));
         }
     }
 }

@@ -72,8 +72,9 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             }
         }
         JobCommand::Stop {
-            job,
+            jobs,
             purge,
+            global,
             no_shutdown_delay,
             detach,
             yes,
@@ -81,33 +82,83 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             address,
         } => {
             let api = Api::new(&address)?;
+            // As Nomad: each job in turn, its monitor to the end before the next.
+            for (n, job) in jobs.iter().enumerate() {
+                if n > 0 {
+                    println!();
+                }
+                let options = StopOptions {
+                    purge,
+                    global,
+                    no_shutdown_delay,
+                    detach,
+                    yes,
+                    eval_priority,
+                };
+                stop_job(&api, job, &options)?;
+            }
+            Ok(())
+        }
+        JobCommand::Inspect { job, json, address } => {
+            let api = Api::new(&address)?;
             let id = resolve_job(&api, &job)?;
-            if id != job
-                && !yes
-                && !confirm(&format!("Are you sure you want to stop job {id:?}? [y/N] "))?
-            {
-                println!("Cancelling job stop");
-                return Ok(());
-            }
-            let mut path = format!(
-                "/v1/job/{}?purge={purge}&no_shutdown_delay={no_shutdown_delay}",
-                segment(&id)
+            let stored = api.get(&format!("/v1/job/{}", segment(&id)))?;
+            let shown = if json {
+                stored
+            } else {
+                serde_json::json!({ "Job": stored })
+            };
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&shown).expect("JSON values serialize")
             );
-            if let Some(priority) = eval_priority {
-                path.push_str(&format!("&eval_priority={priority}"));
-            }
-            let allocs: Vec<String> = api
-                .get(&format!("/v1/job/{}/allocations", segment(&id)))?
+            Ok(())
+        }
+        JobCommand::History { job, address } => {
+            let api = Api::new(&address)?;
+            let id = resolve_job(&api, &job)?;
+            let versions = api.get(&format!("/v1/job/{}/versions", segment(&id)))?;
+            for (n, version) in versions["Versions"]
                 .as_array()
-                .map(|a| a.iter().map(|a| text(a, "ID")).collect())
-                .unwrap_or_default();
-            let answer = api.call("DELETE", &path, None)?;
-            let eval = text(&answer, "EvalID");
-            if detach {
-                println!("{eval}");
-                return Ok(());
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                if n > 0 {
+                    println!();
+                }
+                println!(
+                    "{}",
+                    fields(&[
+                        ("Version", text(version, "Version")),
+                        ("Stop", text(version, "Stop")),
+                        ("Submit Date", text(version, "SubmitTime")),
+                    ])
+                );
             }
-            monitor(&api, &eval, Some(&allocs))
+            Ok(())
+        }
+        JobCommand::Validate { file, address } => {
+            let api = Api::new(&address)?;
+            let body = read_jobspec(&file)?;
+            let answer = api.call("PUT", "/v1/validate/job", Some(&body))?;
+            let warnings = text(&answer, "Warnings");
+            if !warnings.is_empty() {
+                println!("Job Warnings:\n{warnings}\n");
+            }
+            match answer["ValidationErrors"].as_array() {
+                Some(errors) if !errors.is_empty() => {
+                    let lines: Vec<String> = errors
+                        .iter()
+                        .map(|e| format!("* {}", e.as_str().unwrap_or_default()))
+                        .collect();
+                    Err(format!("Job validation errors:\n{}", lines.join("\n")))
+                }
+                _ => {
+                    println!("Job validation successful");
+                    Ok(())
+                }
+            }
         }
         JobCommand::Start {
             job,
@@ -136,6 +187,59 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
     }
 }
 
+/// The flags of `job stop`, for each job it stops.
+struct StopOptions {
+    purge: bool,
+    global: bool,
+    no_shutdown_delay: bool,
+    detach: bool,
+    yes: bool,
+    eval_priority: Option<i64>,
+}
+
+fn stop_job(api: &Api, job: &str, options: &StopOptions) -> Result<(), String> {
+    let id = resolve_job(api, job)?;
+    if id != job
+        && !options.yes
+        && !confirm(&format!("Are you sure you want to stop job {id:?}? [y/N] "))?
+    {
+        println!("Cancelling job stop");
+        return Ok(());
+    }
+    let mut path = format!(
+        "/v1/job/{}?purge={}&global={}&no_shutdown_delay={}",
+        segment(&id),
+        options.purge,
+        options.global,
+        options.no_shutdown_delay
+    );
+    if let Some(priority) = options.eval_priority {
+        path.push_str(&format!("&eval_priority={priority}"));
+    }
+    // The allocations this stop stops: those still meant to run and not yet ended.
+    let allocs: Vec<String> = api
+        .get(&format!("/v1/job/{}/allocations", segment(&id)))?
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| {
+            let ended = matches!(
+                text(a, "ClientStatus").as_str(),
+                "complete" | "failed" | "lost"
+            );
+            !ended
+        })
+        .map(|a| text(a, "ID"))
+        .collect();
+    let answer = api.call("DELETE", &path, None)?;
+    let eval = text(&answer, "EvalID");
+    if options.detach {
+        println!("{eval}");
+        return Ok(());
+    }
+    monitor(api, &eval, Some(&allocs))
+}
+
 fn confirm(question: &str) -> Result<bool, String> {
     print!("{question}");
     let _ = std::io::stdout().flush();
@@ -147,7 +251,7 @@ fn confirm(question: &str) -> Result<bool, String> {
     Ok(matches!(line.trim(), "y" | "Y" | "yes" | "Yes"))
 }
 
-fn list_jobs(api: &Api) -> Result<(), String> {
+pub(super) fn list_jobs(api: &Api) -> Result<(), String> {
     let jobs = api.get("/v1/jobs")?;
     let jobs = jobs.as_array().cloned().unwrap_or_default();
     if jobs.is_empty() {

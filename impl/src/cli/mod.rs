@@ -9,6 +9,7 @@ mod agent_config;
 mod alloc;
 mod api;
 mod job;
+mod node;
 
 pub use api::{rfc3339, Api};
 
@@ -48,6 +49,14 @@ pub enum Top {
     /// ACL commands: the bootstrap, policies and tokens.
     #[command(subcommand)]
     Acl(AclCommand),
+    /// Node commands.
+    #[command(subcommand)]
+    Node(NodeCommand),
+    /// List the jobs (as `job status`).
+    Status {
+        #[command(flatten)]
+        address: Address,
+    },
     /// (internal) Supervise one raw_exec task: run by the agent.
     #[command(hide = true)]
     Supervise {
@@ -119,11 +128,15 @@ pub enum JobCommand {
         #[command(flatten)]
         address: Address,
     },
-    /// Stop a job, and wait until its tasks are dead.
+    /// Stop one or more jobs, and wait until their tasks are dead.
     Stop {
-        job: String,
+        #[arg(required = true)]
+        jobs: Vec<String>,
         #[arg(long)]
         purge: bool,
+        /// Stop a multiregion job in every region (accepted: this agent has one region).
+        #[arg(long)]
+        global: bool,
         /// Skip the group and task shutdown_delay waits (pre-stop hooks still run).
         #[arg(long = "no-shutdown-delay")]
         no_shutdown_delay: bool,
@@ -134,6 +147,27 @@ pub enum JobCommand {
         yes: bool,
         #[arg(long = "eval-priority")]
         eval_priority: Option<i64>,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Print a job's stored specification as JSON (`{"Job": …}`, as Nomad's).
+    Inspect {
+        job: String,
+        /// Print the job alone, not wrapped in `{"Job": …}`.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// List a job's stored versions.
+    History {
+        job: String,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Check a jobspec file as the agent would register it, without registering it.
+    Validate {
+        file: PathBuf,
         #[command(flatten)]
         address: Address,
     },
@@ -149,6 +183,20 @@ pub enum JobCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum AllocCommand {
+    /// Print a task's stdout (or stderr); TASK may be omitted when the allocation has one.
+    Logs {
+        alloc: String,
+        task: Option<String>,
+        #[arg(long = "task")]
+        task_flag: Option<String>,
+        #[arg(long)]
+        stderr: bool,
+        /// Keep printing what the task writes (until interrupted).
+        #[arg(short = 'f', long)]
+        follow: bool,
+        #[command(flatten)]
+        address: Address,
+    },
     Status {
         alloc: String,
         #[command(flatten)]
@@ -159,8 +207,21 @@ pub enum AllocCommand {
         alloc: String,
         #[arg(long = "no-shutdown-delay")]
         no_shutdown_delay: bool,
+        /// Mark the allocation for rescheduling too (`DesiredTransition.Reschedule`).
+        #[arg(long)]
+        reschedule: bool,
         #[arg(long)]
         detach: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NodeCommand {
+    /// List the nodes, or show one.
+    Status {
+        node: Option<String>,
         #[command(flatten)]
         address: Address,
     },
@@ -242,6 +303,23 @@ pub fn double_dash(args: impl IntoIterator<Item = String>) -> Vec<String> {
     out
 }
 
+/// Text from clap with its long flags (`--verbose`) written with one dash, as the user
+/// types them; `--` alone (the end of flags) stays.
+pub fn single_dash(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("--") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let starts_flag = after.starts_with(|c: char| c.is_ascii_alphabetic());
+        let preceded = out.ends_with(|c: char| c.is_alphanumeric() || c == '-');
+        out.push_str(if starts_flag && !preceded { "-" } else { "--" });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Runs the command line; returns the process exit code.
 pub fn main(args: Vec<String>) -> i32 {
     // `supervise DIR -- COMMAND…` runs once per task: it skips clap, whose parsing would
@@ -265,10 +343,30 @@ pub fn main(args: Vec<String>) -> i32 {
     let cli = match Cli::try_parse_from(double_dash(args)) {
         Ok(cli) => cli,
         Err(e) => {
-            let _ = e.print();
+            // In the user's spelling: Nomad's flags take one dash (`-verbose`), which
+            // `double_dash` made two for clap.
+            let text = single_dash(&e.render().to_string());
+            use std::io::Write;
+            let _ = if e.use_stderr() {
+                std::io::stderr().lock().write_all(text.as_bytes())
+            } else {
+                std::io::stdout().lock().write_all(text.as_bytes())
+            };
             return if e.use_stderr() { 1 } else { 0 };
         }
     };
+    if !matches!(cli.command, Top::Agent(_) | Top::Supervise { .. }) {
+        // A client command piped into `head` ends quietly when the pipe closes, as Nomad's
+        // does, instead of panicking in `println!`.
+        // SAFETY: the default disposition installs no handler: nothing runs in a signal
+        // context.
+        unsafe {
+            let _ = nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGPIPE,
+                nix::sys::signal::SigHandler::SigDfl,
+            );
+        }
+    }
     let result = match cli.command {
         Top::Supervise { dir, user, argv } => {
             return crate::client::raw_exec::supervise(&dir, user.as_deref(), &argv)
@@ -280,6 +378,10 @@ pub fn main(args: Vec<String>) -> i32 {
             Api::new(&address).and_then(|api| eval_status(&api, &eval))
         }
         Top::Acl(command) => acl(command),
+        Top::Node(NodeCommand::Status { node, address }) => {
+            Api::new(&address).and_then(|api| node::node_status(&api, node.as_deref()))
+        }
+        Top::Status { address } => Api::new(&address).and_then(|api| job::list_jobs(&api)),
     };
     match result {
         Ok(()) => 0,
@@ -293,6 +395,20 @@ pub fn main(args: Vec<String>) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_speak_of_flags_as_the_user_typed_them() {
+        let error = Cli::try_parse_from(double_dash(
+            ["quiesce", "job", "status", "-verbose"].map(String::from),
+        ))
+        .unwrap_err();
+        let text = single_dash(&error.render().to_string());
+        assert!(
+            text.contains("'-verbose'") && !text.contains("--verbose"),
+            "{text}"
+        );
+        assert_eq!(single_dash("a -- b --x c--d"), "a -- b -x c--d");
+    }
 
     #[test]
     fn single_dash_flags_become_long_flags_up_to_a_double_dash() {

@@ -462,6 +462,7 @@ mod tests {
     const EXIT: ExitResult = ExitResult {
         exit_code: 0,
         signal: None,
+        failure: None,
     };
 
     /// A runner that pulled a stop and ran its group pre-kill hooks (the group delay runs).
@@ -547,6 +548,7 @@ mod tests {
         let failed = ExitResult {
             exit_code: 2,
             signal: None,
+            failure: None,
         };
         let cases = [
             (

@@ -151,6 +151,7 @@ impl Driver for MockDriver {
                 ExitResult {
                     exit_code: 137,
                     signal: Some(SIGKILL),
+                    failure: None,
                 },
             ));
         }
@@ -160,6 +161,7 @@ impl Driver for MockDriver {
                 ExitResult {
                     exit_code: process.behaviour.exit_code,
                     signal: None,
+                    failure: None,
                 },
             ));
         }

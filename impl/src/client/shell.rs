@@ -425,7 +425,8 @@ mod tests {
             0,
             ExitResult {
                 exit_code: 0,
-                signal: None
+                signal: None,
+                failure: None,
             }
         ));
         assert_eq!(killer.join().unwrap(), RunEnd::Terminal);

@@ -24,11 +24,15 @@ pub enum TaskPhase {
 }
 
 /// How a process ended, as the driver reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitResult {
     pub exit_code: i32,
     /// The signal that ended it, if any (9 after SIGKILL).
     pub signal: Option<i32>,
+    /// Why the driver could not start or watch it (a command that does not exist, say):
+    /// recorded as Nomad's `Driver Failure` event before `Terminated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -295,6 +299,15 @@ impl TaskRunner {
                 timer: Timer::KillTimeout(ix),
             }),
             _ => {}
+        }
+        if let Some(failure) = &exit.failure {
+            // Nomad's event when the driver could not start the task, with its error.
+            self.record(event(
+                event_types::DRIVER_FAILURE,
+                now,
+                failure.clone(),
+                &[("driver_error", failure.clone())],
+            ));
         }
         let mut display = format!("Exit Code: {}", exit.exit_code);
         let mut details = vec![("exit_code", exit.exit_code.to_string())];

@@ -109,7 +109,11 @@ impl Pending {
 }
 
 fn exited(exit_code: i32, signal: Option<i32>) -> ExitResult {
-    ExitResult { exit_code, signal }
+    ExitResult {
+        exit_code,
+        signal,
+        failure: None,
+    }
 }
 
 fn lost(why: String) -> raw_exec::ExitRecord {
@@ -310,7 +314,9 @@ impl DaemonHost {
             "allocation {} task {ix} failed to start: {error}",
             self.alloc
         );
-        self.schedule(0, Due::Exited(ix, exited(-1, None).into()));
+        let mut exit = exited(-1, None);
+        exit.failure = Some(error.to_string());
+        self.schedule(0, Due::Exited(ix, exit.into()));
     }
 
     /// The kill signal of kill number `kill`: asked of the supervisor (when the shell

@@ -21,10 +21,11 @@ pub enum Due {
 }
 
 /// An [`ExitResult`], ordered (the heap needs `Ord`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ExitResultKey {
     pub exit_code: i32,
     pub signal: Option<i32>,
+    pub failure: Option<String>,
 }
 
 impl From<ExitResult> for ExitResultKey {
@@ -32,6 +33,7 @@ impl From<ExitResult> for ExitResultKey {
         ExitResultKey {
             exit_code: exit.exit_code,
             signal: exit.signal,
+            failure: exit.failure,
         }
     }
 }
@@ -41,6 +43,7 @@ impl From<ExitResultKey> for ExitResult {
         ExitResult {
             exit_code: exit.exit_code,
             signal: exit.signal,
+            failure: exit.failure,
         }
     }
 }

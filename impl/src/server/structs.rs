@@ -88,6 +88,7 @@ pub mod event_types {
     pub const SKIPPING_GROUP_SHUTDOWN_DELAY: &str = "Skipping group shutdown delay";
     pub const GROUP_SHUTDOWN_DELAY_CUT_SHORT: &str = "Group shutdown delay cut short";
     pub const TERMINATED: &str = "Terminated";
+    pub const DRIVER_FAILURE: &str = "Driver Failure";
     pub const KILLED: &str = "Killed";
     pub const LEADER_TASK_DEAD: &str = "Leader Task Dead";
     pub const SIBLING_TASK_FAILED: &str = "Sibling Task Failed";

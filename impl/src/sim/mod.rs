@@ -471,6 +471,7 @@ impl Simulator {
                         let exit = ExitResult {
                             exit_code: 137,
                             signal: Some(SIGKILL),
+                            failure: None,
                         };
                         let now = self.now_ns;
                         let runner = self
@@ -699,6 +700,7 @@ fn exit_of(
             ExitResult {
                 exit_code: 0,
                 signal: None,
+                failure: None,
             },
             |(_, exit)| exit,
         )

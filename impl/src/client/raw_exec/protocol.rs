@@ -147,6 +147,7 @@ impl ExitRecord {
         ExitResult {
             exit_code: self.exit_code,
             signal: self.signal,
+            failure: self.error.clone(),
         }
     }
 

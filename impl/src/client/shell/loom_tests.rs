@@ -22,6 +22,7 @@ use crate::sync::thread;
 const EXIT: ExitResult = ExitResult {
     exit_code: 0,
     signal: None,
+    failure: None,
 };
 
 /// `loom::model`, reporting how many interleavings it explored and how long that took

@@ -373,6 +373,7 @@ pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError>
             body: job,
             index: None,
             next_token: None,
+            raw: None,
         });
     }
     let wrapped = serde_json::to_vec(&json!({ "Job": job })).expect("JSON values serialize");
@@ -382,6 +383,7 @@ pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError>
         body: serde_json::to_value(job).expect("jobs serialize"),
         index: None,
         next_token: None,
+        raw: None,
     })
 }
 

@@ -14,6 +14,7 @@ mod allocs;
 mod blocking;
 pub(super) mod guard;
 mod jobs;
+mod logs;
 mod nodes;
 mod request;
 mod server;
@@ -50,6 +51,8 @@ pub struct Reply {
     index: Option<u64>,
     /// `X-Nomad-NextToken`: where the next page of a paginated list starts.
     next_token: Option<String>,
+    /// Bytes sent as they are (`text/plain`) instead of `body` (a task log, `plain=true`).
+    raw: Option<Vec<u8>>,
 }
 
 /// A JSON answer with no index (the agent's own state, not the store's).
@@ -59,6 +62,7 @@ fn plain(body: Value) -> Result<Reply, ApiError> {
         body,
         index: None,
         next_token: None,
+        raw: None,
     })
 }
 
@@ -96,6 +100,7 @@ fn ok(body: Value, index: u64) -> Result<Reply, ApiError> {
         body,
         index: Some(index),
         next_token: None,
+        raw: None,
     })
 }
 
@@ -260,6 +265,14 @@ fn route(
                     }
                     None | Some((_, "allocations")) => invalid(),
                     Some(_) => Err(not_served(path)),
+                };
+            }
+            if let Some(alloc) = rest.strip_prefix("client/fs/logs/") {
+                return if is_get {
+                    need(Need::Capability("read-logs"))
+                        .and_then(|()| logs::task_logs(shared, alloc, query))
+                } else {
+                    invalid()
                 };
             }
             if let Some(node) = rest.strip_prefix("node/") {

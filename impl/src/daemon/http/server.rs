@@ -284,6 +284,12 @@ async fn read_body(
 /// text.
 fn render(answer: Result<Reply, ApiError>) -> Response<Full<Bytes>> {
     let (status, content_type, body, index, next_token) = match answer {
+        Ok(Reply {
+            status,
+            raw: Some(raw),
+            index,
+            ..
+        }) => (status, "text/plain; charset=utf-8", raw, index, None),
         Ok(reply) => {
             let mut text = serde_json::to_vec(&reply.body).expect("JSON values serialize");
             text.push(b'\n');

@@ -1,0 +1,89 @@
+"""The CLI a Nomad user types (issue 13, part 7): several jobs stopped at once, node status,
+alloc logs, job inspect/history/validate, status, alloc stop -reschedule and its
+replacement, a closed pipe, and errors in the user's own spelling of a flag."""
+
+import json
+import subprocess
+
+from conftest import QUIESCE, clean_env, web_job
+
+
+def signals(agent, alloc_id):
+    return [line for line in agent.task_log(alloc_id, "server") if line[0] == "signal"]
+
+
+def test_job_stop_stops_several_jobs_each_to_the_end(agent):
+    for job_id in ["alpha", "beta"]:
+        assert agent.http("PUT", "/v1/jobs", web_job(agent.address, job_id=job_id, task_delay_s=20))[0] == 200
+    allocs = {job_id: agent.running(job_id, 1)[0]["ID"] for job_id in ["alpha", "beta"]}
+    out = agent.cli("job", "stop", "-no-shutdown-delay", "alpha", "beta", timeout=15).stdout
+    assert out.count("Stop complete") == 2, out
+    for job_id, alloc_id in allocs.items():
+        assert [s[1] for s in signals(agent, alloc_id)] == ["INT"], job_id
+        assert agent.get(f"/v1/job/{job_id}")["Stop"] is True
+
+
+def test_node_status_inspect_history_validate_and_status(agent, tmp_path):
+    out = agent.cli("node", "status").stdout
+    assert "ready" in out and "default" in out, out
+    node_id = agent.get("/v1/nodes")[0]["ID"]
+    out = agent.cli("node", "status", node_id[:8]).stdout
+    assert node_id in out and "raw_exec" in out, out
+    assert agent.http("PUT", "/v1/jobs", web_job(agent.address))[0] == 200
+    [alloc] = agent.running("web", 1)
+    assert alloc["ID"][:8] in agent.cli("node", "status", node_id[:8]).stdout
+    inspected = json.loads(agent.cli("job", "inspect", "web").stdout)
+    assert inspected["Job"]["ID"] == "web" and inspected["Job"]["TaskGroups"][0]["Name"] == "web"
+    assert "web" in agent.cli("status").stdout
+    agent.cli("job", "stop", "-no-shutdown-delay", "web")
+    history = agent.cli("job", "history", "web").stdout
+    assert "Version     = 1" in history and "Version     = 0" in history, history
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(web_job(agent.address, job_id="checked")))
+    assert "Job validation successful" in agent.cli("job", "validate", str(good)).stdout
+    bad = tmp_path / "bad.json"
+    spec = web_job(agent.address, job_id="bad job")
+    bad.write_text(json.dumps(spec))
+    done = agent.cli("job", "validate", str(bad), check=False)
+    assert done.returncode == 1 and "ID: must contain no ' '" in done.stderr, done
+    assert agent.http("GET", "/v1/job/checked")[0] == 404, "validate registered nothing"
+
+
+def test_alloc_logs_print_what_the_task_wrote(agent):
+    assert agent.http("PUT", "/v1/jobs", web_job(agent.address))[0] == 200
+    [alloc] = agent.running("web", 1)
+    out = agent.cli("alloc", "logs", alloc["ID"][:8], "server").stdout
+    records = [json.loads(line) for line in out.splitlines()]
+    assert records[0]["event"] == "start" and records[0]["alloc"] == alloc["ID"], records
+    assert agent.cli("alloc", "logs", "-stderr", alloc["ID"][:8], "server").stdout == ""
+    # Following: the lines the task writes later come too (its kill signal's record).
+    follower = subprocess.Popen([QUIESCE, "alloc", "logs", "-f", alloc["ID"][:8], "server"],
+                                stdout=subprocess.PIPE, text=True,
+                                env=clean_env(NOMAD_ADDR=agent.address))
+    try:
+        assert json.loads(follower.stdout.readline())["event"] == "start"
+        agent.cli("alloc", "stop", "-no-shutdown-delay", alloc["ID"][:8])
+        assert json.loads(follower.stdout.readline())["event"] == "signal"
+    finally:
+        follower.kill()
+        follower.wait()
+
+
+def test_alloc_stop_reschedule_shows_the_replacement(agent):
+    assert agent.http("PUT", "/v1/jobs", web_job(agent.address))[0] == 200
+    [alloc] = agent.running("web", 1)
+    out = agent.cli("alloc", "stop", "-reschedule", "-no-shutdown-delay", alloc["ID"][:8]).stdout
+    stopped = agent.get(f"/v1/allocation/{alloc['ID']}")
+    assert stopped["DesiredTransition"]["Reschedule"] is True
+    assert f'replaced by "{stopped["NextAllocation"][:8]}"' in out, out
+
+
+def test_a_closed_pipe_and_a_misspelt_flag(agent):
+    assert agent.http("PUT", "/v1/jobs", web_job(agent.address))[0] == 200
+    agent.running("web", 1)
+    done = subprocess.run(f"{QUIESCE} job status web | head -1", shell=True, capture_output=True,
+                          text=True, env=clean_env(NOMAD_ADDR=agent.address))
+    assert "panicked" not in done.stderr and "Broken pipe" not in done.stderr, done.stderr
+    assert done.stdout.startswith("ID"), done.stdout
+    done = agent.cli("job", "status", "-verbosity", check=False)
+    assert done.returncode != 0 and "'-verbosity'" in done.stderr and "--verbosity" not in done.stderr, done.stderr
