@@ -186,7 +186,20 @@ fn oversized_heads_and_urls_are_refused() {
 #[test]
 fn waiting_queries_and_idle_connections_hold_no_thread() {
     let agent = agent("threads");
+    // A first job, so that the jobs list has an index to wait past (`index=0` does not
+    // block, as in Nomad).
+    let first = br#"{"Job":{"ID":"first","Type":"batch","TaskGroups":[{"Name":"g","Count":0,"Tasks":[{"Name":"t","Driver":"raw_exec","Config":{"command":"/bin/true"}}]}]}}"#;
+    let answer = agent.exchange(
+        &format!(
+            "PUT /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+             Content-Length: {}\r\n\r\n",
+            first.len()
+        ),
+        first,
+    );
+    assert_eq!(status(&answer), 200, "{answer}");
     let index = agent.index();
+    assert!(index > 0);
     let before = threads();
     let idle: Vec<TcpStream> = (0..1_000).map(|_| agent.connect()).collect();
     let waiting: Vec<TcpStream> = (0..200)

@@ -501,3 +501,49 @@ fn a_group_removed_from_the_job_has_its_allocations_stopped() {
         (DesiredStatus::Run, 1)
     );
 }
+
+#[test]
+fn a_blocked_evaluation_that_still_cannot_place_blocks_again_itself() {
+    use quiesce::spec::{Network, Port};
+    let mut server = Server::new(Vec::new(), 3);
+    server.upsert_node(node("n1", "ready"));
+    let mut held = job("service", 1);
+    held.id = "holder".into();
+    let static_port = |job: &mut Job| {
+        job.task_groups[0].networks = Some(vec![Network {
+            reserved_ports: Some(vec![Port {
+                label: "admin".into(),
+                value: 28000,
+                ..Port::default()
+            }]),
+            ..Network::default()
+        }]);
+    };
+    static_port(&mut held);
+    server.register_job(held).unwrap();
+    server.process_next_eval().unwrap();
+    let mut wants = job("service", 1);
+    static_port(&mut wants);
+    server.register_job(wants).unwrap();
+    assert!(server.process_next_eval().unwrap().unwrap().blocked);
+    let evals = server.store.evals().count();
+    // A node update unblocks it; it still cannot place, and blocks again as itself.
+    for _ in 0..3 {
+        server.upsert_node(node("n1", "ready"));
+        assert!(server.process_next_eval().unwrap().unwrap().blocked);
+    }
+    assert_eq!(server.store.evals().count(), evals, "no new records");
+    // The holder's allocation ends: the port is free, and the evaluation places.
+    let holder = server
+        .store
+        .allocs_by_job("holder")
+        .next()
+        .unwrap()
+        .id
+        .clone();
+    server.client_report(&holder, report(ClientStatus::Complete));
+    let processed = server.process_next_eval().unwrap().unwrap();
+    assert!(!processed.blocked);
+    let placed = server.store.allocs_by_job("web").next().unwrap();
+    assert_eq!(placed.ports[0].value, 28000);
+}

@@ -53,7 +53,11 @@ def test_reads_answer_as_nomad_does(agent):
 
 
 def test_a_blocking_query_returns_at_the_next_write(agent):
+    # A first write, so that there is an index to wait past (`index=0` does not block).
+    # (no allocation, so nothing else moves the list's index meanwhile).
+    agent.http("PUT", "/v1/jobs", web_job(agent.address, job_id="first", count=0))
     index = index_of(agent)
+    assert index > 0
     answered = {}
 
     def query():
@@ -69,7 +73,7 @@ def test_a_blocking_query_returns_at_the_next_write(agent):
     agent.http("PUT", "/v1/jobs", web_job(agent.address))
     waiter.join(timeout=20)
     assert answered["status"] == 200 and answered["index"] > index
-    assert [j["ID"] for j in answered["body"]] == ["web"]
+    assert [j["ID"] for j in answered["body"]] == ["first", "web"]
     assert answered["after"] < 10, "woken by the write, not by the 20 s wait"
     status, body, _ = agent.http("GET", "/v1/jobs?index=abc")
     assert (status, body) == (400, "Invalid index")

@@ -3,6 +3,7 @@ warning the register answer and the CLI show, or refused with a 400 naming it. T
 ones are judged by the task's process: its environment, the port it really listens on, the
 file its template wrote, the services the agent lists for it."""
 
+import json
 import shutil
 import urllib.request
 
@@ -144,13 +145,22 @@ def test_refused_fields_are_named_and_change_nothing(agent, tmp_path):
         ({"TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "raw_exec",
            "Config": {"command": "/bin/true"},
            "Templates": [{"EmbeddedTmpl": "x", "DestPath": "../../escape"}]}]}]},
-         "Templates[0].DestPath: \"../../escape\" is not a path inside the task's directory"),
+         "Templates[0].DestPath: \"../../escape\" is not a path inside the task's local/ directory"),
+        ({"TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "raw_exec",
+           "Config": {"command": "/bin/true"},
+           "Templates": [{"EmbeddedTmpl": "{}", "DestPath": "exit.json"}]}]}]},
+         "Templates[0].DestPath: \"exit.json\" is not a path inside the task's local/ directory"),
+        ({"Datacenters": ["*" * 20000 + "X"]}, "Datacenters: \""),
+        ({"Datacenters": ["dc"] * 65}, "Datacenters: at most 64"),
         ({"Constraints": [{"LTarget": "${attr.kernel.name}", "Operand": "regexp", "RTarget": "l.*"}]},
          "Constraints[0].Operand: \"regexp\" is not an operand this agent judges"),
     ]
     for change, expected in cases:
         status, text, _ = agent.http("PUT", "/v1/jobs", {"Job": {**base, **change}})
         assert status == 400 and expected in text, (change, text)
+    status, text, _ = agent.http("PUT", "/v1/jobs", b'{"Job": ' + json.dumps(base).encode()
+                                 + b', "job": {"ID": "x", "Periodic": {"Spec": "x"}}}')
+    assert status == 400 and "Job: given 2 times" in text, text
     hcl = tmp_path / "periodic.nomad.hcl"
     hcl.write_text('job "p" {\n periodic { crons = ["* * * * *"] }\n group "g" {\n'
                    ' task "t" {\n driver = "raw_exec"\n config { command = "/bin/true" }\n }\n }\n}\n')
@@ -193,3 +203,47 @@ def test_a_command_that_does_not_exist_is_a_driver_failure(agent):
     assert "No such file" in failure["DisplayMessage"], failure
     out = agent.cli("alloc", "status", alloc["ID"]).stdout
     assert "Driver Failure" in out and "/no/such/program" in out, out
+
+
+def test_an_evaluation_that_cannot_place_everything_places_nothing(agent):
+    """Two allocations that want the same static port on one node: neither is placed (an
+    evaluation places all or nothing), and the event log the model judges shows no half
+    plan; once the count fits, both of the new version's one runs."""
+    job = {"Job": {"ID": "twice", "TaskGroups": [{"Name": "g", "Count": 2,
+        "Networks": [{"ReservedPorts": [{"Label": "admin", "Value": 28124}]}],
+        "Tasks": [{"Name": "t", "Driver": "raw_exec",
+                   "Config": {"command": "/bin/sleep", "args": ["60"]}}]}]}}
+    status, body, _ = agent.http("PUT", "/v1/jobs", job)
+    assert status == 200, body
+    first = agent.get(f"/v1/evaluation/{body['EvalID']}")
+    assert first["QueuedAllocations"] == {"g": 2} and first["BlockedEval"], first
+    assert agent.allocs("twice") == []
+    blocked = first["BlockedEval"]
+    job["Job"]["TaskGroups"][0]["Count"] = 1
+    status, body, _ = agent.http("PUT", "/v1/jobs", job)
+    assert agent.get(f"/v1/evaluation/{blocked}")["Status"] == "canceled"
+    [alloc] = agent.running("twice", 1)
+    assert agent.http("DELETE", "/v1/job/twice?purge=true&no_shutdown_delay=true")[0] == 200
+    agent.wait_until("the sleep to end", lambda: agent.exit_record(alloc["ID"], "t"))
+
+
+def test_a_replacement_never_gets_the_dynamic_port_its_predecessor_still_holds(agent):
+    job = {"Job": {"ID": "ported", "TaskGroups": [{"Name": "g",
+        "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
+        "Tasks": [{"Name": "t", "Driver": "raw_exec", "ShutdownDelay": 20 * 10**9,
+                   "Env": {"V": "1"}, "Services": [{"Name": "ported", "Provider": "nomad"}],
+                   "Config": {"command": "/bin/sleep", "args": ["60"]}}]}]}}
+    assert agent.http("PUT", "/v1/jobs", job)[0] == 200
+    [old] = agent.running("ported", 1)
+    old_port = agent.get(f"/v1/allocation/{old['ID']}")["AllocatedResources"]["Shared"]["Ports"][0]["Value"]
+    job["Job"]["TaskGroups"][0]["Tasks"][0]["Env"]["V"] = "2"
+    assert agent.http("PUT", "/v1/jobs", job)[0] == 200
+    def replacement():
+        return [a for a in agent.allocs("ported") if a["ID"] != old["ID"]]
+    [new] = agent.wait_until("the replacement", replacement)
+    new_port = agent.get(f"/v1/allocation/{new['ID']}")["AllocatedResources"]["Shared"]["Ports"][0]["Value"]
+    assert agent.get(f"/v1/allocation/{old['ID']}")["ClientStatus"] == "running", "the old one is in its delay"
+    assert new_port != old_port
+    agent.http("DELETE", "/v1/job/ported?purge=true&no_shutdown_delay=true")
+    agent.wait_until("both to end", lambda: all(
+        agent.exit_record(a, "t") for a in (old["ID"], new["ID"])))

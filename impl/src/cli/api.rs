@@ -174,7 +174,29 @@ pub(super) fn text(value: &Value, key: &str) -> String {
 }
 
 /// Columns padded to their widest cell, as Nomad's tables are.
+/// A value as the terminal is shown it: control characters (C0, DEL, C1 — a job ID may hold
+/// any, by Nomad's rules, and an escape sequence would be run by the operator's terminal)
+/// written as escapes.
+pub(super) fn shown(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 pub(super) fn table(rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| shown(cell)).collect())
+        .collect();
     let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
@@ -195,7 +217,7 @@ pub(super) fn fields(pairs: &[(&str, String)]) -> String {
     let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     pairs
         .iter()
-        .map(|(k, v)| format!("{k:width$} = {v}"))
+        .map(|(k, v)| format!("{k:width$} = {}", shown(v)))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -247,6 +269,14 @@ pub(super) fn resolve_job(api: &Api, given: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(shown("web"), "web");
+        assert_eq!(shown("a\u{1b}]52;c;x\u{7}b\n"), "a\\u{1b}]52;c;x\\u{7}b\\n");
+        assert!(!table(&[vec!["\u{1b}[2J".into()]]).contains('\u{1b}'));
+        assert!(!fields(&[("ID", "\u{9b}31m".into())]).contains('\u{9b}'));
+    }
 
     #[test]
     fn times_print_as_rfc3339() {

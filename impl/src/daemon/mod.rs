@@ -110,6 +110,19 @@ pub(crate) use say;
 
 pub(crate) fn say_line(line: std::fmt::Arguments) {
     use std::io::Write;
+    // What a line quotes may come from a request or a peer: its control characters (a
+    // newline that forges a line, a terminal escape) are written as escapes.
+    let line: String = line
+        .to_string()
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
     let _ = writeln!(std::io::stderr().lock(), "quiesce agent: {line}");
 }
 

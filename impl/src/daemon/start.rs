@@ -45,6 +45,16 @@ impl Agent {
         }
         // The node, before anything is placed or pulled; a server-only agent has none.
         let mut first_heartbeat = None;
+        if !config.client_enabled {
+            // A client this agent no longer runs: its node is down, and takes nothing.
+            let stored: Vec<_> = core.server.store.nodes().cloned().collect();
+            for mut node in stored.into_iter().filter(|n| n.status != "down") {
+                node.status = "down".into();
+                node.status_updated_at = unix_now_ns() / 1_000_000_000;
+                core.server.upsert_node(node);
+            }
+            core.commit_durably()?;
+        }
         if config.client_enabled {
             let (node, later) = node::register(&mut core, &config);
             core.node = node;

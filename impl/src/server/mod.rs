@@ -43,6 +43,9 @@ pub struct StopAllocOptions {
     pub reschedule: bool,
 }
 
+/// `TriggeredBy` of a blocked evaluation.
+const TRIGGER_QUEUED: &str = "queued-allocs";
+
 /// What the scheduler did with one evaluation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Processed {
@@ -111,8 +114,8 @@ pub struct Server {
     /// The client nodes allocations are placed on (the ready ones).
     nodes: Vec<NodeId>,
     /// Each job's blocked evaluation, if it has one (out of the broker until a node is
-    /// ready).
-    blocked: BTreeMap<JobId, EvalId>,
+    /// ready), and whether ports were what it lacked (then an allocation's end frees them).
+    blocked: BTreeMap<JobId, (EvalId, bool)>,
 }
 
 impl Server {
@@ -138,10 +141,11 @@ impl Server {
         for eval in pending {
             broker.enqueue(&eval.job_id, &eval.id);
         }
+        // Whatever a restored blocked evaluation lacked, it is tried again on either cause.
         let blocked = store
             .evals()
             .filter(|eval| eval.status == EvalStatus::Blocked)
-            .map(|eval| (eval.job_id.clone(), eval.id.clone()))
+            .map(|eval| (eval.job_id.clone(), (eval.id.clone(), true)))
             .collect();
         let mut nodes = nodes;
         nodes.extend(
@@ -186,16 +190,21 @@ impl Server {
         }
         self.store.put_node(node);
         if ready {
-            self.unblock(index);
+            self.unblock(index, false);
         }
         index
     }
 
-    /// Every blocked evaluation back to the broker, oldest first.
-    fn unblock(&mut self, index: u64) {
-        let mut blocked: Vec<(u64, EvalId, JobId)> = std::mem::take(&mut self.blocked)
+    /// Blocked evaluations back to the broker, oldest first: every one, or (`ports_only`)
+    /// those that lacked ports.
+    fn unblock(&mut self, index: u64, ports_only: bool) {
+        let (woken, kept): (BTreeMap<_, _>, BTreeMap<_, _>) = std::mem::take(&mut self.blocked)
             .into_iter()
-            .filter_map(|(job, id)| Some((self.store.eval(&id)?.create_index, id, job)))
+            .partition(|(_, (_, for_ports))| *for_ports || !ports_only);
+        self.blocked = kept;
+        let mut blocked: Vec<(u64, EvalId, JobId)> = woken
+            .into_iter()
+            .filter_map(|(job, (id, _))| Some((self.store.eval(&id)?.create_index, id, job)))
             .collect();
         blocked.sort();
         for (_, id, job) in blocked {
@@ -249,7 +258,7 @@ impl Server {
     fn enqueue(&mut self, eval: Evaluation, index: u64) -> EvalId {
         let id = eval.id.clone();
         let superseded = self.broker.enqueue(&eval.job_id, &id);
-        let blocked = self.blocked.remove(&eval.job_id);
+        let blocked = self.blocked.remove(&eval.job_id).map(|(id, _)| id);
         for superseded in superseded.into_iter().chain(blocked) {
             if let Some(old) = self.store.eval_mut(&superseded) {
                 old.status = EvalStatus::Canceled;
@@ -507,46 +516,72 @@ impl Server {
         };
         let plan = scheduler::reconcile(&self.store, &eval.job_id);
         let index = self.store.next_index();
-        let queued = self.apply_plan(plan, &eval, index);
-        let blocked_eval = (!queued.is_empty()).then(|| self.block(&eval, &queued, index));
+        let (queued, for_ports) = self.apply_plan(plan, &eval, index);
+        if queued.is_empty() {
+            if let Some(stored) = self.store.eval_mut(&eval_id) {
+                stored.status = EvalStatus::Complete;
+                stored.modify_index = index;
+                stored.queued_allocations = queued;
+            }
+            return Ok(Some(processed(false)));
+        }
+        if eval.triggered_by == TRIGGER_QUEUED {
+            // A blocked evaluation that still cannot place blocks again, itself (Nomad's
+            // reblock): no new record each time it is tried.
+            if let Some(stored) = self.store.eval_mut(&eval_id) {
+                stored.status = EvalStatus::Blocked;
+                stored.modify_index = index;
+                stored.queued_allocations = queued;
+            }
+            self.blocked
+                .insert(eval.job_id.clone(), (eval_id.clone(), for_ports));
+            return Ok(Some(processed(true)));
+        }
+        let blocked = self.block(&eval, &queued, for_ports, index);
         if let Some(stored) = self.store.eval_mut(&eval_id) {
             stored.status = EvalStatus::Complete;
             stored.modify_index = index;
             stored.queued_allocations = queued;
-            if let Some(blocked) = &blocked_eval {
-                stored.blocked_eval = blocked.clone();
-            }
+            stored.blocked_eval = blocked;
         }
-        Ok(Some(processed(blocked_eval.is_some())))
+        Ok(Some(processed(true)))
     }
 
     /// Leaves a blocked evaluation for what `eval` could not place (Nomad's
     /// `queued-allocs`).
-    fn block(&mut self, eval: &Evaluation, queued: &BTreeMap<String, u64>, index: u64) -> EvalId {
+    fn block(
+        &mut self,
+        eval: &Evaluation,
+        queued: &BTreeMap<String, u64>,
+        for_ports: bool,
+        index: u64,
+    ) -> EvalId {
         let mut blocked = eval.clone();
         blocked.id = self.ids.uuid();
         blocked.status = EvalStatus::Blocked;
         blocked.status_description = "created to place remaining allocations".into();
-        blocked.triggered_by = "queued-allocs".into();
+        blocked.triggered_by = TRIGGER_QUEUED.into();
         blocked.previous_eval = eval.id.clone();
         blocked.blocked_eval = String::new();
         blocked.queued_allocations = queued.clone();
         blocked.create_index = index;
         blocked.modify_index = index;
         let id = blocked.id.clone();
-        self.blocked.insert(eval.job_id.clone(), id.clone());
+        self.blocked
+            .insert(eval.job_id.clone(), (id.clone(), for_ports));
         self.store.put_eval(blocked);
         id
     }
 
-    /// Applies a plan; returns how many allocations of each group it could not place (no
-    /// node is ready).
+    /// Applies a plan's stops and in-place updates, and its placements if every one of them
+    /// has a node (and its ports); returns how many allocations of each group it did not
+    /// place (none, or all), and whether ports were what some lacked.
     fn apply_plan(
         &mut self,
         plan: scheduler::Plan,
         eval: &Evaluation,
         index: u64,
-    ) -> BTreeMap<String, u64> {
+    ) -> (BTreeMap<String, u64>, bool) {
         for (id, description) in plan.stop {
             // The stop preserves the transition, and so the flag (§1.6 "Flag survives").
             self.store.update_alloc(&id, index, true, |alloc| {
@@ -571,13 +606,13 @@ impl Server {
         }
         let mut queued = BTreeMap::new();
         if plan.place.is_empty() {
-            return queued;
+            return (queued, false);
         }
         if self.nodes.is_empty() {
             for placement in plan.place {
                 *queued.entry(placement.group).or_insert(0) += 1;
             }
-            return queued;
+            return (queued, false);
         }
         let mut load: BTreeMap<NodeId, usize> =
             self.nodes.iter().map(|node| (node.clone(), 0)).collect();
@@ -586,29 +621,49 @@ impl Server {
                 *count += 1;
             }
         }
-        let mut placed = Vec::new();
+        // Every placement's node and ports first: all of them, or none (an evaluation that
+        // cannot place everything places nothing and blocks, so the event log, which
+        // records it only once it places, never shows half a plan).
         let mut taken = std::collections::BTreeSet::new();
-        for placement in plan.place {
-            let job = placement.job;
+        let mut chosen = Vec::new();
+        let mut for_ports = false;
+        for placement in &plan.place {
+            let job = &placement.job;
             let Some(group) = job.task_groups.iter().find(|g| g.name == placement.group) else {
                 continue;
             };
             // The least loaded node that can take it, and its ports there.
             let mut nodes: Vec<(NodeId, usize)> = load
                 .iter()
-                .filter(|(node, _)| placement::feasible(&self.store, node, &job, group))
+                .filter(|(node, _)| placement::feasible(&self.store, node, job, group))
                 .map(|(node, count)| (node.clone(), *count))
                 .collect();
             nodes.sort_by_key(|(node, count)| (*count, node.clone()));
-            let chosen = nodes.into_iter().find_map(|(node, _)| {
+            let found = nodes.into_iter().find_map(|(node, _)| {
                 placement::assign_ports(&self.store, &node, group, &mut taken)
                     .map(|ports| (node, ports))
             });
-            let Some((node, ports)) = chosen else {
-                *queued.entry(placement.group.clone()).or_insert(0) += 1;
-                continue;
-            };
-            *load.get_mut(&node).expect("a node of the load") += 1;
+            match found {
+                Some((node, ports)) => {
+                    *load.get_mut(&node).expect("a node of the load") += 1;
+                    chosen.push(Some((node, ports)));
+                }
+                None => {
+                    // A node fits but its ports are taken: an allocation's end may free them.
+                    for_ports |= placement::feasible_anywhere(&self.store, &load, job, group);
+                    chosen.push(None);
+                }
+            }
+        }
+        if chosen.iter().any(Option::is_none) {
+            for placement in plan.place {
+                *queued.entry(placement.group).or_insert(0) += 1;
+            }
+            return (queued, for_ports);
+        }
+        let mut placed = Vec::new();
+        for (placement, (node, ports)) in plan.place.into_iter().zip(chosen.into_iter().flatten()) {
+            let job = placement.job;
             let alloc = Allocation {
                 id: self.ids.uuid(),
                 namespace: job.namespace.clone(),
@@ -646,7 +701,7 @@ impl Server {
         for id in placed {
             self.store.update_alloc(&id, index, true, |_| {});
         }
-        queued
+        (queued, false)
     }
 
     /// A client's report: task states and client status. Reports do not bump
@@ -668,8 +723,8 @@ impl Server {
             self.store.delete_alloc(alloc_id);
         }
         // What it held (its ports) is free: a placement that could not have them may now.
-        if terminal && !self.blocked.is_empty() {
-            self.unblock(index);
+        if terminal && self.blocked.values().any(|(_, for_ports)| *for_ports) {
+            self.unblock(index, true);
         }
     }
 

@@ -11,19 +11,30 @@ use std::collections::BTreeSet;
 pub const MIN_DYNAMIC_PORT: u16 = 20000;
 pub const MAX_DYNAMIC_PORT: u16 = 32000;
 
-/// A glob of Nomad's datacenters (`*` matches any run of characters).
+/// A glob of Nomad's datacenters (`*` matches any run of characters): the iterative
+/// match, linear in the text for each star (no backtracking recursion: `validate` bounds
+/// the patterns, and this never recurses whatever they are).
 fn glob(pattern: &str, text: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == text,
-        Some((head, rest)) => {
-            let Some(tail) = text.strip_prefix(head) else {
-                return false;
-            };
-            (0..=tail.len())
-                .filter(|&i| tail.is_char_boundary(i))
-                .any(|i| glob(rest, &tail[i..]))
+    let (pattern, text): (Vec<char>, Vec<char>) =
+        (pattern.chars().collect(), text.chars().collect());
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && pattern[p] == '*' {
+            star = Some((p, t));
+            p += 1;
+        } else if p < pattern.len() && pattern[p] == text[t] {
+            p += 1;
+            t += 1;
+        } else if let Some((star_p, star_t)) = star {
+            p = star_p + 1;
+            t = star_t + 1;
+            star = Some((star_p, star_t + 1));
+        } else {
+            return false;
         }
     }
+    pattern[p..].iter().all(|c| *c == '*')
 }
 
 /// The value of a constraint's target on `node`, if it has one.
@@ -77,27 +88,54 @@ pub fn feasible(store: &StateStore, node: &NodeId, job: &Job, group: &TaskGroup)
         && constraints.iter().all(|c| meets(node, c))
 }
 
-/// The group's ports on `node`: each reserved one if no live allocation there holds it, and
-/// each dynamic one the lowest free in the dynamic range; `None` if any cannot be had.
-/// `taken` holds the ports placed in the same plan.
+/// Whether some node of `nodes` meets the group's constraints (its ports aside).
+pub fn feasible_anywhere<T>(
+    store: &StateStore,
+    nodes: &std::collections::BTreeMap<NodeId, T>,
+    job: &Job,
+    group: &TaskGroup,
+) -> bool {
+    nodes.keys().any(|node| feasible(store, node, job, group))
+}
+
+/// The group's ports on `node`: each reserved one if no allocation meant to run there holds
+/// it, and each dynamic one the lowest free in the dynamic range — free of every allocation
+/// whose tasks may still run there, a stopping one in its delay included, so that a
+/// replacement never listens where the allocation it replaces still does; `None` if any
+/// cannot be had. `taken` holds the ports placed in the same plan.
+///
+/// A reserved port held by an allocation being stopped goes to its replacement at once:
+/// Nomad's client waits for a previous allocation to end before it starts the next; this
+/// agent's does not yet, so the new task may find its static port still bound during the
+/// old one's delay.
 pub fn assign_ports(
     store: &StateStore,
     node: &NodeId,
     group: &TaskGroup,
     taken: &mut BTreeSet<(NodeId, u16)>,
 ) -> Option<Vec<AllocatedPort>> {
-    let in_use: BTreeSet<u16> = store
-        .allocs()
-        .filter(|a| &a.node_id == node && !a.is_terminal())
+    let on_node: Vec<_> = store
+        .allocs_for_node(node)
+        .filter(|a| !a.client_status.is_terminal())
+        .collect();
+    let planned = taken.iter().filter(|(n, _)| n == node).map(|(_, p)| *p);
+    let held: BTreeSet<u16> = on_node
+        .iter()
+        .filter(|a| !a.is_terminal())
         .flat_map(|a| a.ports.iter().map(|p| p.value))
-        .chain(taken.iter().filter(|(n, _)| n == node).map(|(_, p)| *p))
+        .chain(planned.clone())
+        .collect();
+    let bound: BTreeSet<u16> = on_node
+        .iter()
+        .flat_map(|a| a.ports.iter().map(|p| p.value))
+        .chain(planned)
         .collect();
     let mut mine = BTreeSet::new();
     let mut ports = Vec::new();
     for network in group.networks.iter().flatten() {
         for port in network.reserved_ports.iter().flatten() {
             let value = u16::try_from(port.value).ok()?;
-            if in_use.contains(&value) || !mine.insert(value) {
+            if held.contains(&value) || !mine.insert(value) {
                 return None;
             }
             ports.push(AllocatedPort {
@@ -110,7 +148,7 @@ pub fn assign_ports(
     for network in group.networks.iter().flatten() {
         for port in network.dynamic_ports.iter().flatten() {
             let value = (MIN_DYNAMIC_PORT..=MAX_DYNAMIC_PORT)
-                .find(|p| !in_use.contains(p) && !mine.contains(p))?;
+                .find(|p| !bound.contains(p) && !held.contains(p) && !mine.contains(p))?;
             mine.insert(value);
             ports.push(AllocatedPort {
                 label: port.label.clone(),
@@ -137,8 +175,15 @@ mod tests {
             ("d*1", "dc21", true),
             ("dc2", "dc1", false),
             ("east-*", "dc1", false),
+            ("**1*", "dc1", true),
+            ("d*c", "dc1", false),
         ] {
             assert_eq!(glob(pattern, text), matches, "{pattern} {text}");
         }
+        // What a hostile pattern cannot do: take time, or the stack.
+        let many = "*".repeat(20_000) + "X";
+        let started = std::time::Instant::now();
+        assert!(!glob(&many, "dc1"));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 }

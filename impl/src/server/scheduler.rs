@@ -8,7 +8,7 @@
 
 use super::store::StateStore;
 use super::structs::{AllocId, ClientStatus, DesiredStatus};
-use crate::spec::{Job, TaskGroup};
+use crate::spec::Job;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -33,22 +33,6 @@ pub struct Plan {
     pub place: Vec<Placement>,
     /// Allocations updated in place to the job's version (their group is unchanged).
     pub in_place: Vec<AllocId>,
-}
-
-/// A group as it runs: everything but its count.
-fn runs_the_same(old: &Job, new: &TaskGroup) -> bool {
-    old.task_groups
-        .iter()
-        .find(|group| group.name == new.name)
-        .is_some_and(|group| {
-            TaskGroup {
-                count: None,
-                ..group.clone()
-            } == TaskGroup {
-                count: None,
-                ..new.clone()
-            }
-        })
 }
 
 /// What the scheduler would do for `job_id` given the store as it is.
@@ -108,7 +92,9 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                 kept.insert(index);
             } else if !kept.insert(index) || index >= count_of(group.count) {
                 plan.stop.push((alloc.id.clone(), DESC_NOT_NEEDED));
-            } else if alloc.job_version != job.version && !runs_the_same(&alloc.job, group) {
+            } else if alloc.job_version != job.version
+                && alloc.job.as_run(&group.name) != job.as_run(&group.name)
+            {
                 plan.stop.push((alloc.id.clone(), DESC_JOB_UPDATE));
                 plan.place.push(Placement {
                     job: Arc::clone(&shared),

@@ -59,6 +59,28 @@ pub struct Job {
 }
 
 impl Job {
+    /// What an allocation of `group` runs: the group but for its count, and the job's fields
+    /// that reach its tasks or decide where it may run (name, region, meta, constraints,
+    /// datacenters, node pool). Two versions whose `as_run` differ replace the allocation.
+    pub fn as_run(&self, group: &str) -> Option<Job> {
+        let group = self.task_groups.iter().find(|g| g.name == group)?;
+        Some(Job {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            region: self.region.clone(),
+            namespace: self.namespace.clone(),
+            meta: self.meta.clone(),
+            constraints: self.constraints.clone(),
+            datacenters: self.datacenters.clone(),
+            node_pool: self.node_pool.clone(),
+            task_groups: vec![TaskGroup {
+                count: None,
+                ..group.clone()
+            }],
+            ..Job::default()
+        })
+    }
+
     /// The job with its bookkeeping cleared: what must stay equal across versions, `Stop`
     /// aside.
     pub fn spec_only(&self) -> Job {
@@ -272,10 +294,21 @@ pub fn decode_register_body_warned(body: &[u8]) -> Result<(Job, Vec<String>), Sp
         }])
     };
     let mut value: serde_json::Value = serde_json::from_slice(body).map_err(decode_error)?;
-    let job_value = value
+    let jobs: Vec<&serde_json::Value> = value
         .as_object()
-        .and_then(|o| o.iter().find(|(k, _)| k.eq_ignore_ascii_case("job")))
-        .map(|(_, v)| v);
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("job"))
+        .map(|(_, v)| v)
+        .collect();
+    if jobs.len() > 1 {
+        // Which one a decoder takes is its own business; the agent takes neither.
+        return Err(SpecErrors(vec![SpecError {
+            field: "Job".into(),
+            problem: format!("given {} times (in different cases)", jobs.len()),
+        }]));
+    }
+    let job_value = jobs.first().copied();
     let classified = job_value.map(fields::classify).unwrap_or_default();
     if !classified.refused.is_empty() {
         return Err(SpecErrors(classified.refused));
@@ -442,6 +475,14 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_with_two_jobs_is_refused() {
+        let body = br#"{"Job": {"ID": "a"}, "job": {"ID": "a", "Periodic": {"Spec": "x"}}}"#;
+        let errors = parse_register_body(body).unwrap_err();
+        assert_eq!(errors.0[0].field, "Job");
+        assert!(errors.0[0].problem.contains("2 times"), "{errors}");
+    }
 
     const MINIMAL: &str = r#"{"Job": {"ID": "web", "TaskGroups": [{"Name": "g",
         "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/sleep"}}]}]}}"#;

@@ -42,7 +42,26 @@ pub fn target_problem(target: &str) -> Option<String> {
     }
 }
 
+/// The most datacenters a job names, and the longest.
+const MAX_DATACENTERS: usize = 64;
+
 pub(super) fn check(job: &Job, fail: &mut dyn FnMut(String, String)) {
+    if job.datacenters.len() > MAX_DATACENTERS {
+        fail(
+            "Datacenters".into(),
+            format!("at most {MAX_DATACENTERS} (got {})", job.datacenters.len()),
+        );
+    }
+    if let Some(dc) = job
+        .datacenters
+        .iter()
+        .find(|dc| dc.is_empty() || dc.len() > 128 || dc.chars().any(char::is_control))
+    {
+        fail(
+            "Datacenters".into(),
+            format!("{dc:?} is not a datacenter (1 to 128 bytes, no control characters)"),
+        );
+    }
     if !matches!(job.node_pool.as_str(), "" | "default") {
         fail(
             "NodePool".into(),
@@ -304,18 +323,21 @@ fn templates(fail: &mut dyn FnMut(String, String), at: &str, templates: Option<&
     for (t, template) in templates.iter().enumerate() {
         let at = format!("{at}[{t}]");
         let dest = std::path::Path::new(&template.dest_path);
-        let inside = !template.dest_path.is_empty()
-            && template.dest_path.len() <= 256
+        // Under `local/` (`NOMAD_TASK_DIR`): the task directory's own files (its logs,
+        // `exit.json`) are the agent's.
+        let inside = template.dest_path.len() <= 256
             && !template.dest_path.contains('\0')
             && dest
                 .components()
-                .all(|c| matches!(c, std::path::Component::Normal(_)));
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+            && dest.starts_with("local")
+            && dest.components().count() > 1;
         if !inside {
             fail(
                 format!("{at}.DestPath"),
                 format!(
-                    "{:?} is not a path inside the task's directory (relative, no \"..\", at \
-                     most 256 bytes)",
+                    "{:?} is not a path inside the task's local/ directory (local/..., no \
+                     \"..\", at most 256 bytes)",
                     template.dest_path
                 ),
             );

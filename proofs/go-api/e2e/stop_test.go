@@ -123,6 +123,19 @@ func TestAllocStopWithNoShutdownDelaySkipsTheDelaysOfThatAllocationOnly(t *testi
 	if took := time.Duration(signalled - asked); took > flaggedUpTo {
 		t.Errorf("signalled %v after the flagged alloc stop", took)
 	}
+	// Its replacement does not carry the flag (flag_scoped).
+	var replacement *api.Allocation
+	waitUntil(t, "the replacement", 10*time.Second, func() bool {
+		stopped, _, err := a.client.Allocations().Info(flagged, nil)
+		if err != nil || stopped.NextAllocation == "" {
+			return false
+		}
+		replacement, _, err = a.client.Allocations().Info(stopped.NextAllocation, nil)
+		return err == nil
+	})
+	if replacement.DesiredTransition.ShouldIgnoreShutdownDelay() {
+		t.Errorf("the replacement carries the flag: %+v", replacement.DesiredTransition)
+	}
 	// The other job's allocation is untouched, and its own later stop, unflagged, waits
 	// its delay after its services are gone.
 	if signals := a.signals(other, "server"); len(signals) != 0 {
@@ -240,10 +253,13 @@ func TestACLTokensGateTheStop(t *testing.T) {
 	if signals := a.signals(allocID, "server"); len(signals) != 0 {
 		t.Fatalf("the refused stop signalled the task: %+v", signals)
 	}
+	asked := monotonicNs()
 	if _, _, err := deployer.Jobs().DeregisterOpts("web",
 		&api.DeregisterOptions{NoShutdownDelay: true}, nil); err != nil {
 		t.Fatal(err)
 	}
 	a.waitTerminal(allocID)
-	checkKill(t, a, allocID, false)
+	if took := time.Duration(checkKill(t, a, allocID, false) - asked); took > flaggedUpTo {
+		t.Errorf("signalled %v after the deployer's flagged stop", took)
+	}
 }

@@ -64,10 +64,10 @@ pub struct Instance {
     /// model).
     version: u64,
     model: Option<StopPathModel>,
-    /// The group as registered, but for its count (the model's projection of it may be
-    /// equal for two groups that run differently, e.g. in a task's environment; a change
-    /// rolls the allocations out, which the model has no step for).
-    group_spec: Option<quiesce::spec::TaskGroup>,
+    /// What the group runs as registered ([`Job::as_run`]: the model's projection of it may
+    /// be equal for two versions that run differently, e.g. in a task's environment; a
+    /// change rolls the allocations out, which the model has no step for).
+    group_spec: Option<Job>,
     candidates: Vec<Candidate>,
     pub judged: Judged,
     /// Steps replayed against the model.
@@ -86,17 +86,6 @@ enum Refusal {
     OutsideTheModel(String),
 }
 
-/// `group` of `spec`, but for its count.
-fn group_spec(spec: &Job, group: &str) -> Option<quiesce::spec::TaskGroup> {
-    spec.task_groups
-        .iter()
-        .find(|g| g.name == group)
-        .map(|g| quiesce::spec::TaskGroup {
-            count: None,
-            ..g.clone()
-        })
-}
-
 impl Instance {
     /// The model of `group` of the job `spec`, registered at entry `seq`: the job stored,
     /// its evaluation pending, nothing placed.
@@ -107,7 +96,7 @@ impl Instance {
             registered_at: seq,
             version: spec.version,
             model: None,
-            group_spec: group_spec(spec, group),
+            group_spec: spec.as_run(group),
             candidates: Vec::new(),
             judged: Judged::Full,
             replayed: 0,
@@ -197,7 +186,7 @@ impl Instance {
             (Ok(new), Some(old)) => {
                 new.cfg.group == old.cfg.group
                     && new.cfg.count == old.cfg.count
-                    && group_spec(spec, &self.group) == self.group_spec
+                    && spec.as_run(&self.group) == self.group_spec
             }
             _ => false,
         };

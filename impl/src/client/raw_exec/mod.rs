@@ -147,16 +147,17 @@ fn task_dir(launch: &Launch) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         other => other?,
     }
-    for (path, contents, mode) in &launch.files {
-        write_file(&launch.dir, path, contents, *mode)?;
-    }
     // A user the host does not have: the supervisor refuses to start the task, and its
     // exit record says why.
-    if let Some(user) = launch
+    let user = launch
         .user
         .as_deref()
-        .and_then(|name| nix::unistd::User::from_name(name).ok().flatten())
-    {
+        .and_then(|name| nix::unistd::User::from_name(name).ok().flatten());
+    let owner = user.as_ref().map(|u| (u.uid.as_raw(), u.gid.as_raw()));
+    for (path, contents, mode) in &launch.files {
+        write_file(&launch.dir, path, contents, *mode, owner)?;
+    }
+    if let Some(user) = user {
         // lchown: `local/` may already be the task's, and a symlink of its making.
         std::os::unix::fs::lchown(&local, Some(user.uid.as_raw()), Some(user.gid.as_raw()))?;
     }
@@ -164,11 +165,19 @@ fn task_dir(launch: &Launch) -> io::Result<()> {
 }
 
 /// Writes a template's file under `dir` before the task starts, following no symlink: each
-/// directory on the way is made (0755) or must be a directory, and the file is created
-/// without following a link (it is the task's to read, as its mode says).
-fn write_file(dir: &Path, path: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+/// directory on the way is made (0755) or must be a directory; the file is opened without
+/// following a link or blocking (a FIFO), and must be a regular file with one link before
+/// it is emptied and written; its mode is set on the open file; it is the task's `owner`'s,
+/// if given.
+fn write_file(
+    dir: &Path,
+    path: &Path,
+    contents: &[u8],
+    mode: u32,
+    owner: Option<(u32, u32)>,
+) -> io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let mut at = dir.to_path_buf();
     let parts: Vec<_> = path.components().collect();
     for part in &parts[..parts.len().saturating_sub(1)] {
@@ -195,12 +204,22 @@ fn write_file(dir: &Path, path: &Path, contents: &[u8], mode: u32) -> io::Result
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&at)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() || meta.nlink() != 1 {
+        return Err(io::Error::other(format!(
+            "{}: not a plain file",
+            at.display()
+        )));
+    }
+    file.set_len(0)?;
     file.write_all(contents)?;
-    fs::set_permissions(&at, fs::Permissions::from_mode(mode))
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+    }
+    file.set_permissions(fs::Permissions::from_mode(mode))
 }
 
 /// Starts a supervised task: `supervisor` is the program to run as the supervisor (the
@@ -514,5 +533,53 @@ impl Signaller {
             }
             Err(error) => Err(error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_file;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    #[test]
+    fn a_template_file_is_written_and_no_link_or_fifo_is_followed() {
+        let dir = std::env::temp_dir().join(format!("quiesce-write-file-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("local")).unwrap();
+        write_file(
+            &dir,
+            Path::new("local/conf/app.conf"),
+            b"x=1\n",
+            0o640,
+            None,
+        )
+        .unwrap();
+        let written = dir.join("local/conf/app.conf");
+        assert_eq!(std::fs::read(&written).unwrap(), b"x=1\n");
+        assert_eq!(
+            std::fs::metadata(&written).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+        // A symlink planted where the file goes, or on the way, a FIFO, a hard link: refused,
+        // and what they point at is untouched.
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"mine").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("local/link")).unwrap();
+        std::os::unix::fs::symlink(&dir, dir.join("local/up")).unwrap();
+        std::fs::hard_link(&victim, dir.join("local/hard")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.join("local/fifo"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        for path in ["local/link", "local/up/victim", "local/hard", "local/fifo"] {
+            assert!(
+                write_file(&dir, Path::new(path), b"pwned", 0o666, None).is_err(),
+                "{path}"
+            );
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"mine");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -30,7 +30,9 @@ pub(super) fn blocking_on<'a>(
     .min(Duration::from_secs(600));
     let core = shared.core();
     match index {
-        Some(index) if index_of(&core) <= index && !query.waited_out => {
+        // `index=0` does not block (Nomad blocks only past a positive index): a table not
+        // written yet answers 0.
+        Some(index) if index > 0 && index_of(&core) <= index && !query.waited_out => {
             Err(ApiError::blocked(wait))
         }
         _ => Ok(core),

@@ -9,6 +9,12 @@ pub const MAX_DYNAMIC_PORT: u16 = 32000;
 
 /// What the host has: CPU (MHz × cores, as Nomad's fingerprint counts it), memory, disk.
 fn resources() -> Value {
+    static READ: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    READ.get_or_init(read_resources).clone()
+}
+
+/// Read once, the first time a node is shown (not again under the core's lock).
+fn read_resources() -> Value {
     let cores = std::thread::available_parallelism().map_or(1, usize::from) as u64;
     let mhz = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
