@@ -32,6 +32,10 @@ def test_node_status_inspect_history_validate_and_status(agent, tmp_path):
     assert agent.http("PUT", "/v1/jobs", web_job(agent.address))[0] == 200
     [alloc] = agent.running("web", 1)
     assert alloc["ID"][:8] in agent.cli("node", "status", node_id[:8]).stdout
+    assert alloc["ID"] in agent.cli("job", "status", "-verbose", "web").stdout
+    assert alloc["ID"] not in agent.cli("job", "status", "web").stdout
+    assert json.loads(agent.cli("alloc", "status", "-json", alloc["ID"][:8]).stdout)["ID"] == alloc["ID"]
+    assert json.loads(agent.cli("job", "status", "-json", "web").stdout)["ID"] == "web"
     inspected = json.loads(agent.cli("job", "inspect", "web").stdout)
     assert inspected["Job"]["ID"] == "web" and inspected["Job"]["TaskGroups"][0]["Name"] == "web"
     assert "web" in agent.cli("status").stdout
@@ -87,3 +91,14 @@ def test_a_closed_pipe_and_a_misspelt_flag(agent):
     assert done.stdout.startswith("ID"), done.stdout
     done = agent.cli("job", "status", "-verbosity", check=False)
     assert done.returncode != 0 and "'-verbosity'" in done.stderr and "--verbosity" not in done.stderr, done.stderr
+
+
+def test_a_purge_s_monitor_ends_when_the_tasks_are_dead(agent):
+    assert agent.http("PUT", "/v1/jobs", web_job(agent.address, task_delay_s=1.5))[0] == 200
+    [alloc] = agent.running("web", 1)
+    out = agent.cli("job", "stop", "-purge", "web", timeout=30).stdout
+    assert "Stop complete: 1 allocation(s)" in out, out
+    # The CLI came back only once the task had died (after its 1.5 s delay).
+    assert agent.exit_record(alloc["ID"], "server"), "the CLI returned with the task alive"
+    assert [line for line in agent.task_log(alloc["ID"], "server") if line[0] == "exit"]
+    assert agent.http("GET", "/v1/job/web")[0] == 404

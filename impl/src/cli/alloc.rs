@@ -8,10 +8,20 @@ use std::time::Instant;
 
 pub(super) fn alloc(command: AllocCommand) -> Result<(), String> {
     match command {
-        AllocCommand::Status { alloc, address } => {
+        AllocCommand::Status {
+            alloc,
+            verbose,
+            json,
+            address,
+        } => {
             let api = Api::new(&address)?;
             let stub = resolve(&api, "Alloc", "allocations", &alloc)?;
-            alloc_status(&api, &text(&stub, "ID"))
+            if json {
+                let full = api.get(&format!("/v1/allocation/{}", text(&stub, "ID")))?;
+                println!("{}", serde_json::to_string_pretty(&full).expect("JSON"));
+                return Ok(());
+            }
+            alloc_status(&api, &text(&stub, "ID"), verbose)
         }
         AllocCommand::Logs {
             alloc,
@@ -113,14 +123,21 @@ fn logs(api: &Api, alloc: &str, task: &str, stderr: bool, follow: bool) -> Resul
     }
 }
 
-fn alloc_status(api: &Api, id: &str) -> Result<(), String> {
+fn alloc_status(api: &Api, id: &str, verbose: bool) -> Result<(), String> {
     let alloc = api.get(&format!("/v1/allocation/{id}"))?;
     let flag = alloc["DesiredTransition"]["NoShutdownDelay"] == Value::Bool(true);
     println!(
         "{}",
         fields(&[
             ("ID", text(&alloc, "ID")),
-            ("Eval ID", short(&text(&alloc, "EvalID")).to_string()),
+            (
+                "Eval ID",
+                if verbose {
+                    text(&alloc, "EvalID")
+                } else {
+                    short(&text(&alloc, "EvalID")).to_string()
+                },
+            ),
             ("Name", text(&alloc, "Name")),
             ("Node ID", text(&alloc, "NodeID")),
             ("Job ID", text(&alloc, "JobID")),
@@ -255,23 +272,48 @@ pub(super) fn monitor(api: &Api, eval_id: &str, stopped: Option<&[String]>) -> R
 }
 
 /// Waits until every allocation in `ids` is client-terminal or gone (purged).
+/// Waits until every allocation in `ids` is client-terminal or gone — on its node's list,
+/// which still shows a purged job's allocations while their tasks are being stopped, so a
+/// purge's monitor too ends only when the tasks are dead.
 fn wait_stopped(api: &Api, ids: &[String]) -> Result<(), String> {
     let mut left: Vec<String> = ids.to_vec();
     let started = Instant::now();
+    let mut nodes = std::collections::BTreeSet::new();
+    for id in ids {
+        if let Ok(alloc) = api.get(&format!("/v1/allocation/{id}")) {
+            nodes.insert(text(&alloc, "NodeID"));
+        }
+    }
+    if nodes.is_empty() {
+        // Purged before the monitor looked: every node's list, then.
+        let listed = api.get("/v1/nodes")?;
+        nodes.extend(
+            listed
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|n| text(n, "ID")),
+        );
+    }
     let mut index = 0u64;
     while !left.is_empty() {
-        let (answer, next) = api.call_indexed(
-            "GET",
-            &format!("/v1/allocations?index={index}&wait=5s"),
-            None,
-        )?;
-        let allocs = answer.as_array().cloned().unwrap_or_default();
+        let mut allocs = Vec::new();
+        let mut next = index;
+        for node in &nodes {
+            let (answer, at) = api.call_indexed(
+                "GET",
+                &format!("/v1/node/{node}/allocations?index={index}&wait=5s"),
+                None,
+            )?;
+            allocs.extend(answer.as_array().cloned().unwrap_or_default());
+            next = next.max(at);
+        }
         left.retain(|id| {
             let found = allocs.iter().find(|a| text(a, "ID") == *id);
             let done = match found {
                 None => {
                     println!(
-                        "    {}: Allocation {:?} stopped and purged",
+                        "    {}: Allocation {:?} stopped and purged: tasks dead",
                         now(),
                         short(id)
                     );

@@ -61,13 +61,24 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             }
             monitor(&api, &eval, None)
         }
-        JobCommand::Status { job, address } => {
+        JobCommand::Status {
+            job,
+            verbose,
+            json,
+            address,
+        } => {
             let api = Api::new(&address)?;
             match job {
                 None => list_jobs(&api),
                 Some(job) => {
                     let id = resolve_job(&api, &job)?;
-                    job_status(&api, &id)
+                    if json {
+                        let stored = api.get(&format!("/v1/job/{}", segment(&id)))?;
+                        let shown = serde_json::to_string_pretty(&stored).expect("JSON");
+                        println!("{shown}");
+                        return Ok(());
+                    }
+                    job_status(&api, &id, verbose)
                 }
             }
         }
@@ -276,7 +287,14 @@ pub(super) fn list_jobs(api: &Api) -> Result<(), String> {
     Ok(())
 }
 
-fn alloc_rows(allocs: &[Value]) -> String {
+fn alloc_rows(allocs: &[Value], verbose: bool) -> String {
+    let id = |value: &str| {
+        if verbose {
+            value.to_string()
+        } else {
+            short(value).to_string()
+        }
+    };
     let mut rows = vec![vec![
         "ID".to_string(),
         "Node ID".into(),
@@ -287,8 +305,8 @@ fn alloc_rows(allocs: &[Value]) -> String {
     ]];
     for alloc in allocs {
         rows.push(vec![
-            short(&text(alloc, "ID")).to_string(),
-            short(&text(alloc, "NodeID")).to_string(),
+            id(&text(alloc, "ID")),
+            id(&text(alloc, "NodeID")),
             text(alloc, "TaskGroup"),
             text(alloc, "JobVersion"),
             text(alloc, "DesiredStatus"),
@@ -298,7 +316,7 @@ fn alloc_rows(allocs: &[Value]) -> String {
     table(&rows)
 }
 
-fn job_status(api: &Api, id: &str) -> Result<(), String> {
+fn job_status(api: &Api, id: &str, verbose: bool) -> Result<(), String> {
     let job = api.get(&format!("/v1/job/{}", segment(id)))?;
     println!(
         "{}",
@@ -328,7 +346,7 @@ fn job_status(api: &Api, id: &str) -> Result<(), String> {
     if allocs.is_empty() {
         println!("No allocations placed");
     } else {
-        println!("{}", alloc_rows(&allocs));
+        println!("{}", alloc_rows(&allocs, verbose));
     }
     Ok(())
 }

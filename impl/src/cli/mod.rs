@@ -125,6 +125,12 @@ pub enum JobCommand {
     /// List jobs, or show one job and its allocations.
     Status {
         job: Option<String>,
+        /// Full IDs, not their first eight characters.
+        #[arg(long)]
+        verbose: bool,
+        /// The job as JSON (its stored specification and status), as `job inspect -json`.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         address: Address,
     },
@@ -199,6 +205,12 @@ pub enum AllocCommand {
     },
     Status {
         alloc: String,
+        /// Full IDs, not their first eight characters.
+        #[arg(long)]
+        verbose: bool,
+        /// The allocation as JSON, as the API has it.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         address: Address,
     },

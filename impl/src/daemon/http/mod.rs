@@ -280,7 +280,10 @@ fn route(
                     None if is_get => {
                         need(Need::NodeRead).and_then(|()| get_node(shared, node, query))
                     }
-                    None => invalid(),
+                    Some((id, "allocations")) if is_get => need(Need::NodeRead)
+                        .and_then(|()| read())
+                        .and_then(|()| node_allocs(shared, id, query)),
+                    None | Some((_, "allocations")) => invalid(),
                     Some(_) => Err(not_served(path)),
                 };
             }

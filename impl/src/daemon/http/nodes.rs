@@ -103,3 +103,16 @@ pub(super) fn get_node(shared: &Shared, id: &str, query: &Query) -> Result<Reply
         render,
     )
 }
+
+/// `/v1/node/:id/allocations`: every allocation placed on the node, as its client has them
+/// — a purged job's included while its tasks are still being stopped (the API's other
+/// lists no longer show them): how a purge's monitor knows when they are dead.
+pub(super) fn node_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    let core = blocking_table(shared, query, allocs_table)?;
+    if core.server.store.node(id).is_none() {
+        return Err(error(404, "node not found"));
+    }
+    let chosen = stubs(&core, core.server.store.allocs_for_node(id));
+    drop(core);
+    stub_reply(chosen, false)
+}
