@@ -102,3 +102,31 @@ def test_a_purge_s_monitor_ends_when_the_tasks_are_dead(agent):
     assert agent.exit_record(alloc["ID"], "server"), "the CLI returned with the task alive"
     assert [line for line in agent.task_log(alloc["ID"], "server") if line[0] == "exit"]
     assert agent.http("GET", "/v1/job/web")[0] == 404
+
+
+def test_job_plan_shows_the_diff_and_changes_nothing_then_run_checks_the_index(agent, tmp_path):
+    job = web_job(agent.address, count=1)
+    job["Job"]["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] = "1"
+    spec = tmp_path / "web.json"
+    spec.write_text(json.dumps(job))
+    agent.cli("job", "run", str(spec))
+    [alloc] = agent.running("web", 1)
+    same = agent.cli("job", "plan", str(spec), check=False)
+    assert same.returncode == 0 and '(1 ignore)' in same.stdout, same
+    job["Job"]["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] = "2"
+    spec.write_text(json.dumps(job))
+    planned = agent.cli("job", "plan", str(spec), check=False)
+    out = planned.stdout
+    assert planned.returncode == 1, planned
+    assert '+/- Job: "web"' in out and '(1 create/destroy update)' in out, out
+    assert '+/- Env[RELEASE]: "1" => "2"' in out, out
+    assert "All tasks successfully allocated" in out, out
+    # Nothing changed: the same version, the same task, untouched.
+    stored = agent.get("/v1/job/web")
+    assert stored["Version"] == 0 and stored["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] == "1"
+    assert not signals(agent, alloc["ID"])
+    index = out.split("Job Modify Index: ")[1].split()[0]
+    stale = agent.cli("job", "run", "-check-index", str(int(index) + 5), str(spec), check=False)
+    assert stale.returncode == 1 and "Enforcing job modify index" in stale.stderr, stale
+    agent.cli("job", "run", "-check-index", index, str(spec))
+    assert agent.get("/v1/job/web")["Version"] == 1

@@ -40,10 +40,17 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
         JobCommand::Run {
             file,
             detach,
+            check_index,
             address,
         } => {
             let api = Api::new(&address)?;
-            let body = read_jobspec(&file)?;
+            let mut body = read_jobspec(&file)?;
+            if let Some(index) = check_index {
+                let mut value: Value = serde_json::from_slice(&body).expect("our own JSON");
+                value["EnforceIndex"] = Value::Bool(true);
+                value["JobModifyIndex"] = serde_json::json!(index);
+                body = serde_json::to_vec(&value).expect("JSON values serialize");
+            }
             let answer = api.call("PUT", "/v1/jobs", Some(&body))?;
             let warnings = text(&answer, "Warnings");
             if !warnings.is_empty() {
@@ -149,6 +156,26 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             }
             Ok(())
         }
+        JobCommand::Plan { file, address } => {
+            let api = Api::new(&address)?;
+            let body = read_jobspec(&file)?;
+            let mut value: Value = serde_json::from_slice(&body).expect("our own JSON");
+            let id = value["Job"]["ID"].as_str().unwrap_or_default().to_string();
+            value["Diff"] = Value::Bool(true);
+            let body = serde_json::to_vec(&value).expect("JSON values serialize");
+            let answer = api.call(
+                "PUT",
+                &format!("/v1/job/{}/plan", segment(&id)),
+                Some(&body),
+            )?;
+            let changes = print_plan(&answer, &file);
+            if changes {
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         JobCommand::Validate { file, address } => {
             let api = Api::new(&address)?;
             let body = read_jobspec(&file)?;
@@ -196,6 +223,104 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             monitor(&api, &eval, None)
         }
     }
+}
+
+/// Prints a plan as Nomad's CLI does; returns whether allocations would be created or
+/// destroyed.
+fn print_plan(answer: &Value, file: &Path) -> bool {
+    let mark = |kind: &Value| match kind.as_str() {
+        Some("Added") => "+",
+        Some("Deleted") => "-",
+        Some("Edited") => "+/-",
+        _ => "",
+    };
+    let field_line = |indent: &str, field: &Value| {
+        let (old, new) = (text(field, "Old"), text(field, "New"));
+        let change = match field["Type"].as_str() {
+            Some("Added") => format!("{new:?}"),
+            Some("Deleted") => format!("{old:?}"),
+            _ => format!("{old:?} => {new:?}"),
+        };
+        println!(
+            "{indent}{} {}: {change}",
+            mark(&field["Type"]),
+            text(field, "Name")
+        );
+    };
+    let diff = &answer["Diff"];
+    println!("{} Job: {:?}", mark(&diff["Type"]), text(diff, "ID"));
+    for field in diff["Fields"].as_array().into_iter().flatten() {
+        field_line("", field);
+    }
+    let mut changes = false;
+    for group in diff["TaskGroups"].as_array().into_iter().flatten() {
+        let updates = &group["Updates"];
+        let count = |key: &str| updates[key].as_u64().unwrap_or(0);
+        let mut said = Vec::new();
+        for (key, words) in [
+            ("Place", "create"),
+            ("DestructiveUpdate", "create/destroy update"),
+            ("InPlaceUpdate", "in-place update"),
+            ("Stop", "destroy"),
+            ("Migrate", "migrate"),
+            ("Ignore", "ignore"),
+        ] {
+            if count(key) > 0 {
+                said.push(format!("{} {words}", count(key)));
+            }
+        }
+        changes |= ["Place", "DestructiveUpdate", "Stop", "Migrate"]
+            .iter()
+            .any(|key| count(key) > 0);
+        println!(
+            "{} Task Group: {:?} ({})",
+            mark(&group["Type"]),
+            text(group, "Name"),
+            said.join(", ")
+        );
+        for field in group["Fields"].as_array().into_iter().flatten() {
+            field_line("  ", field);
+        }
+        for task in group["Tasks"].as_array().into_iter().flatten() {
+            let forces = count("DestructiveUpdate") > 0 && task["Type"] == "Edited";
+            println!(
+                "  {} Task: {:?}{}",
+                mark(&task["Type"]),
+                text(task, "Name"),
+                if forces {
+                    " (forces create/destroy update)"
+                } else {
+                    ""
+                }
+            );
+            for field in task["Fields"].as_array().into_iter().flatten() {
+                field_line("    ", field);
+            }
+        }
+    }
+    match answer["FailedTGAllocs"].as_object() {
+        Some(failed) if !failed.is_empty() => {
+            println!("\nScheduler dry-run:\n- WARNING: Failed to place all allocations.");
+            for (group, metric) in failed {
+                let count = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;
+                println!("  Task Group {group:?} (failed to place {count} allocation(s)):");
+                println!(
+                    "    * No node is ready that meets its constraints and has its ports free"
+                );
+            }
+        }
+        _ => println!("\nScheduler dry-run:\n- All tasks successfully allocated."),
+    }
+    let index = text(answer, "JobModifyIndex");
+    println!(
+        "\nJob Modify Index: {index}\nTo submit the job with version verification run:\n\n\
+         quiesce job run -check-index {index} {}\n\nWhen running the job with the check-index \
+         flag, the job will only be run if the\njob modify index given matches the server-side \
+         version. If the index has\nchanged, another user has modified the job and the plan's \
+         results are\npotentially invalid.",
+        file.display()
+    );
+    changes
 }
 
 /// The flags of `job stop`, for each job it stops.

@@ -119,6 +119,10 @@ pub enum JobCommand {
         file: PathBuf,
         #[arg(long)]
         detach: bool,
+        /// Register only if the stored job's modify index is this (0: only a new job), as
+        /// `job plan` printed it.
+        #[arg(long = "check-index")]
+        check_index: Option<u64>,
         #[command(flatten)]
         address: Address,
     },
@@ -168,6 +172,13 @@ pub enum JobCommand {
     /// List a job's stored versions.
     History {
         job: String,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// What running a jobspec file would change: the diff and each group's updates, from a
+    /// dry run of the scheduler. Exits 1 if allocations would be created or destroyed.
+    Plan {
+        file: PathBuf,
         #[command(flatten)]
         address: Address,
     },

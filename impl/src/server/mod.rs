@@ -3,6 +3,7 @@
 
 mod broker;
 pub mod placement;
+mod plan;
 mod scheduler;
 pub mod store;
 pub mod structs;
@@ -10,6 +11,7 @@ pub mod structs;
 use crate::ids::IdGen;
 use crate::spec::{Job, SpecErrors};
 pub use broker::EvalBroker;
+pub use plan::{DesiredUpdates, PlanOutcome};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;

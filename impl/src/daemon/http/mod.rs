@@ -16,6 +16,7 @@ pub(super) mod guard;
 mod jobs;
 mod logs;
 mod nodes;
+mod plan;
 mod request;
 mod server;
 mod services;
@@ -335,6 +336,14 @@ fn job_routes(
     let need = |capability| check(authority, Need::Capability(capability));
     // An endpoint of jobs this agent does not serve is named so, never taken for a job ID
     // (no job ID ends in one of them).
+    if let Some(id) = rest.strip_suffix("/plan") {
+        return match method {
+            Method::Post | Method::Put => {
+                need("submit-job").and_then(|()| plan::plan_job(shared, id, body))
+            }
+            _ => Err(error(405, "Invalid method")),
+        };
+    }
     if let Some(suffix) = spec::JOB_ENDPOINT_SUFFIXES.iter().find(|suffix| {
         !matches!(
             **suffix,

@@ -77,7 +77,7 @@ fn node_stub(node: &Node) -> Value {
 }
 
 pub(super) fn list_nodes(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
-    query.bool("resources")?;
+    let with_resources = query.bool("resources")?;
     query.bool("os")?;
     let core = blocking_table(shared, query, |t| t.nodes)?;
     let prefix = query.get("prefix").unwrap_or("");
@@ -86,7 +86,16 @@ pub(super) fn list_nodes(shared: &Shared, query: &Query) -> Result<Reply, ApiErr
         .store
         .nodes()
         .filter(|node| node.id.starts_with(prefix))
-        .map(node_stub)
+        .map(|node| {
+            let mut stub = node_stub(node);
+            if with_resources {
+                stub["NodeResources"] = resources();
+                stub["ReservedResources"] = json!({"Cpu": {"CpuShares": 0},
+                    "Memory": {"MemoryMB": 0}, "Disk": {"DiskMB": 0},
+                    "Networks": {"ReservedHostPorts": ""}});
+            }
+            stub
+        })
         .collect();
     ok(json!(nodes), core.server.store.table_indexes().nodes)
 }
@@ -108,10 +117,8 @@ pub(super) fn get_node(shared: &Shared, id: &str, query: &Query) -> Result<Reply
 /// — a purged job's included while its tasks are still being stopped (the API's other
 /// lists no longer show them): how a purge's monitor knows when they are dead.
 pub(super) fn node_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
+    // An unknown node has no allocations (Nomad answers an empty list too).
     let core = blocking_table(shared, query, allocs_table)?;
-    if core.server.store.node(id).is_none() {
-        return Err(error(404, "node not found"));
-    }
     let chosen = stubs(&core, core.server.store.allocs_for_node(id));
     drop(core);
     stub_reply(chosen, false)
