@@ -422,14 +422,16 @@ mod tests {
     #[test]
     fn errors_speak_of_flags_as_the_user_typed_them() {
         let error = Cli::try_parse_from(double_dash(
-            ["quiesce", "job", "status", "-verbose"].map(String::from),
+            ["quiesce", "job", "status", "-verbosity"].map(String::from),
         ))
         .unwrap_err();
         let text = single_dash(&error.render().to_string());
         assert!(
-            text.contains("'-verbose'") && !text.contains("--verbose"),
+            text.contains("'-verbosity'") && !text.contains("--verbosity"),
             "{text}"
         );
+        // clap's tip names the flag that exists, in Nomad's spelling too.
+        assert!(!text.contains("--verbose"), "{text}");
         assert_eq!(single_dash("a -- b --x c--d"), "a -- b -x c--d");
     }
 

@@ -22,6 +22,7 @@
 pub mod host;
 pub mod http;
 pub mod keyring;
+mod launch;
 mod node;
 pub mod peers;
 pub mod persist;
