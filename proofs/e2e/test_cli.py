@@ -130,3 +130,20 @@ def test_job_plan_shows_the_diff_and_changes_nothing_then_run_checks_the_index(a
     assert stale.returncode == 1 and "Enforcing job modify index" in stale.stderr, stale
     agent.cli("job", "run", "-check-index", index, str(spec))
     assert agent.get("/v1/job/web")["Version"] == 1
+
+
+def test_a_followed_log_streams_until_the_allocation_ends(agent):
+    import urllib.request
+
+    assert agent.http("PUT", "/v1/jobs", web_job(agent.address))[0] == 200
+    [alloc] = agent.running("web", 1)
+    url = f"{agent.address}/v1/client/fs/logs/{alloc['ID']}?task=server&type=stdout&follow=true&plain=true"
+    stream = urllib.request.urlopen(url, timeout=30)
+    assert json.loads(stream.readline())["event"] == "start"
+    agent.cli("alloc", "stop", "-no-shutdown-delay", alloc["ID"][:8])
+    rest = stream.read().decode()  # ends once the allocation has ended
+    events = [json.loads(line)["event"] for line in rest.splitlines()]
+    assert "signal" in events and events[-1] == "exit", events
+    # Not plain: frames of base64 data.
+    frames = urllib.request.urlopen(url.replace("&plain=true", ""), timeout=30).read().decode()
+    assert '"Data":' in frames and '"Offset":' in frames, frames[:200]

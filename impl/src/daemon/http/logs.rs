@@ -3,23 +3,148 @@
 //! `plain=true` the bytes themselves, otherwise a frame `{"File","Offset","Data"}` (base64
 //! data), which Nomad's clients decode. At most [`MAX_READ`] bytes an answer; the file read
 //! is found from the allocation's record and its task's name as the spec has it, never built
-//! from the request. `follow` (a stream) is not served: a client follows by asking again
-//! from the offset it reached (the CLI's `alloc logs -f` does).
+//! from the request. With `follow=true` the answer is a stream: what there is, then what the
+//! task writes, read every [`FOLLOW_EVERY`], until the allocation has ended (and all it
+//! wrote is sent) or the client goes; each read is a request of its own (its token checked
+//! again), and at most [`MAX_FOLLOWERS`] streams run at once.
 
 use super::*;
 use std::io::{Read, Seek, SeekFrom};
 
 /// The most bytes one answer carries.
 pub const MAX_READ: u64 = 1 << 20;
+/// How often a followed log is read again.
+pub const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+/// The most followed logs at once.
+pub const MAX_FOLLOWERS: usize = 64;
 
-pub(super) fn task_logs(shared: &Shared, alloc_id: &str, query: &Query) -> Result<Reply, ApiError> {
-    if query.bool("follow")? {
+static FOLLOWERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A request to follow a log: its allocation, and whether it wants the bytes (`plain`).
+pub(super) struct Followed {
+    alloc: String,
+    plain: bool,
+}
+
+/// Whether the request follows a task's log.
+pub(super) fn follows(request: &ApiRequest) -> Option<Followed> {
+    let (path, query) = split_url(&request.url);
+    let alloc = path.strip_prefix("/v1/client/fs/logs/")?;
+    let query = Query::parse(&query).ok()?;
+    (request.method == Method::Get && query.bool("follow") == Ok(true)).then(|| Followed {
+        alloc: alloc.to_string(),
+        plain: query.bool("plain") == Ok(true),
+    })
+}
+
+/// The URL of one read of a followed log from `offset`, the request's other parameters
+/// kept (`follow` and the origin's own offset replaced).
+fn read_url(url: &str, offset: u64) -> String {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| {
+            let key = p.split('=').next().unwrap_or_default();
+            !matches!(key, "follow" | "offset" | "origin" | "plain" | "")
+        })
+        .collect();
+    format!("{path}?{}&origin=start&offset={offset}", kept.join("&"))
+}
+
+/// Follows a log: the first read answers (an error there is the answer), then a task sends
+/// what each later read finds, until the allocation has ended or the client has gone.
+pub(super) async fn follow(
+    shared: Arc<Shared>,
+    request: ApiRequest,
+    followed: Followed,
+) -> Result<(&'static str, tokio::sync::mpsc::Receiver<bytes::Bytes>), ApiError> {
+    use std::sync::atomic::Ordering;
+    if FOLLOWERS.fetch_add(1, Ordering::SeqCst) >= MAX_FOLLOWERS {
+        FOLLOWERS.fetch_sub(1, Ordering::SeqCst);
         return Err(error(
-            400,
-            "follow is not served by this agent: ask again from the offset reached",
+            429,
+            format!("at most {MAX_FOLLOWERS} logs are followed at once"),
         ));
     }
-    let raw = query.bool("plain")?;
+    struct Slot;
+    impl Drop for Slot {
+        fn drop(&mut self) {
+            FOLLOWERS.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let slot = Slot;
+    // The first read as asked (its origin and offset), without `follow` and `plain`; the
+    // later ones from the offset reached.
+    let (path, query) = request.url.split_once('?').unwrap_or((&request.url, ""));
+    let first_url = format!(
+        "{path}?{}",
+        query
+            .split('&')
+            .filter(|p| !matches!(p.split('=').next(), Some("follow" | "plain") | None))
+            .collect::<Vec<_>>()
+            .join("&")
+    );
+    let url = request.url.clone();
+    let token = request.token.clone();
+    let read = move |url: String| ApiRequest {
+        method: Method::Get,
+        url,
+        token: token.clone(),
+        body: bytes::Bytes::new(),
+        _reading: None,
+    };
+    let first = answer(Arc::clone(&shared), read(first_url)).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let content_type = if followed.plain {
+        "text/plain; charset=utf-8"
+    } else {
+        "application/json"
+    };
+    tokio::spawn(async move {
+        let _slot = slot;
+        let mut frame = first.body;
+        loop {
+            let data = frame["Data"].as_str().unwrap_or_default().to_string();
+            let offset = frame["Offset"].as_u64().unwrap_or(0);
+            if !data.is_empty() {
+                use base64::Engine;
+                let chunk = if followed.plain {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(&data)
+                        .unwrap_or_default()
+                } else {
+                    serde_json::to_vec(&frame).expect("JSON values serialize")
+                };
+                if tx.send(bytes::Bytes::from(chunk)).await.is_err() {
+                    return; // the client has gone
+                }
+            }
+            let ended = {
+                let core = shared.core();
+                core.server
+                    .store
+                    .alloc(&followed.alloc)
+                    .is_none_or(|a| a.client_status.is_terminal())
+            };
+            if ended && data.is_empty() {
+                return;
+            }
+            if data.is_empty() {
+                tokio::time::sleep(FOLLOW_EVERY).await;
+            }
+            match answer(Arc::clone(&shared), read(read_url(&url, offset))).await {
+                Ok(next) => frame = next.body,
+                Err(_) => return, // the token is gone, or the allocation
+            }
+        }
+    });
+    Ok((content_type, rx))
+}
+
+pub(super) fn task_logs(shared: &Shared, alloc_id: &str, query: &Query) -> Result<Reply, ApiError> {
+    query.bool("follow")?;
+    // Each read of a followed log is a frame; `plain` shapes the stream instead.
+    let raw = query.bool("plain")? && !query.bool("follow")?;
     let kind = match query.get("type") {
         Some("stdout") => crate::client::raw_exec::STDOUT_FILE,
         Some("stderr") => crate::client::raw_exec::STDERR_FILE,

@@ -24,7 +24,7 @@
 use super::{answer, ApiError, Reply, MAX_BODY_BYTES};
 use crate::daemon::Shared;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
@@ -182,11 +182,37 @@ fn out_of_descriptors(error: &std::io::Error) -> bool {
     )
 }
 
+/// An answer's body: whole, or a stream of chunks (a followed task log) until its sender
+/// is done or the client has gone.
+pub enum AnswerBody {
+    Whole(Option<Bytes>),
+    Stream(tokio::sync::mpsc::Receiver<Bytes>),
+}
+
+impl hyper::body::Body for AnswerBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            AnswerBody::Whole(bytes) => {
+                std::task::Poll::Ready(bytes.take().map(|b| Ok(hyper::body::Frame::data(b))))
+            }
+            AnswerBody::Stream(chunks) => chunks
+                .poll_recv(cx)
+                .map(|chunk| chunk.map(|b| Ok(hyper::body::Frame::data(b)))),
+        }
+    }
+}
+
 async fn respond(
     shared: Arc<Shared>,
     bodies: Arc<Semaphore>,
     request: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+) -> Result<Response<AnswerBody>, std::convert::Infallible> {
     let (parts, body) = request.into_parts();
     let url = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     if url.len() > MAX_URL_BYTES {
@@ -234,6 +260,18 @@ async fn respond(
         body,
         _reading: reading,
     };
+    if let Some(followed) = super::logs::follows(&request) {
+        return Ok(match super::logs::follow(shared, request, followed).await {
+            Ok((content_type, chunks)) => {
+                let mut response = Response::new(AnswerBody::Stream(chunks));
+                response
+                    .headers_mut()
+                    .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+                response
+            }
+            Err(e) => render(Err(e)),
+        });
+    }
     Ok(render(answer(shared, request).await))
 }
 
@@ -282,7 +320,7 @@ async fn read_body(
 
 /// An answer as Nomad sends it: JSON with the `X-Nomad-*` headers, or an error's plain
 /// text.
-fn render(answer: Result<Reply, ApiError>) -> Response<Full<Bytes>> {
+fn render(answer: Result<Reply, ApiError>) -> Response<AnswerBody> {
     let (status, content_type, body, index, next_token) = match answer {
         Ok(Reply {
             status,
@@ -304,7 +342,7 @@ fn render(answer: Result<Reply, ApiError>) -> Response<Full<Bytes>> {
             None,
         ),
     };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+    let mut response = Response::new(AnswerBody::Whole(Some(Bytes::from(body))));
     *response.status_mut() =
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = response.headers_mut();
