@@ -125,6 +125,13 @@ def test_job_plan_shows_the_diff_and_changes_nothing_then_run_checks_the_index(a
     stored = agent.get("/v1/job/web")
     assert stored["Version"] == 0 and stored["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] == "1"
     assert not signals(agent, alloc["ID"])
+    raw = agent.http("PUT", "/v1/job/web/plan", {**job, "Diff": True})[1]
+    assert raw["Diff"]["TaskGroups"][0]["Updates"] == {"create/destroy update": 1}, raw["Diff"]
+    assert raw["Annotations"]["DesiredTGUpdates"]["web"]["DestructiveUpdate"] == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"Job": {**job["Job"], "Periodic": {"Spec": "x"}}}))
+    refused = agent.cli("job", "plan", str(bad), check=False)
+    assert refused.returncode == 255 and "Periodic" in refused.stderr, refused
     index = out.split("Job Modify Index: ")[1].split()[0]
     stale = agent.cli("job", "run", "-check-index", str(int(index) + 5), str(spec), check=False)
     assert stale.returncode == 1 and "Enforcing job modify index" in stale.stderr, stale

@@ -152,6 +152,9 @@ def test_refused_fields_are_named_and_change_nothing(agent, tmp_path):
          "Templates[0].DestPath: \"exit.json\" is not a path inside the task's local/ directory"),
         ({"Datacenters": ["*" * 20000 + "X"]}, "Datacenters: \""),
         ({"Datacenters": ["dc"] * 65}, "Datacenters: at most 64"),
+        ({"TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "raw_exec",
+           "Config": {"command": "/bin/true", "deep": json.loads('{"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"b": 1}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}')}}]}]},
+         "TaskGroups[0].Tasks[0].Config: nested 40 deep, at most 32"),
         ({"Constraints": [{"LTarget": "${attr.kernel.name}", "Operand": "regexp", "RTarget": "l.*"}]},
          "Constraints[0].Operand: \"regexp\" is not an operand this agent judges"),
     ]

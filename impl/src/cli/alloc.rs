@@ -118,6 +118,14 @@ fn logs(api: &Api, alloc: &str, task: &str, stderr: bool, follow: bool) -> Resul
             return Ok(());
         }
         if bytes.is_empty() {
+            // Nothing new: done once the allocation has ended (all it wrote is out).
+            let alloc = api.get(&format!("/v1/allocation/{alloc}"))?;
+            if matches!(
+                text(&alloc, "ClientStatus").as_str(),
+                "complete" | "failed" | "lost"
+            ) {
+                return Ok(());
+            }
             std::thread::sleep(std::time::Duration::from_millis(250));
         }
     }
@@ -271,42 +279,82 @@ pub(super) fn monitor(api: &Api, eval_id: &str, stopped: Option<&[String]>) -> R
     }
 }
 
-/// Waits until every allocation in `ids` is client-terminal or gone (purged).
 /// Waits until every allocation in `ids` is client-terminal or gone — on its node's list,
 /// which still shows a purged job's allocations while their tasks are being stopped, so a
 /// purge's monitor too ends only when the tasks are dead.
 fn wait_stopped(api: &Api, ids: &[String]) -> Result<(), String> {
     let mut left: Vec<String> = ids.to_vec();
     let started = Instant::now();
-    let mut nodes = std::collections::BTreeSet::new();
-    for id in ids {
-        if let Ok(alloc) = api.get(&format!("/v1/allocation/{id}")) {
-            nodes.insert(text(&alloc, "NodeID"));
+    // The nodes of the allocations, from one list.
+    let listed = api.get("/v1/allocations")?;
+    let mut nodes: std::collections::BTreeSet<String> = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| ids.contains(&text(a, "ID")))
+        .map(|a| text(a, "NodeID"))
+        .collect();
+    if nodes.is_empty()
+        || listed
+            .as_array()
+            .is_some_and(|l| ids.iter().any(|id| !l.iter().any(|a| text(a, "ID") == *id)))
+    {
+        // Some already purged from the list: every node's, then (if this token may read
+        // nodes; else the list, on which a purged allocation is gone at once).
+        if let Ok(all) = api.get("/v1/nodes") {
+            nodes.extend(all.as_array().into_iter().flatten().map(|n| text(n, "ID")));
         }
-    }
-    if nodes.is_empty() {
-        // Purged before the monitor looked: every node's list, then.
-        let listed = api.get("/v1/nodes")?;
-        nodes.extend(
-            listed
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|n| text(n, "ID")),
-        );
     }
     let mut index = 0u64;
     while !left.is_empty() {
         let mut allocs = Vec::new();
         let mut next = index;
+        let mut by_node = true;
         for node in &nodes {
-            let (answer, at) = api.call_indexed(
+            // A node that is down will not report its allocations' ends: not waited for.
+            let down = api
+                .get(&format!("/v1/node/{node}"))
+                .is_ok_and(|n| text(&n, "Status") == "down");
+            match api.call_indexed(
                 "GET",
                 &format!("/v1/node/{node}/allocations?index={index}&wait=5s"),
                 None,
+            ) {
+                Ok((answer, at)) if down => {
+                    let on_node: Vec<String> = answer
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|a| text(a, "ID"))
+                        .collect();
+                    left.retain(|id| {
+                        let abandoned = on_node.contains(id);
+                        if abandoned {
+                            println!(
+                                "    {}: Allocation {:?}: its node is down; not waiting",
+                                now(),
+                                short(id)
+                            );
+                        }
+                        !abandoned
+                    });
+                    next = next.max(at);
+                }
+                Ok((answer, at)) => {
+                    allocs.extend(answer.as_array().cloned().unwrap_or_default());
+                    next = next.max(at);
+                }
+                Err(_) => by_node = false,
+            }
+        }
+        if !by_node || nodes.is_empty() {
+            let (answer, at) = api.call_indexed(
+                "GET",
+                &format!("/v1/allocations?index={index}&wait=5s"),
+                None,
             )?;
-            allocs.extend(answer.as_array().cloned().unwrap_or_default());
-            next = next.max(at);
+            allocs = answer.as_array().cloned().unwrap_or_default();
+            next = at;
         }
         left.retain(|id| {
             let found = allocs.iter().find(|a| text(a, "ID") == *id);

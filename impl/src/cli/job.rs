@@ -157,17 +157,35 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             Ok(())
         }
         JobCommand::Plan { file, address } => {
-            let api = Api::new(&address)?;
-            let body = read_jobspec(&file)?;
-            let mut value: Value = serde_json::from_slice(&body).expect("our own JSON");
-            let id = value["Job"]["ID"].as_str().unwrap_or_default().to_string();
-            value["Diff"] = Value::Bool(true);
-            let body = serde_json::to_vec(&value).expect("JSON values serialize");
-            let answer = api.call(
-                "PUT",
-                &format!("/v1/job/{}/plan", segment(&id)),
-                Some(&body),
-            )?;
+            // Nomad's exit codes: 0 no change to allocations, 1 some, 255 an error.
+            let planned = (|| {
+                let api = Api::new(&address)?;
+                let body = read_jobspec(&file)?;
+                let mut value: Value = serde_json::from_slice(&body).expect("our own JSON");
+                let member = |object: &Value, name: &str| {
+                    object
+                        .as_object()
+                        .and_then(|o| o.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)))
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or(Value::Null)
+                };
+                let job = member(&value, "Job");
+                let id = member(&job, "ID").as_str().unwrap_or_default().to_string();
+                value["Diff"] = Value::Bool(true);
+                let body = serde_json::to_vec(&value).expect("JSON values serialize");
+                api.call(
+                    "PUT",
+                    &format!("/v1/job/{}/plan", segment(&id)),
+                    Some(&body),
+                )
+            })();
+            let answer = match planned {
+                Ok(answer) => answer,
+                Err(message) => {
+                    eprintln!("Error: {message}");
+                    std::process::exit(255);
+                }
+            };
             let changes = print_plan(&answer, &file);
             if changes {
                 use std::io::Write;
@@ -254,7 +272,7 @@ fn print_plan(answer: &Value, file: &Path) -> bool {
     }
     let mut changes = false;
     for group in diff["TaskGroups"].as_array().into_iter().flatten() {
-        let updates = &group["Updates"];
+        let updates = &answer["Annotations"]["DesiredTGUpdates"][text(group, "Name")];
         let count = |key: &str| updates[key].as_u64().unwrap_or(0);
         let mut said = Vec::new();
         for (key, words) in [
@@ -300,6 +318,14 @@ fn print_plan(answer: &Value, file: &Path) -> bool {
     }
     match answer["FailedTGAllocs"].as_object() {
         Some(failed) if !failed.is_empty() => {
+            let warnings = text(answer, "Warnings");
+            if !warnings.is_empty() {
+                println!("\nJob Warnings:\n{warnings}");
+            }
+            // No change to the job: nothing to run, whatever the scheduler would place (Nomad's).
+            if diff["Type"] == "None" {
+                changes = false;
+            }
             println!("\nScheduler dry-run:\n- WARNING: Failed to place all allocations.");
             for (group, metric) in failed {
                 let count = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;

@@ -33,10 +33,40 @@ pub struct PlanOutcome {
 }
 
 impl Server {
+    /// A server holding only what a plan of `job_id` reads: the job's versions and
+    /// allocations, the nodes, and the other jobs' allocations whose tasks may still run
+    /// (their load and ports) — not the whole store, which a plan must not copy under the
+    /// core's lock.
+    fn sandbox(&self, job_id: &str) -> Server {
+        let store = &self.store;
+        let mut jobs = BTreeMap::new();
+        if let Some(versions) = store.job_versions(job_id) {
+            jobs.insert(job_id.to_string(), versions.to_vec());
+        }
+        let mut allocs: Vec<Allocation> = store.allocs_by_job(job_id).cloned().collect();
+        for node in &self.nodes {
+            allocs.extend(
+                store
+                    .allocs_for_node(node)
+                    .filter(|a| a.job_id != job_id && !a.client_status.is_terminal())
+                    .cloned(),
+            );
+        }
+        let tables = store::Tables {
+            jobs,
+            allocs,
+            evals: Vec::new(),
+            services: Vec::new(),
+            nodes: store.nodes().cloned().collect(),
+        };
+        let copy = StateStore::restore(store.index(), tables, store.table_indexes());
+        Server::restore(copy, self.nodes.clone(), 0)
+    }
+
     /// What registering `job` would do, on a copy of this server: nothing here changes.
     pub fn plan_job(&self, job: Job) -> Result<PlanOutcome, ServerError> {
         let job_modify_index = self.store.job(&job.id).map_or(0, |j| j.job_modify_index);
-        let mut sandbox = self.clone();
+        let mut sandbox = self.sandbox(&job.id);
         let registered = sandbox.register_job(job.clone())?;
         let stored = sandbox
             .store
@@ -97,7 +127,7 @@ impl Server {
         let created = sandbox
             .store
             .evals()
-            .filter(|e| e.id != registered.eval_id && self.store.eval(&e.id).is_none())
+            .filter(|e| e.id != registered.eval_id && e.job_id == job.id)
             .cloned()
             .collect();
         Ok(PlanOutcome {

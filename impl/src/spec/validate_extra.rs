@@ -12,6 +12,27 @@ const MAX_PORTS: usize = 64;
 const MAX_TEMPLATES: usize = 64;
 const MAX_TEMPLATE_BYTES: usize = 1 << 20;
 const MAX_TAGS: usize = 64;
+/// How deep a task's `Config` may nest (JSON readers stop at 128 levels, and a job is stored
+/// a few levels down in an allocation's record).
+const MAX_CONFIG_DEPTH: usize = 32;
+
+/// How deep a value nests (a scalar is 0).
+fn depth(value: &serde_json::Value) -> usize {
+    // Iterative: the value came from a reader that bounds it, but this must not recurse.
+    let mut deepest = 0;
+    let mut todo = vec![(value, 0usize)];
+    while let Some((value, at)) = todo.pop() {
+        deepest = deepest.max(at);
+        match value {
+            serde_json::Value::Array(items) => todo.extend(items.iter().map(|v| (v, at + 1))),
+            serde_json::Value::Object(members) => {
+                todo.extend(members.values().map(|v| (v, at + 1)))
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
 
 /// The constraint operands judged on the node's attributes.
 pub const OPERANDS: [&str; 7] = ["=", "==", "is", "!=", "not", "is_set", "is_not_set"];
@@ -91,6 +112,18 @@ pub(super) fn check(job: &Job, fail: &mut dyn FnMut(String, String)) {
         for (t, task) in group.tasks.iter().enumerate() {
             let at = format!("{at}.Tasks[{t}]");
             meta(fail, &format!("{at}.Meta"), task.meta.as_ref());
+            if let Some(config) = &task.config {
+                let deepest = config.values().map(depth).max().unwrap_or(0);
+                if deepest > MAX_CONFIG_DEPTH {
+                    fail(
+                        format!("{at}.Config"),
+                        format!(
+                            "nested {deepest} deep, at most {MAX_CONFIG_DEPTH} (the agent stores \
+                             the job inside other records, which must read back)"
+                        ),
+                    );
+                }
+            }
             constraints(
                 fail,
                 &format!("{at}.Constraints"),

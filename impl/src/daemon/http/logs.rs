@@ -195,7 +195,23 @@ pub(super) fn task_logs(shared: &Shared, alloc_id: &str, query: &Query) -> Resul
         crate::daemon::host::DaemonHost::task_dir(&shared.config.data_dir, &alloc.id, &known.name)
     };
     let path = dir.join(kind);
-    let (data, start) = match std::fs::File::open(&path) {
+    // Opened without following a link or blocking (a FIFO), and read only if it is a plain
+    // file: a task running as root could put anything in its directory.
+    let opened = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+            .and_then(|file| {
+                if file.metadata()?.is_file() {
+                    Ok(file)
+                } else {
+                    Err(std::io::Error::other("not a plain file"))
+                }
+            })
+    };
+    let (data, start) = match opened {
         // Not started yet: nothing written.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), 0),
         Err(e) => return Err(error(500, format!("reading the {kind}: {e}"))),

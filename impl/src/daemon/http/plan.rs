@@ -10,8 +10,8 @@ use super::*;
 fn field(name: &str, old: Option<&Value>, new: Option<&Value>) -> Option<Value> {
     let text = |v: Option<&Value>| match v {
         None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
+        Some(Value::String(s)) => clipped(s),
+        Some(other) => clipped(&other.to_string()),
     };
     let (old_text, new_text) = (text(old), text(new));
     let kind = match (old_text.is_empty(), new_text.is_empty()) {
@@ -26,8 +26,37 @@ fn field(name: &str, old: Option<&Value>, new: Option<&Value>) -> Option<Value> 
     )
 }
 
-/// The changed fields of two objects, flattened; `skip` keys are diffed elsewhere.
+/// The most fields a diff lists, how deep it goes into a value, and how much of a name or a
+/// value it shows: a jobspec's `Config` is the user's own, and its diff must stay small.
+const MAX_FIELDS: usize = 1000;
+const MAX_DEPTH: usize = 3;
+const MAX_SHOWN: usize = 256;
+
+fn clipped(text: &str) -> String {
+    if text.len() <= MAX_SHOWN {
+        return text.to_string();
+    }
+    let mut end = MAX_SHOWN;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// The changed fields of two objects, flattened; `skip` keys are diffed elsewhere. Below
+/// [`MAX_DEPTH`] a value is compared whole, as its JSON.
 fn fields(old: &Value, new: &Value, prefix: &str, skip: &[&str], out: &mut Vec<Value>) {
+    fields_at(old, new, prefix, skip, out, 0)
+}
+
+fn fields_at(
+    old: &Value,
+    new: &Value,
+    prefix: &str,
+    skip: &[&str],
+    out: &mut Vec<Value>,
+    depth: usize,
+) {
     let empty = Map::new();
     let (old_map, new_map) = (
         old.as_object().unwrap_or(&empty),
@@ -35,6 +64,9 @@ fn fields(old: &Value, new: &Value, prefix: &str, skip: &[&str], out: &mut Vec<V
     );
     let keys: std::collections::BTreeSet<&String> = old_map.keys().chain(new_map.keys()).collect();
     for key in keys {
+        if out.len() >= MAX_FIELDS {
+            return;
+        }
         if prefix.is_empty() && skip.contains(&key.as_str()) {
             continue;
         }
@@ -48,11 +80,21 @@ fn fields(old: &Value, new: &Value, prefix: &str, skip: &[&str], out: &mut Vec<V
         } else {
             format!("{prefix}.{key}")
         };
+        let name = clipped(&name);
         let (o, n) = (old_map.get(key), new_map.get(key));
-        let objects = o.is_some_and(Value::is_object) || n.is_some_and(Value::is_object);
-        if objects {
+        let objects = o.is_none_or(Value::is_object)
+            && n.is_none_or(Value::is_object)
+            && (o.is_some() || n.is_some());
+        if objects && depth < MAX_DEPTH {
             let null = Value::Null;
-            fields(o.unwrap_or(&null), n.unwrap_or(&null), &name, &[], out);
+            fields_at(
+                o.unwrap_or(&null),
+                n.unwrap_or(&null),
+                &name,
+                &[],
+                out,
+                depth + 1,
+            );
         } else if let Some(diff) = field(&name, o, n) {
             out.push(diff);
         }
@@ -112,7 +154,13 @@ pub(super) fn job_diff(
 ) -> Value {
     let null = Value::Null;
     let mut changed = Vec::new();
-    fields(old.unwrap_or(&null), new, "", &["TaskGroups"], &mut changed);
+    fields(
+        old.unwrap_or(&null),
+        new,
+        "",
+        &["TaskGroups", "ID"],
+        &mut changed,
+    );
     let (old_groups, new_groups) = (
         by_name(old.and_then(|o| o.get("TaskGroups"))),
         by_name(new.get("TaskGroups")),
@@ -216,6 +264,28 @@ pub(super) fn plan_job(shared: &Shared, path_id: &str, body: &[u8]) -> Result<Re
             )
         })
         .collect();
+    // A group diff's `Updates` in Nomad's words, the non-zero ones (`scheduler/annotate.go`).
+    let group_updates: BTreeMap<String, Value> = outcome
+        .updates
+        .iter()
+        .map(|(group, u)| {
+            let mut words = Map::new();
+            for (key, n) in [
+                ("ignore", u.ignore),
+                ("create", u.place),
+                ("destroy", u.stop),
+                ("migrate", u.migrate),
+                ("canary", u.canary),
+                ("in-place update", u.in_place_update),
+                ("create/destroy update", u.destructive_update),
+            ] {
+                if n > 0 {
+                    words.insert(key.into(), json!(n));
+                }
+            }
+            (group.clone(), Value::Object(words))
+        })
+        .collect();
     // Nomad's `AllocMetric` per group that failed; what it says here is how many.
     let failed: Option<Map<String, Value>> = (!outcome.failed.is_empty()).then(|| {
         outcome
@@ -230,7 +300,7 @@ pub(super) fn plan_job(shared: &Shared, path_id: &str, body: &[u8]) -> Result<Re
             })
             .collect()
     });
-    let diff = want_diff.then(|| job_diff(old.as_ref(), &spec_json(&outcome.job), &updates));
+    let diff = want_diff.then(|| job_diff(old.as_ref(), &spec_json(&outcome.job), &group_updates));
     ok(
         json!({"Annotations": {"DesiredTGUpdates": updates, "PreemptedAllocs": null},
                "FailedTGAllocs": failed, "JobModifyIndex": outcome.job_modify_index,
@@ -240,4 +310,29 @@ pub(super) fn plan_job(shared: &Shared, path_id: &str, body: &[u8]) -> Result<Re
                "Warnings": spec::fields::warnings_text(&warnings), "Index": index}),
         index,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_diff_stays_small_whatever_the_config() {
+        let key = "k".repeat(100_000);
+        let wide: Map<String, Value> = (0..5000).map(|i| (format!("a{i}"), json!(i))).collect();
+        let new = json!({"Config": {key.clone(): wide}});
+        let mut out = Vec::new();
+        fields(&json!({}), &new, "", &[], &mut out);
+        assert!(out.len() <= MAX_FIELDS, "{}", out.len());
+        assert!(out
+            .iter()
+            .all(|f| f["Name"].as_str().unwrap().len() <= MAX_SHOWN + 4));
+        // Deeper than MAX_DEPTH, a value is one field, shown clipped.
+        let deep = json!({"A": {"B": {"C": {"D": {"E": "x".repeat(10_000)}}}}});
+        let mut out = Vec::new();
+        fields(&json!({}), &deep, "", &[], &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0]["Name"], "A.B.C.D");
+        assert!(out[0]["New"].as_str().unwrap().len() <= MAX_SHOWN + 4);
+    }
 }
