@@ -29,6 +29,7 @@ def test_node_status_inspect_history_validate_and_status(agent, tmp_path):
     node_id = agent.get("/v1/nodes")[0]["ID"]
     out = agent.cli("node", "status", node_id[:8]).stdout
     assert node_id in out and "raw_exec" in out, out
+    assert json.loads(agent.cli("node", "status", "-json", node_id[:8]).stdout)["ID"] == node_id
     assert agent.http("PUT", "/v1/jobs", web_job(agent.address))[0] == 200
     [alloc] = agent.running("web", 1)
     assert alloc["ID"][:8] in agent.cli("node", "status", node_id[:8]).stdout

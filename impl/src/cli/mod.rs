@@ -245,6 +245,9 @@ pub enum NodeCommand {
     /// List the nodes, or show one.
     Status {
         node: Option<String>,
+        /// The node (or the list) as JSON, as the API has it.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         address: Address,
     },
@@ -401,9 +404,11 @@ pub fn main(args: Vec<String>) -> i32 {
             Api::new(&address).and_then(|api| eval_status(&api, &eval))
         }
         Top::Acl(command) => acl(command),
-        Top::Node(NodeCommand::Status { node, address }) => {
-            Api::new(&address).and_then(|api| node::node_status(&api, node.as_deref()))
-        }
+        Top::Node(NodeCommand::Status {
+            node,
+            json,
+            address,
+        }) => Api::new(&address).and_then(|api| node::node_status(&api, node.as_deref(), json)),
         Top::Status { address } => Api::new(&address).and_then(|api| job::list_jobs(&api)),
     };
     match result {

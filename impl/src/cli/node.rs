@@ -2,9 +2,19 @@
 
 use super::api::{fields, resolve, short, table, text, Api};
 
-pub(super) fn node_status(api: &Api, node: Option<&str>) -> Result<(), String> {
+pub(super) fn node_status(api: &Api, node: Option<&str>, json: bool) -> Result<(), String> {
+    let as_json = |value: &serde_json::Value| {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(value).expect("JSON values serialize")
+        );
+    };
     let Some(prefix) = node else {
         let nodes = api.get("/v1/nodes")?;
+        if json {
+            as_json(&nodes);
+            return Ok(());
+        }
         let nodes = nodes.as_array().cloned().unwrap_or_default();
         if nodes.is_empty() {
             println!("No nodes registered");
@@ -37,6 +47,10 @@ pub(super) fn node_status(api: &Api, node: Option<&str>) -> Result<(), String> {
     };
     let stub = resolve(api, "Node", "nodes", prefix)?;
     let node = api.get(&format!("/v1/node/{}", text(&stub, "ID")))?;
+    if json {
+        as_json(&node);
+        return Ok(());
+    }
     let drivers = node["Drivers"]
         .as_object()
         .map(|d| d.keys().cloned().collect::<Vec<_>>().join(","))

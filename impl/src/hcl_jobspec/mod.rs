@@ -39,6 +39,16 @@ pub fn parse_job(text: &str) -> Result<Value, String> {
             attribute.key()
         )));
     }
+    if let Some(block) = body
+        .blocks()
+        .find(|b| matches!(b.identifier.as_str(), "variable" | "locals"))
+    {
+        return Err(error(format!(
+            "{:?} blocks are not supported by this agent: write the values into the job \
+             (HCL2 variables and locals are not evaluated)",
+            block.identifier.as_str()
+        )));
+    }
     let mut jobs = body.blocks();
     let job = match (jobs.next(), jobs.next()) {
         (Some(job), None) if job.identifier.as_str() == "job" => job,
@@ -451,6 +461,10 @@ job "web" {
             ),
             ("job \"a\" {".into(), "Failed to parse job"),
             ("group \"g\" {}".into(), "a jobspec holds one job block"),
+            (
+                "variable \"v\" {}\njob \"a\" {}".into(),
+                "\"variable\" blocks are not supported",
+            ),
         ];
         for (text, expected) in cases {
             let text = text.as_str();
