@@ -177,7 +177,7 @@ pub(super) fn text(value: &Value, key: &str) -> String {
 /// A value as the terminal is shown it: control characters (C0, DEL, C1 — a job ID may hold
 /// any, by Nomad's rules, and an escape sequence would be run by the operator's terminal)
 /// written as escapes.
-pub(super) fn shown(text: &str) -> String {
+pub fn shown(text: &str) -> String {
     if !text.chars().any(char::is_control) {
         return text.to_string();
     }

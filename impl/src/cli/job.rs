@@ -52,11 +52,7 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
                 body = serde_json::to_vec(&value).expect("JSON values serialize");
             }
             let answer = api.call("PUT", "/v1/jobs", Some(&body))?;
-            let warnings = text(&answer, "Warnings");
-            if !warnings.is_empty() {
-                // As Nomad's CLI: "Job Warnings:" and the server's text, then a blank line.
-                println!("Job Warnings:\n{warnings}\n");
-            }
+            print_warnings(&answer);
             let eval = text(&answer, "EvalID");
             if eval.is_empty() {
                 println!("Job registered; no evaluation was created");
@@ -198,10 +194,7 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             let api = Api::new(&address)?;
             let body = read_jobspec(&file)?;
             let answer = api.call("PUT", "/v1/validate/job", Some(&body))?;
-            let warnings = text(&answer, "Warnings");
-            if !warnings.is_empty() {
-                println!("Job Warnings:\n{warnings}\n");
-            }
+            print_warnings(&answer);
             match answer["ValidationErrors"].as_array() {
                 Some(errors) if !errors.is_empty() => {
                     let lines: Vec<String> = errors
@@ -240,6 +233,15 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             }
             monitor(&api, &eval, None)
         }
+    }
+}
+
+/// The answer's warnings, as Nomad's CLI prints them: "Job Warnings:" and the server's
+/// text, then a blank line.
+fn print_warnings(answer: &Value) {
+    let warnings = text(answer, "Warnings");
+    if !warnings.is_empty() {
+        println!("Job Warnings:\n{warnings}\n");
     }
 }
 

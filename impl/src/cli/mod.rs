@@ -11,7 +11,7 @@ mod api;
 mod job;
 mod node;
 
-pub use api::{rfc3339, Api};
+pub use api::{rfc3339, shown, Api};
 
 use acl::acl;
 use agent::agent;

@@ -30,7 +30,7 @@ mod start;
 pub mod timers;
 mod workers;
 
-pub use node::{announce_ready, FirstHeartbeat};
+pub use node::{announce_ready, hostname, FirstHeartbeat};
 pub use start::spawn;
 use workers::*;
 
@@ -113,17 +113,7 @@ pub(crate) fn say_line(line: std::fmt::Arguments) {
     use std::io::Write;
     // What a line quotes may come from a request or a peer: its control characters (a
     // newline that forges a line, a terminal escape) are written as escapes.
-    let line: String = line
-        .to_string()
-        .chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect();
+    let line = crate::cli::shown(&line.to_string());
     let _ = writeln!(std::io::stderr().lock(), "quiesce agent: {line}");
 }
 

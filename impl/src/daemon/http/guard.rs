@@ -102,12 +102,7 @@ fn own_origin(bind: SocketAddr, origin: &str) -> bool {
 /// This machine's host name (a name of its own, not one a web page's author controls).
 fn host_name() -> String {
     static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|name| name.trim().to_string())
-            .unwrap_or_default()
-    })
-    .clone()
+    NAME.get_or_init(crate::daemon::hostname).clone()
 }
 
 #[cfg(test)]

@@ -229,6 +229,30 @@ pub(super) fn driver_errors(job: &Job) -> Vec<SpecError> {
     errors
 }
 
+/// A register body's job as this agent would take it — decoded, defaulted, valid, in the
+/// one namespace, its drivers' needs met — and the warnings for it (fields not acted on,
+/// Nomad 2.0.1's shutdown_delay warnings): what registering and planning both start from.
+pub(super) fn accepted_job(body: &[u8]) -> Result<(Job, Vec<String>), ApiError> {
+    let (job, mut warnings) =
+        spec::parse_register_body_warned(body).map_err(|e| error(400, e.to_string()))?;
+    warnings.extend(spec::fields::shutdown_delay_warnings(&job));
+    if job.namespace != "default" {
+        // One namespace only: every object, and every ACL check, is in `default`.
+        return Err(error(
+            400,
+            format!(
+                "job {:?} is in nonexistent namespace {:?}",
+                job.id, job.namespace
+            ),
+        ));
+    }
+    let errors = driver_errors(&job);
+    if !errors.is_empty() {
+        return Err(error(400, SpecErrors(errors).to_string()));
+    }
+    Ok((job, warnings))
+}
+
 pub(super) fn register(
     shared: &Shared,
     path_id: Option<&str>,
@@ -281,27 +305,11 @@ pub(super) fn register(
         eval_priority: (eval_priority != 0).then_some(eval_priority),
         enforce_index: enforce.then_some(job_modify_index),
     };
-    let (job, mut warnings) =
-        spec::parse_register_body_warned(body).map_err(|e| error(400, e.to_string()))?;
-    warnings.extend(spec::fields::shutdown_delay_warnings(&job));
-    if job.namespace != "default" {
-        // One namespace only: every object, and every ACL check, is in `default`.
-        return Err(error(
-            400,
-            format!(
-                "job {:?} is in nonexistent namespace {:?}",
-                job.id, job.namespace
-            ),
-        ));
-    }
+    let (job, warnings) = accepted_job(body)?;
     if let Some(id) = path_id {
         if id != job.id {
             return Err(error(400, "Job ID does not match name"));
         }
-    }
-    let errors = driver_errors(&job);
-    if !errors.is_empty() {
-        return Err(error(400, SpecErrors(errors).to_string()));
     }
     let mut core = shared.core();
     let starts = core

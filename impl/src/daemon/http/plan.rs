@@ -227,24 +227,9 @@ pub(super) fn plan_job(shared: &Shared, path_id: &str, body: &[u8]) -> Result<Re
         .as_object()
         .and_then(|o| o.iter().find(|(k, _)| k.eq_ignore_ascii_case("Diff")))
         .is_some_and(|(_, v)| v.as_bool() == Some(true));
-    let (job, mut warnings) =
-        spec::parse_register_body_warned(body).map_err(|e| error(400, e.to_string()))?;
-    warnings.extend(spec::fields::shutdown_delay_warnings(&job));
+    let (job, warnings) = accepted_job(body)?;
     if job.id != path_id {
         return Err(error(400, "Job ID does not match"));
-    }
-    if job.namespace != "default" {
-        return Err(error(
-            400,
-            format!(
-                "job {:?} is in nonexistent namespace {:?}",
-                job.id, job.namespace
-            ),
-        ));
-    }
-    let errors = driver_errors(&job);
-    if !errors.is_empty() {
-        return Err(error(400, SpecErrors(errors).to_string()));
     }
     let core = shared.core();
     let old = core.server.store.job(&job.id).map(spec_json);
