@@ -20,6 +20,7 @@ fn shell(dir: &Path, script: &str) -> Launch {
         user: None,
         files: Vec::new(),
         dir: dir.to_path_buf(),
+        run: 0,
         command: "/bin/sh".into(),
         args: vec!["-c".into(), script.into()],
         env: vec![("GREETING".into(), "hello".into())],
@@ -32,6 +33,7 @@ fn sleep(dir: &Path, user: Option<&str>) -> Launch {
         user: user.map(str::to_string),
         files: Vec::new(),
         dir: dir.to_path_buf(),
+        run: 0,
         command: "/bin/sleep".into(),
         args: vec!["60".into()],
         env: Vec::new(),
@@ -160,6 +162,7 @@ fn a_task_that_cannot_start_says_why() {
         user: None,
         files: Vec::new(),
         dir: dir.clone(),
+        run: 0,
         command: "/no/such/program".into(),
         args: Vec::new(),
         env: Vec::new(),
@@ -489,4 +492,40 @@ fn a_task_whose_user_does_not_exist_does_not_start() {
         error.contains("no user \"quiesce-no-such-user\""),
         "{error}"
     );
+}
+
+/// A restart's run has its own supervisor state: launched while the first run's supervisor
+/// may still be going and its exit record is on disk, it runs the command again (the log
+/// keeps both runs' output), reports its own exit, and each run reattaches to itself.
+#[test]
+fn a_second_run_is_a_new_process_not_the_first_runs_record() {
+    let dir = task_dir("second-run");
+    let first = raw_exec::launch(
+        supervisor(),
+        &["supervise"],
+        &shell(&dir, "echo run; exit 4"),
+    )
+    .unwrap()
+    .expect("the first run starts");
+    let (record, reaper) = first.wait();
+    assert_eq!(record.exit_code, 4);
+    let second = Launch {
+        run: 1,
+        ..shell(&dir, "echo run; exit 5")
+    };
+    let attached = raw_exec::launch(supervisor(), &["supervise"], &second)
+        .unwrap()
+        .expect("the second run starts");
+    reaper.reap();
+    let (record, reaper) = attached.wait();
+    reaper.reap();
+    assert_eq!(record.exit_code, 5, "the second run's own exit");
+    let log = std::fs::read_to_string(dir.join(raw_exec::STDOUT_FILE)).unwrap();
+    assert_eq!(log, "run\nrun\n");
+    for (run, code) in [(0, 4), (1, 5)] {
+        match raw_exec::reattach(&raw_exec::run_dir(&dir, run)).unwrap() {
+            Reattach::Exited(record) => assert_eq!(record.exit_code, code, "run {run}"),
+            other => panic!("run {run}: {other:?}"),
+        }
+    }
 }

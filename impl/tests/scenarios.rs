@@ -68,7 +68,7 @@ fn web_job(count: i64) -> Job {
 fn running(job: Job) -> Simulator {
     let mut sim = Simulator::new(1, 42);
     sim.register(job).unwrap();
-    sim.run_until_quiet(STEPS).unwrap();
+    sim.run_until_idle(STEPS).unwrap();
     sim
 }
 

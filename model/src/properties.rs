@@ -7,7 +7,7 @@
 //! history, and folded into sticky [`State::violations`] bits when lean history erases them.
 
 use crate::config::TaskKind;
-use crate::state::{Alloc, Delay, RunnerPhase, State, TaskPhase};
+use crate::state::{Alloc, Delay, RestartMark, RunnerPhase, State, TaskPhase};
 use crate::StopPathModel;
 use stateright::Property;
 
@@ -21,6 +21,8 @@ pub mod names {
     pub const KILL_ORDER: &str = "kill_order";
     pub const KILL_TIMEOUT_RESPECTED: &str = "kill_timeout_respected";
     pub const STOP_COMPLETES: &str = "stop_completes";
+    pub const SERVICES_RESTORED: &str = "services_restored";
+    pub const RESTART_POLICY_RESPECTED: &str = "restart_policy_respected";
 
     pub const DELAY_SKIPPED: &str = "delay_skipped_by_flag";
     pub const DELAY_CUT_SHORT: &str = "delay_cut_short_mid_wait";
@@ -32,6 +34,20 @@ pub mod names {
     pub const SIGKILL_AFTER_KILL_TIMEOUT: &str = "sigkill_after_kill_timeout";
     pub const RESTARTED_JOB_WAITS_FULL_DELAY: &str = "restarted_job_waits_full_delay";
     pub const CLIENT_RESTARTED_WITH_FLAG: &str = "client_restarted_with_flag";
+    pub const RESTART_DELAY_SKIPPED: &str = "restart_delay_skipped_by_flag";
+    pub const RESTART_FULL_DELAY_WAITED: &str = "restart_full_delay_waited";
+    pub const DELAY_WAITED_AFTER_FLAGGED_RESTART: &str = "delay_waited_after_flagged_restart";
+    pub const RESTART_DELAY_CUT_SHORT_BY_STOP: &str = "restart_delay_cut_short_by_stop";
+    pub const CRASHED_TASK_RESTARTED: &str = "crashed_task_restarted";
+    pub const RESTART_POLICY_EXHAUSTED: &str = "restart_policy_exhausted";
+
+    /// The restart witnesses every part with restart requests under a budget of two reaches.
+    pub const RESTART_WITNESSES: &[&str] = &[
+        RESTART_DELAY_SKIPPED,
+        RESTART_FULL_DELAY_WAITED,
+        DELAY_WAITED_AFTER_FLAGGED_RESTART,
+        RESTART_DELAY_CUT_SHORT_BY_STOP,
+    ];
 
     /// The witnesses every part with a free budget of two requests reaches.
     pub const BUDGET2_WITNESSES: &[&str] = &[
@@ -50,8 +66,8 @@ use names::*;
 
 type Condition = fn(&StopPathModel, &State) -> bool;
 
-/// The eight invariants, in DESIGN.md's order.
-pub const INVARIANTS: [(&str, Condition); 8] = [
+/// The ten invariants, in DESIGN.md's order (the tenth is the restart policy's).
+pub const INVARIANTS: [(&str, Condition); 10] = [
     (PRESTOP_HOOKS_ALWAYS_RUN, prestop_hooks_always_run),
     (
         DELAY_SKIPPED_ONLY_WHEN_FLAGGED,
@@ -63,10 +79,12 @@ pub const INVARIANTS: [(&str, Condition); 8] = [
     (KILL_ORDER, kill_order),
     (KILL_TIMEOUT_RESPECTED, kill_timeout_respected),
     (STOP_COMPLETES, stop_completes),
+    (SERVICES_RESTORED, services_restored),
+    (RESTART_POLICY_RESPECTED, restart_policy_respected),
 ];
 
 /// Every `sometimes` property; a part checks those its configuration lists as witnesses.
-pub const WITNESSES: [(&str, Condition); 10] = [
+pub const WITNESSES: [(&str, Condition); 16] = [
     (DELAY_SKIPPED, |_, s| any_delay(s, |d| d == Delay::Skipped)),
     (DELAY_CUT_SHORT, |_, s| {
         any_delay(s, |d| d == Delay::CutShort)
@@ -102,7 +120,41 @@ pub const WITNESSES: [(&str, Condition); 10] = [
     (CLIENT_RESTARTED_WITH_FLAG, |_, s| {
         s.ghost.restarted_with_flag
     }),
+    (RESTART_DELAY_SKIPPED, |_, s| {
+        any_task(s, |t| {
+            t.restart == RestartMark::Flagged && t.delay == Delay::Skipped
+        })
+    }),
+    (RESTART_FULL_DELAY_WAITED, |_, s| {
+        any_task(s, |t| {
+            t.restart == RestartMark::Unflagged && t.delay == Delay::Elapsed
+        })
+    }),
+    (DELAY_WAITED_AFTER_FLAGGED_RESTART, |_, s| {
+        s.allocs
+            .iter()
+            .any(|a| a.flagged_restart_done && a.delays().any(|d| d == Delay::Elapsed))
+    }),
+    (RESTART_DELAY_CUT_SHORT_BY_STOP, |_, s| {
+        any_task(s, |t| {
+            t.restart != RestartMark::None && t.delay == Delay::CutShort
+        })
+    }),
+    (CRASHED_TASK_RESTARTED, |_, s| {
+        any_task(s, |t| t.restarts >= 1 && t.phase == TaskPhase::Running)
+    }),
+    (RESTART_POLICY_EXHAUSTED, |_, s| {
+        s.allocs.iter().any(|a| a.failed)
+    }),
 ];
+
+fn any_task(state: &State, wanted: impl Fn(&crate::state::Task) -> bool) -> bool {
+    state
+        .allocs
+        .iter()
+        .flat_map(|alloc| alloc.tasks.iter())
+        .any(wanted)
+}
 
 fn any_delay(state: &State, wanted: impl Fn(Delay) -> bool) -> bool {
     state.allocs.iter().any(|alloc| alloc.delays().any(&wanted))
@@ -136,18 +188,25 @@ pub enum Violation {
     KillTimeout = 1 << 5,
     /// Not per allocation: an erased job version's spec differed from the registered one.
     JobspecChanged = 1 << 6,
+    ServicesRestored = 1 << 7,
+    RestartPolicy = 1 << 8,
 }
 
 type AllocCheck = fn(&StopPathModel, &Alloc) -> bool;
 
 /// The invariants that judge one allocation record at a time, with their sticky bits.
-const PER_ALLOC: [(Violation, AllocCheck); 6] = [
+const PER_ALLOC: [(Violation, AllocCheck); 8] = [
     (Violation::PrestopHooks, prestop_hooks_ran),
     (Violation::DelaySkipped, delays_shortened_only_when_flagged),
     (Violation::FlagHonoured, no_wait_after_flag_due),
     (Violation::FlagScoped, flag_only_where_requested),
     (Violation::KillOrder, killed_in_order),
     (Violation::KillTimeout, sigkill_only_after_timeout),
+    (
+        Violation::ServicesRestored,
+        services_registered_while_running,
+    ),
+    (Violation::RestartPolicy, restarts_within_policy),
 ];
 
 /// Every per-allocation invariant `alloc` breaks, as [`Violation`] bits: what lean history
@@ -183,29 +242,38 @@ fn finished_after_start(alloc: &Alloc) -> bool {
 
 /// **prestop_hooks_always_run** (DESIGN.md invariant 1; seed: "we'll still run
 /// allocrunner/taskrunner prestop hooks"). Forbids a task being signalled or SIGKILLed before
-/// the group pre-kill hooks of its allocation and its own pre-kill hooks have run, and a
-/// killed task, or a finished allocation, without its hooks. Why: the hooks deregister
-/// services; a signal before deregistration sends traffic to a dying task, flag or no flag.
+/// its own pre-kill hooks and — unless the kill is a restart's, which leaves the group alone —
+/// the group pre-kill hooks of its allocation have run, and a killed task, or a finished
+/// allocation, without its hooks (a task whose run ended on its own was not killed; an
+/// allocation failed with nothing left alive kills nothing). Why: the hooks deregister
+/// services; a signal before deregistration sends traffic to a dying task, flag or no flag,
+/// stop or restart.
 pub fn prestop_hooks_always_run(model: &StopPathModel, state: &State) -> bool {
     every_alloc(model, state, Violation::PrestopHooks, prestop_hooks_ran)
 }
 
 fn prestop_hooks_ran(model: &StopPathModel, alloc: &Alloc) -> bool {
-    let signalled_early = alloc
-        .tasks
-        .iter()
-        .any(|task| (task.signalled || task.sigkilled) && !(alloc.group_pre_kill && task.pre_kill));
-    let killed_without_hooks = tasks_of(model, alloc).any(|(kind, task)| {
-        kind != TaskKind::Poststop && task.phase == TaskPhase::Exited && !task.pre_kill
+    let signalled_early = alloc.tasks.iter().any(|task| {
+        let group_hooks_due = task.restart == RestartMark::None;
+        (task.signalled || task.sigkilled)
+            && !(task.pre_kill && (alloc.group_pre_kill || !group_hooks_due))
     });
-    let finished_without_group_hooks = finished_after_start(alloc) && !alloc.group_pre_kill;
+    let killed_without_hooks = tasks_of(model, alloc).any(|(kind, task)| {
+        kind != TaskKind::Poststop
+            && task.phase == TaskPhase::Exited
+            && !task.pre_kill
+            && !task.ended_on_own
+    });
+    let finished_without_group_hooks =
+        finished_after_start(alloc) && !alloc.group_pre_kill && !alloc.failed;
     !(signalled_early || killed_without_hooks || finished_without_group_hooks)
 }
 
 /// **delay_skipped_only_when_flagged** (invariant 2). Forbids a group or task delay being
-/// skipped or cut short unless a request carrying the flag targeted that allocation before.
-/// Why: without the operator's explicit request, load balancers must get their full drain
-/// time.
+/// skipped or cut short unless a stop carrying the flag targeted that allocation before, or —
+/// for a task's delay during its restart — that restart carried the flag. Why: without the
+/// operator's explicit request, load balancers must get their full drain time; and a
+/// restart's flag is one-shot, never reaching a later restart or stop.
 pub fn delay_skipped_only_when_flagged(model: &StopPathModel, state: &State) -> bool {
     every_alloc(
         model,
@@ -216,14 +284,20 @@ pub fn delay_skipped_only_when_flagged(model: &StopPathModel, state: &State) -> 
 }
 
 fn delays_shortened_only_when_flagged(_: &StopPathModel, alloc: &Alloc) -> bool {
-    alloc.flag_requested || !alloc.delays().any(Delay::shortened)
+    alloc.flag_requested
+        || (!alloc.group_delay.shortened()
+            && alloc
+                .tasks
+                .iter()
+                .all(|task| !task.delay.shortened() || task.restart == RestartMark::Flagged))
 }
 
 /// **flag_is_honoured** (invariant 3). Forbids any delay of an allocation still being waited
 /// once the client has pulled an update after a flagged request was accepted for it —
 /// whether that update changed the allocation or removed it (purge). A wait in progress must
-/// have been cut short in that step, a later wait skipped. Why: this is the feature; it is
-/// what Nomad's purge (≥ 1.7.3), its unflagged `alloc stop` and its restored runners break.
+/// have been cut short in that step, a later wait skipped. Likewise no flagged restart ever
+/// waits its task's delay. Why: this is the feature; it is what Nomad's purge (≥ 1.7.3), its
+/// unflagged `alloc stop`, its restored runners and its in-place restarts break.
 pub fn flag_is_honoured(model: &StopPathModel, state: &State) -> bool {
     every_alloc(
         model,
@@ -234,7 +308,11 @@ pub fn flag_is_honoured(model: &StopPathModel, state: &State) -> bool {
 }
 
 fn no_wait_after_flag_due(_: &StopPathModel, alloc: &Alloc) -> bool {
-    !alloc.flag_due || !alloc.delays().any(|delay| delay == Delay::Waiting)
+    let flagged_restart_waits = alloc
+        .tasks
+        .iter()
+        .any(|task| task.restart == RestartMark::Flagged && task.delay == Delay::Waiting);
+    !flagged_restart_waits && (!alloc.flag_due || !alloc.delays().any(|d| d == Delay::Waiting))
 }
 
 /// **jobspec_unchanged** (invariant 4; seed: the UI Start button would resubmit a modified
@@ -309,23 +387,87 @@ fn sigkill_only_after_timeout(_: &StopPathModel, alloc: &Alloc) -> bool {
 }
 
 /// **stop_completes** (invariant 8, bounded, as safety). In a state where the cluster has
-/// nothing left to do on its own (no evaluation, update, hook or timer pending; only an
-/// operator request, or a task choosing to exit, could change it), forbids an allocation that
-/// a stop or a purge targeted being anything but client-terminal with every service
-/// deregistered.
+/// nothing left to do on its own (no evaluation, update, hook, decision or timer pending;
+/// only an operator request, or a running task choosing to exit, could change it), forbids an
+/// allocation that a stop or a purge targeted, or that failed, being anything but
+/// client-terminal with every service deregistered.
 pub fn stop_completes(model: &StopPathModel, state: &State) -> bool {
     let mut pending = Vec::new();
     model.internal_actions(state, &mut pending);
-    if !pending.is_empty() {
+    let crash = |action: &crate::Action| match *action {
+        crate::Action::TaskExit { alloc, task } => {
+            state.allocs[usize::from(alloc)].tasks[usize::from(task)].phase == TaskPhase::Running
+        }
+        _ => false,
+    };
+    if pending.iter().any(|action| !crash(action)) {
         return true;
     }
     state
         .allocs
         .iter()
-        .filter(|alloc| alloc.desired_stop || alloc.tombstone)
+        .filter(|alloc| alloc.desired_stop || alloc.tombstone || alloc.failed)
         .all(|alloc| {
             alloc.runner == RunnerPhase::Terminal
                 && !alloc.group_service_registered
                 && alloc.tasks.iter().all(|task| !task.service_registered)
         })
+}
+
+/// **services_restored** (invariant 9). Forbids a running task whose job gives it a service
+/// without that service registered — after a restart (in place or by the policy) as at its
+/// first start — a running allocation without its group services, and any service of a
+/// client-terminal allocation still registered. Why: a restart that leaves a task
+/// deregistered takes it out of the load balancer for good, silently.
+pub fn services_restored(model: &StopPathModel, state: &State) -> bool {
+    every_alloc(
+        model,
+        state,
+        Violation::ServicesRestored,
+        services_registered_while_running,
+    )
+}
+
+fn services_registered_while_running(model: &StopPathModel, alloc: &Alloc) -> bool {
+    let group = &model.cfg.group;
+    let tasks_registered = group
+        .tasks
+        .iter()
+        .zip(alloc.tasks.iter())
+        .all(|(cfg, task)| {
+            cfg.kind == TaskKind::Poststop
+                || task.phase != TaskPhase::Running
+                || task.service_registered == cfg.service
+        });
+    let group_registered =
+        alloc.runner != RunnerPhase::Running || alloc.group_service_registered == group.service;
+    let none_after_end = alloc.runner != RunnerPhase::Terminal
+        || (!alloc.group_service_registered
+            && alloc.tasks.iter().all(|task| !task.service_registered));
+    tasks_registered && group_registered && none_after_end
+}
+
+/// **restart_policy_respected** (invariant 10; Nomad's `restart` block, `mode = "fail"`).
+/// Forbids a crashed task being restarted more often than the policy's `attempts`, and a task
+/// whose policy is exhausted staying dead in a runner that still runs: its allocation fails
+/// and the rest is killed. Why: a crash loop past the policy hides a broken deployment, and a
+/// half-dead allocation keeps serving.
+pub fn restart_policy_respected(model: &StopPathModel, state: &State) -> bool {
+    every_alloc(
+        model,
+        state,
+        Violation::RestartPolicy,
+        restarts_within_policy,
+    )
+}
+
+fn restarts_within_policy(model: &StopPathModel, alloc: &Alloc) -> bool {
+    let attempts = model.cfg.restart_attempts;
+    let within = alloc.tasks.iter().all(|task| task.restarts <= attempts);
+    let dead_in_running_runner = alloc.runner == RunnerPhase::Running
+        && alloc
+            .tasks
+            .iter()
+            .any(|task| task.ended_on_own && task.phase == TaskPhase::Exited);
+    within && !dead_in_running_runner
 }

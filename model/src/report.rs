@@ -1,7 +1,7 @@
 //! Verdicts of a finished check, and counterexamples told in the operator's language.
 //! Pure functions: the binary prints what they return.
 
-use crate::state::{Alloc, Delay, RunnerPhase, State};
+use crate::state::{Alloc, Delay, RestartMark, RunnerPhase, State, TaskPhase};
 use crate::step::Action;
 use crate::StopPathModel;
 use stateright::{Checker, Expectation, HasDiscoveries, Model, Path};
@@ -197,11 +197,6 @@ pub fn describe(model: &StopPathModel, before: &State, action: Action, after: &S
             alloc_name(model, usize::from(alloc)),
             task_name(model, task)
         ),
-        Action::TaskExit { alloc, task } => format!(
-            "{} task {} exits",
-            alloc_name(model, usize::from(alloc)),
-            task_name(model, task)
-        ),
         Action::KillTimeout { alloc, task } => format!(
             "{} task {}: kill_timeout fires, SIGKILL",
             alloc_name(model, usize::from(alloc)),
@@ -218,6 +213,50 @@ pub fn describe(model: &StopPathModel, before: &State, action: Action, after: &S
             task_name(model, task)
         ),
         Action::ClientRestart => "client agent restarts and restores its runners".to_string(),
+        Action::RestartAlloc {
+            alloc,
+            task,
+            no_shutdown_delay,
+        } => format!(
+            "operator runs `alloc restart{} {}{}`",
+            flag(no_shutdown_delay),
+            alloc_name(model, usize::from(alloc)),
+            task.map_or(String::new(), |task| format!(" {}", task_name(model, task)))
+        ),
+        Action::TaskExit { alloc, task }
+            if before.allocs[usize::from(alloc)].tasks[usize::from(task)].phase
+                == TaskPhase::Running =>
+        {
+            format!(
+                "{} task {} exits on its own",
+                alloc_name(model, usize::from(alloc)),
+                task_name(model, task)
+            )
+        }
+        Action::TaskExit { alloc, task } => format!(
+            "{} task {} exits",
+            alloc_name(model, usize::from(alloc)),
+            task_name(model, task)
+        ),
+        Action::RestartDecision {
+            alloc,
+            task,
+            unrecoverable,
+        } => format!(
+            "{} task {}: the restart policy decides{}",
+            alloc_name(model, usize::from(alloc)),
+            task_name(model, task),
+            if unrecoverable {
+                " (an unrecoverable error)"
+            } else {
+                ""
+            }
+        ),
+        Action::RestartDelayElapsed { alloc, task } => format!(
+            "{} task {}: restart delay timer fires",
+            alloc_name(model, usize::from(alloc)),
+            task_name(model, task)
+        ),
     };
     let changes = changes(model, before, after);
     if changes.is_empty() {
@@ -328,6 +367,26 @@ fn alloc_changes(model: &StopPathModel, name: &str, old: &Alloc, new: &Alloc) ->
         if new_task.pre_kill && !old_task.pre_kill {
             out.push(format!("{name} task {} pre-kill hooks ran", cfg.name));
         }
+        if new_task.restart != old_task.restart && new_task.restart != RestartMark::None {
+            out.push(format!("{name} task {} restarting", cfg.name));
+        }
+        if new_task.phase != old_task.phase {
+            let phase = match new_task.phase {
+                TaskPhase::Running if old_task.phase != TaskPhase::NotStarted => "runs again",
+                TaskPhase::Crashed => "dead, awaiting the restart policy",
+                TaskPhase::Restarting => "waiting its restart delay",
+                _ => "",
+            };
+            if !phase.is_empty() {
+                out.push(format!("{name} task {} {phase}", cfg.name));
+            }
+        }
+        if new_task.service_registered && !old_task.service_registered {
+            out.push(format!("{name} task {} service registered", cfg.name));
+        }
+    }
+    if new.failed && !old.failed {
+        out.push(format!("{name} FAILED: restart attempts used up"));
     }
     if new.runner != old.runner {
         let phase = match new.runner {

@@ -79,6 +79,20 @@ pub enum TaskPhase {
     Signalled,
     /// Dead: `Terminated`, `Killed` and the stop hooks are done.
     Exited,
+    /// It exited on its own while it ran (its exited hooks deregistered its services); the
+    /// restart policy has not decided yet.
+    Crashed,
+    /// The restart policy restarts it: the restart delay timer is running.
+    Restarting,
+}
+
+/// Whether the task's current (or last) kill is a restart's, and whether that restart asked
+/// for `-no-shutdown-delay`. One-shot: cleared when the task runs again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RestartMark {
+    None,
+    Unflagged,
+    Flagged,
 }
 
 /// One task's record on the client.
@@ -97,6 +111,12 @@ pub struct Task {
     /// The kill-timeout timer set at the kill signal has fired.
     pub kill_timeout_fired: bool,
     pub sigkilled: bool,
+    /// The kill in progress is an in-place restart's (`alloc restart`), not a stop's.
+    pub restart: RestartMark,
+    /// How often the restart policy restarted it after a crash.
+    pub restarts: u8,
+    /// Its last run ended on its own (a crash), not by a kill.
+    pub ended_on_own: bool,
 }
 
 impl Task {
@@ -109,11 +129,14 @@ impl Task {
         signalled: false,
         kill_timeout_fired: false,
         sigkilled: false,
+        restart: RestartMark::None,
+        restarts: 0,
+        ended_on_own: false,
     };
 
-    /// The record in 12 bits, for hashing: a state is fingerprinted at every step, and
+    /// The record in 18 bits, for hashing: a state is fingerprinted at every step, and
     /// hashing field by field cost more than half of the checker's time.
-    pub fn pack(&self) -> u64 {
+    pub fn pack(&self) -> u32 {
         let bits = [
             self.killing,
             self.pre_kill,
@@ -121,12 +144,26 @@ impl Task {
             self.signalled,
             self.kill_timeout_fired,
             self.sigkilled,
+            self.ended_on_own,
         ];
         let flags = bits
             .iter()
             .enumerate()
-            .fold(0, |acc, (i, &bit)| acc | u64::from(bit) << i);
-        self.phase as u64 | (self.delay as u64) << 3 | flags << 6
+            .fold(0, |acc, (i, &bit)| acc | u32::from(bit) << i);
+        debug_assert!(self.restarts < 8, "a restart count fits three bits");
+        self.phase as u32
+            | (self.delay as u32) << 3
+            | flags << 6
+            | (self.restart as u32) << 13
+            | u32::from(self.restarts) << 15
+    }
+
+    /// Running, or under a kill that has begun: a process exists.
+    pub fn is_live(&self) -> bool {
+        matches!(
+            self.phase,
+            TaskPhase::Running | TaskPhase::Delaying | TaskPhase::Signalled
+        )
     }
 
     /// Dead or never started: nothing of it holds up the next kill stage.
@@ -199,12 +236,19 @@ pub struct Alloc {
     pub flag_due: bool,
     /// Placed by a `job start` that followed a flagged stop.
     pub placed_after_flagged_stop: bool,
+
+    // --- client, restarts ---
+    /// A task's restart policy was exhausted: the allocation failed and its other tasks are
+    /// killed through the stop path (`Sibling Task Failed`, `Leader Task Dead`).
+    pub failed: bool,
+    /// Ghost: a flagged restart of one of its tasks has completed.
+    pub flagged_restart_done: bool,
 }
 
 impl Alloc {
-    /// The record in two words, injective, so that hashing it is two writes (see
+    /// The record in three words, injective, so that hashing it is three writes (see
     /// [`Task::pack`]) and sorting by it is a canonical order.
-    pub fn pack(&self) -> [u64; 2] {
+    pub fn pack(&self) -> [u64; 3] {
         let spec = self.spec.task_shutdown_delay.iter().enumerate().fold(
             u64::from(self.spec.group_shutdown_delay),
             |acc, (i, &delay)| acc | u64::from(delay) << (i + 1),
@@ -226,6 +270,8 @@ impl Alloc {
             self.flag_requested,
             self.flag_due,
             self.placed_after_flagged_stop,
+            self.failed,
+            self.flagged_restart_done,
         ];
         let flags = bits
             .iter()
@@ -237,12 +283,10 @@ impl Alloc {
             | (self.runner as u64) << 17
             | (self.group_delay as u64) << 20
             | flags << 23;
-        let tasks = self
-            .tasks
-            .iter()
-            .enumerate()
-            .fold(0, |acc, (i, task)| acc | task.pack() << (12 * i));
-        [record, tasks]
+        let tasks = self.tasks.iter().enumerate().fold(0u128, |acc, (i, task)| {
+            acc | u128::from(task.pack()) << (18 * i)
+        });
+        [record, tasks as u64, (tasks >> 64) as u64]
     }
 
     /// The record the server holds now, as the client would pull it; `None` once removed.
@@ -279,9 +323,10 @@ impl Alloc {
 
 impl std::hash::Hash for Alloc {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        let [record, tasks] = self.pack();
+        let [record, low, high] = self.pack();
         state.write_u64(record);
-        state.write_u64(tasks);
+        state.write_u64(low);
+        state.write_u64(high);
     }
 }
 

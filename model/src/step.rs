@@ -23,6 +23,14 @@ pub enum Action {
     },
     /// `job start`: resubmit the latest version with `Stop=false`, and an evaluation.
     StartJob,
+    /// `alloc restart [-no-shutdown-delay] ALLOC [TASK]`: in place, straight to the client;
+    /// each targeted task (`None`: every running task) has its pre-kill hooks run, then its
+    /// delay starts, or is skipped (and the kill signal sent) in the same step.
+    RestartAlloc {
+        alloc: AllocIx,
+        task: Option<TaskIx>,
+        no_shutdown_delay: bool,
+    },
 
     // --- server ---
     /// The scheduler reconciles the job (older pending evaluations are superseded).
@@ -52,7 +60,8 @@ pub enum Action {
         alloc: AllocIx,
         task: TaskIx,
     },
-    /// The task exits, on its own during its delay or after the kill signal.
+    /// The task exits: on its own while it runs (a crash) or during its delay, or after the
+    /// kill signal. After a restart's kill, in a runner still running, it runs again at once.
     TaskExit {
         alloc: AllocIx,
         task: TaskIx,
@@ -72,6 +81,21 @@ pub enum Action {
     },
     /// The client agent restarts; runners are restored from stored state.
     ClientRestart,
+    /// The restart policy decides about a crashed task: restart it after the restart delay,
+    /// or — attempts used up — fail the allocation, whose other tasks are then killed through
+    /// the stop path. In a stopping runner the task stays dead.
+    /// `unrecoverable`: the run ended in an error the driver reported (a program that cannot
+    /// be started, a process lost): never retried.
+    RestartDecision {
+        alloc: AllocIx,
+        task: TaskIx,
+        unrecoverable: bool,
+    },
+    /// The restart delay timer fires: the task runs again and its services are registered.
+    RestartDelayElapsed {
+        alloc: AllocIx,
+        task: TaskIx,
+    },
 }
 
 impl Action {
@@ -92,6 +116,9 @@ impl Action {
             Action::PoststopStart { .. } => "PoststopStart",
             Action::PoststopExit { .. } => "PoststopExit",
             Action::ClientRestart => "ClientRestart",
+            Action::RestartAlloc { .. } => "RestartAlloc",
+            Action::RestartDecision { .. } => "RestartDecision",
+            Action::RestartDelayElapsed { .. } => "RestartDelayElapsed",
         }
     }
 
@@ -104,6 +131,7 @@ impl Action {
                 | Action::StopAlloc { .. }
                 | Action::StartJob
                 | Action::ClientRestart
+                | Action::RestartAlloc { .. }
         )
     }
 
@@ -119,7 +147,10 @@ impl Action {
             | Action::TaskExit { alloc, .. }
             | Action::KillTimeout { alloc, .. }
             | Action::PoststopStart { alloc, .. }
-            | Action::PoststopExit { alloc, .. } => Some(alloc),
+            | Action::PoststopExit { alloc, .. }
+            | Action::RestartAlloc { alloc, .. }
+            | Action::RestartDecision { alloc, .. }
+            | Action::RestartDelayElapsed { alloc, .. } => Some(alloc),
             Action::StopJob { .. }
             | Action::StartJob
             | Action::ProcessEval
@@ -149,7 +180,27 @@ impl fmt::Display for Action {
                     "StopAlloc{{alloc: {alloc}, no_shutdown_delay: {no_shutdown_delay}}}"
                 )
             }
+            Action::RestartAlloc {
+                alloc,
+                task,
+                no_shutdown_delay,
+            } => {
+                let task = task.map_or("all".to_string(), |task| task.to_string());
+                write!(
+                    f,
+                    "RestartAlloc{{alloc: {alloc}, task: {task}, no_shutdown_delay: {no_shutdown_delay}}}"
+                )
+            }
+            Action::RestartDecision {
+                alloc,
+                task,
+                unrecoverable,
+            } => write!(
+                f,
+                "RestartDecision{{alloc: {alloc}, task: {task}, unrecoverable: {unrecoverable}}}"
+            ),
             Action::TaskPreKill { alloc, task }
+            | Action::RestartDelayElapsed { alloc, task }
             | Action::TaskDelayElapsed { alloc, task }
             | Action::TaskExit { alloc, task }
             | Action::KillTimeout { alloc, task }

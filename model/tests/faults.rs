@@ -23,6 +23,13 @@ fn part_for(fault: Fault) -> ModelCfg {
         Fault::SidecarsKilledWithMainTasks => named("count1-main-budget2"),
         // Needs a client restart after the flag was pulled.
         Fault::NomadRestoreIgnoresFlag => named("flagged-stop-then-client-restart"),
+        // Need an in-place restart, and (the leak) a restart or stop after it.
+        Fault::RestartFlagLeaks
+        | Fault::RestartSignalsBeforePreKill
+        | Fault::NomadInplaceRestartIgnoresFlag
+        | Fault::RestartLeavesServicesDeregistered => named("count1-restart-budget2"),
+        // Needs crashes and a restart policy.
+        Fault::RestartPastAttempts => named("count1-crash-attempts1"),
         _ => config::small().remove(0),
     }
 }
@@ -109,6 +116,11 @@ fault_tests! {
     nomad_alloc_stop_resets_flag: NomadAllocStopResetsFlag,
     nomad_restore_ignores_flag: NomadRestoreIgnoresFlag,
     stop_before_start_ignored: StopBeforeStartIgnored,
+    restart_flag_leaks: RestartFlagLeaks,
+    restart_signals_before_prekill: RestartSignalsBeforePreKill,
+    nomad_inplace_restart_ignores_flag: NomadInplaceRestartIgnoresFlag,
+    restart_leaves_services_deregistered: RestartLeavesServicesDeregistered,
+    restart_past_attempts: RestartPastAttempts,
 }
 
 /// The faults' counterexamples read in the operator's language; Nomad's unflagged
@@ -149,4 +161,23 @@ fn unreachable_witness_is_a_failure() {
         .unwrap();
     assert_eq!(witness.verdict, Verdict::NoExample);
     assert!(witness.verdict.is_failure());
+}
+
+/// Nomad's in-place restart ignoring the flag, told as the operator would see it: the
+/// flagged restart, then the task's delay waiting anyway.
+#[test]
+fn inplace_restart_counterexample_names_the_flagged_restart() {
+    let fault = Fault::NomadInplaceRestartIgnoresFlag;
+    let verdicts = catch(fault, History::Full);
+    let violated = verdicts
+        .iter()
+        .find(|v| v.name == fault.intended_property())
+        .unwrap();
+    let model = part_for(fault).with_fault(Some(fault)).into_model();
+    let story = report::narrate(&model, violated.counterexample.as_ref().unwrap()).join("\n");
+    assert!(
+        story.contains("operator runs `alloc restart -no-shutdown-delay web[0]"),
+        "{story}"
+    );
+    assert!(story.contains("delay waiting"), "{story}");
 }

@@ -167,10 +167,17 @@ def test_a_batch_job_whose_task_ends_completes(agent):
     assert len(agent.allocs("once")) == 1
 
 
-def test_a_failing_leader_fails_the_allocation(agent):
-    body = {"Job": {"ID": "crash", "TaskGroups": [{"Name": "g", "Tasks": [
+def test_a_failing_leader_is_restarted_by_its_policy_then_fails_the_allocation(agent):
+    """A leader that keeps failing: its restart policy (one attempt, after 1 s) runs it a
+    second time, then — the attempts used up — the allocation fails and the helper is killed
+    through the stop path (`Leader Task Dead`), signalled once."""
+    body = {"Job": {"ID": "crash", "TaskGroups": [{"Name": "g",
+        "RestartPolicy": {"Attempts": 1, "Delay": SECOND, "Interval": 10 * SECOND,
+                          "Mode": "fail"},
+        "Tasks": [
         {"Name": "leader", "Driver": "raw_exec", "Leader": True,
-         "Config": {"command": "/bin/sh", "args": ["-c", "sleep 0.3; exit 4"]}},
+         "Config": {"command": "/bin/sh",
+                    "args": ["-c", 'echo ran >> "$NOMAD_ALLOC_DIR/runs"; sleep 0.3; exit 4']}},
         {"Name": "helper", "Driver": "raw_exec",
          "Config": {"command": WITNESS},
          "Env": {"QUIESCE_AGENT": agent.address}},
@@ -180,6 +187,12 @@ def test_a_failing_leader_fails_the_allocation(agent):
     agent.wait_terminal([alloc["ID"]])
     record = agent.get(f"/v1/allocation/{alloc['ID']}")
     assert record["ClientStatus"] == "failed"
+    assert (agent.alloc_dir(alloc["ID"]) / "runs").read_text() == "ran\nran\n"
+    leader = record["TaskStates"]["leader"]
+    assert leader["Restarts"] == 1 and leader["Failed"], leader
+    kinds = [e["Type"] for e in leader["Events"]]
+    assert "Restarting" in kinds and kinds[-1] == "Not Restarting", kinds
+    assert "Exceeded allowed attempts 1" in leader["Events"][-1]["DisplayMessage"], leader
     helper = [e["Type"] for e in record["TaskStates"]["helper"]["Events"]]
     assert "Leader Task Dead" in helper and "Killing" in helper, helper
     assert [line[0] for line in agent.task_log(alloc["ID"], "helper")] == ["started", "signal", "exit"]

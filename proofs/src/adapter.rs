@@ -2,7 +2,7 @@
 
 use quiesce::server::structs::AllocId;
 use quiesce::sim::Simulator;
-use quiesce::spec::{Job, Lifecycle, Service, Task, TaskGroup, TaskRole};
+use quiesce::spec::{Job, Lifecycle, RestartPolicy, Service, Task, TaskGroup, TaskRole};
 use quiesce::step::Step;
 use quiesce_model::config::{GroupCfg, ModelCfg, TaskCfg, TaskKind, MAX_TASKS};
 use quiesce_model::Action;
@@ -36,6 +36,8 @@ pub fn group_cfg(job: &Job, group: &str) -> Result<GroupCfg, String> {
             },
             shutdown_delay: task.shutdown_delay_ns > 0,
             service: has_services(&task.services),
+            // A real process may end on its own at any moment it runs.
+            may_crash: task.role() != TaskRole::Poststop,
         })
         .collect();
     Ok(GroupCfg {
@@ -82,11 +84,30 @@ pub fn jobspec(cfg: &ModelCfg) -> Job {
             },
             shutdown_delay_ns: if task.shutdown_delay { 20 * SECOND } else { 0 },
             services: services(&task.name, task.service),
-            config: (task.kind == TaskKind::Poststop)
-                .then(|| [("run_for".to_string(), serde_json::json!(SECOND))].into()),
+            // A task that may crash ends on its own, failing, after a minute of running.
+            config: if task.kind == TaskKind::Poststop {
+                Some([("run_for".to_string(), serde_json::json!(SECOND))].into())
+            } else if task.may_crash {
+                Some(
+                    [
+                        ("run_for".to_string(), serde_json::json!(60 * SECOND)),
+                        ("exit_code".to_string(), serde_json::json!(1)),
+                    ]
+                    .into(),
+                )
+            } else {
+                None
+            },
             ..Task::default()
         })
         .collect();
+    let restart_policy = RestartPolicy {
+        attempts: Some(i64::from(cfg.restart_attempts)),
+        interval_ns: Some(24 * 3600 * SECOND),
+        delay_ns: Some(15 * SECOND),
+        mode: Some("fail".to_string()),
+        render_templates: None,
+    };
     Job {
         id: cfg.job.to_string(),
         task_groups: vec![TaskGroup {
@@ -95,6 +116,7 @@ pub fn jobspec(cfg: &ModelCfg) -> Job {
             shutdown_delay_ns: cfg.group.shutdown_delay.then_some(30 * SECOND),
             services: services(&cfg.group.name, cfg.group.service),
             tasks,
+            restart_policy: Some(restart_policy),
             ..TaskGroup::default()
         }],
         ..Job::default()
@@ -153,6 +175,28 @@ pub fn step_of(cfg: &ModelCfg, ids: &[AllocId], action: Action) -> Step {
             task: task(t),
         },
         Action::ClientRestart => Step::ClientRestart,
+        Action::RestartAlloc {
+            alloc: a,
+            task: t,
+            no_shutdown_delay,
+        } => Step::RestartAlloc {
+            alloc: alloc(a),
+            task: t.map(task),
+            no_shutdown_delay,
+        },
+        Action::RestartDecision {
+            alloc: a,
+            task: t,
+            unrecoverable,
+        } => Step::RestartDecision {
+            alloc: alloc(a),
+            task: task(t),
+            unrecoverable,
+        },
+        Action::RestartDelayElapsed { alloc: a, task: t } => Step::RestartDelayElapsed {
+            alloc: alloc(a),
+            task: task(t),
+        },
     }
 }
 
@@ -228,6 +272,23 @@ pub fn action_at(step: &Step, alloc: Option<u8>, task: Option<u8>) -> Option<Act
             task: task?,
         },
         Step::ClientRestart => Action::ClientRestart,
+        // A restart of every running task names none; `task` is then `None` too.
+        Step::RestartAlloc {
+            no_shutdown_delay, ..
+        } => Action::RestartAlloc {
+            alloc: alloc?,
+            task,
+            no_shutdown_delay: *no_shutdown_delay,
+        },
+        Step::RestartDecision { unrecoverable, .. } => Action::RestartDecision {
+            alloc: alloc?,
+            task: task?,
+            unrecoverable: *unrecoverable,
+        },
+        Step::RestartDelayElapsed { .. } => Action::RestartDelayElapsed {
+            alloc: alloc?,
+            task: task?,
+        },
     })
 }
 

@@ -108,7 +108,8 @@ pub fn initial_sim(cfg: &ModelCfg) -> Result<(Simulator, Vec<AllocId>), String> 
     let mut sim = Simulator::new(usize::from(cfg.nodes), 1);
     sim.register(jobspec(cfg))
         .map_err(|e| format!("cannot register the job: {e}"))?;
-    sim.run_until_quiet(100_000)
+    // Only what waits for nothing: a task that may crash must not have crashed yet.
+    sim.run_until_idle(100_000)
         .map_err(|e| format!("the job does not start: {e}"))?;
     let mut ids = Vec::new();
     extend_ids(&sim, &cfg.job, &mut ids);

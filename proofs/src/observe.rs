@@ -6,12 +6,13 @@
 //! events, allocations, versions, evaluations, service registrations).
 
 use quiesce::client::{
-    AllocRunner, DelayOutcome, RunnerPhase as ImplPhase, TaskPhase as ImplTaskPhase,
+    AllocRunner, DelayOutcome, RestartMark as ImplMark, RunnerPhase as ImplPhase,
+    TaskPhase as ImplTaskPhase,
 };
 use quiesce::server::structs::{AllocId, DesiredStatus};
 use quiesce::sim::Simulator;
 use quiesce::spec::Job;
-use quiesce_model::state::{Alloc, Delay, RunnerPhase, State, TaskPhase};
+use quiesce_model::state::{Alloc, Delay, RestartMark, RunnerPhase, State, TaskPhase};
 use quiesce_model::StopPathModel;
 use std::fmt::Write;
 
@@ -50,6 +51,10 @@ pub struct TaskObs {
     pub delay: Delay,
     pub signalled: bool,
     pub sigkilled: bool,
+    pub restart: RestartMark,
+    /// Restarts by the restart policy.
+    pub restarts: u8,
+    pub ended_on_own: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +67,7 @@ pub struct AllocObs {
     pub group_service_registered: bool,
     pub group_delay: Delay,
     pub tasks: Vec<TaskObs>,
+    pub failed: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,8 +131,12 @@ fn alloc_of_model(alloc: &Alloc, tasks: usize) -> AllocObs {
                 delay: task.delay,
                 signalled: task.signalled,
                 sigkilled: task.sigkilled && task.kill_timeout_fired,
+                restart: task.restart,
+                restarts: task.restarts,
+                ended_on_own: task.ended_on_own,
             })
             .collect(),
+        failed: alloc.failed,
     }
 }
 
@@ -182,6 +192,9 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize) -> AllocObs {
             delay: Delay::None,
             signalled: false,
             sigkilled: false,
+            restart: RestartMark::None,
+            restarts: 0,
+            ended_on_own: false,
         };
         return AllocObs {
             server,
@@ -192,6 +205,7 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize) -> AllocObs {
             group_service_registered: registered(""),
             group_delay: Delay::None,
             tasks: vec![not_started; tasks],
+            failed: false,
         };
     };
     AllocObs {
@@ -218,6 +232,8 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize) -> AllocObs {
                     ImplTaskPhase::Delaying => TaskPhase::Delaying,
                     ImplTaskPhase::Signalled => TaskPhase::Signalled,
                     ImplTaskPhase::Dead => TaskPhase::Exited,
+                    ImplTaskPhase::Crashed => TaskPhase::Crashed,
+                    ImplTaskPhase::Restarting => TaskPhase::Restarting,
                 },
                 killing: task.state.events.iter().any(|e| e.event_type == "Killing"),
                 pre_kill: task.pre_kill_done,
@@ -225,8 +241,16 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize) -> AllocObs {
                 delay: delay_of(task.delay),
                 signalled: task.signalled,
                 sigkilled: task.sigkilled,
+                restart: match task.restart {
+                    ImplMark::None => RestartMark::None,
+                    ImplMark::Unflagged => RestartMark::Unflagged,
+                    ImplMark::Flagged => RestartMark::Flagged,
+                },
+                restarts: u8::try_from(task.policy_restarts).unwrap_or(u8::MAX),
+                ended_on_own: task.last_exit.is_some(),
             })
             .collect(),
+        failed: runner.failed,
     }
 }
 

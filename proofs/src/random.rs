@@ -23,6 +23,9 @@ pub struct RunReport {
     pub steps: usize,
     pub requests: usize,
     pub max_allocs: usize,
+    /// In-place restarts requested, and restart-policy decisions (one per crash).
+    pub restarts: usize,
+    pub decisions: usize,
     pub violations: Vec<String>,
 }
 
@@ -72,16 +75,12 @@ pub fn run_with(
         if track_flags {
             track_ghosts(&sim, cfg, &step, &mut ghosts);
         }
-        let request = matches!(
-            step,
-            Step::StopJob { .. }
-                | Step::StopAlloc { .. }
-                | Step::StartJob { .. }
-                | Step::ClientRestart
-        );
+        let request = step.is_request();
         sim.apply(&step)
             .map_err(|error| format!("the simulator refused {step}, which it offered: {error}"))?;
         report.requests += usize::from(request);
+        report.restarts += usize::from(matches!(step, Step::RestartAlloc { .. }));
+        report.decisions += usize::from(matches!(step, Step::RestartDecision { .. }));
         report.steps += 1;
         extend_ids(&sim, &cfg.job, &mut ids);
         report.max_allocs = report.max_allocs.max(ids.len());
@@ -106,7 +105,9 @@ pub fn run_with(
 }
 
 /// The operator requests on offer: every kind of job stop, an alloc stop of every
-/// allocation the server answers for, a job start, a client restart.
+/// allocation the server answers for, a job start, a client restart, and an in-place
+/// restart (flagged or not) of every running task of every allocation the client runs, and
+/// of all its running tasks at once.
 fn requests(sim: &Simulator, cfg: &ModelCfg, ids: &[AllocId]) -> Vec<Step> {
     let job = cfg.job.to_string();
     let mut out = Vec::new();
@@ -133,6 +134,35 @@ fn requests(sim: &Simulator, cfg: &ModelCfg, ids: &[AllocId]) -> Vec<Step> {
         });
     }
     out.push(Step::ClientRestart);
+    for id in ids {
+        let Some(runner) = sim.runner(id) else {
+            continue;
+        };
+        if runner.phase != quiesce::client::RunnerPhase::Running {
+            continue;
+        }
+        let running = runner
+            .tasks
+            .iter()
+            .filter(|task| {
+                task.phase == quiesce::client::TaskPhase::Running
+                    && task.role != quiesce::spec::TaskRole::Poststop
+            })
+            .map(|task| Some(task.name.clone()))
+            .collect::<Vec<_>>();
+        if running.is_empty() {
+            continue;
+        }
+        for task in std::iter::once(None).chain(running) {
+            for flag in [false, true] {
+                out.push(Step::RestartAlloc {
+                    alloc: id.clone(),
+                    task: task.clone(),
+                    no_shutdown_delay: flag,
+                });
+            }
+        }
+    }
     out
 }
 
@@ -212,6 +242,9 @@ fn alloc_of(spec: SpecDigest, obs: &AllocObs, id: &AllocId, ghosts: &Ghosts) -> 
             signalled: task.signalled,
             kill_timeout_fired: task.sigkilled,
             sigkilled: task.sigkilled,
+            restart: task.restart,
+            restarts: task.restarts,
+            ended_on_own: task.ended_on_own,
         };
     }
     let server = obs.server;
@@ -237,11 +270,14 @@ fn alloc_of(spec: SpecDigest, obs: &AllocObs, id: &AllocId, ghosts: &Ghosts) -> 
         flag_requested: ghosts.flag_requested.contains(id),
         flag_due: ghosts.flag_due.contains(id),
         placed_after_flagged_stop: false,
+        failed: obs.failed,
+        flagged_restart_done: false,
     }
 }
 
 /// The larger configuration random runs use: four allocations of a group with a leader, a
-/// plain main task with its own delay, a sidecar and a poststop task, over two nodes.
+/// plain main task with its own delay, a sidecar and a poststop task, over two nodes; every
+/// task but the poststop one may crash, and the restart policy allows two restarts.
 pub fn large_cfg() -> ModelCfg {
     let mut cfg = quiesce_model::config::standard().remove(1);
     cfg.name = "random".to_string();
@@ -249,6 +285,14 @@ pub fn large_cfg() -> ModelCfg {
     cfg.nodes = 2;
     cfg.group.tasks[1].shutdown_delay = true;
     cfg.group.tasks[1].service = true;
+    cfg.group.tasks = cfg
+        .group
+        .tasks
+        .into_iter()
+        .map(quiesce_model::config::TaskCfg::crashing)
+        .collect();
+    cfg.restart_requests = true;
+    cfg.restart_attempts = 2;
     cfg
 }
 
@@ -259,6 +303,8 @@ pub struct Summary {
     pub steps: usize,
     pub requests: usize,
     pub max_allocs: usize,
+    pub restarts: usize,
+    pub decisions: usize,
 }
 
 /// `cases` random runs of 300 to 600 choices each, seeded, with at most `max_requests`
@@ -288,6 +334,8 @@ pub fn runs(cfg: &ModelCfg, cases: u32, seed: u64, max_requests: usize) -> Resul
         total.steps += report.steps;
         total.requests += report.requests;
         total.max_allocs = total.max_allocs.max(report.max_allocs);
+        total.restarts += report.restarts;
+        total.decisions += report.decisions;
         match report.violations.first() {
             Some(violation) => Err(TestCaseError::fail(violation.clone())),
             None => Ok(()),

@@ -39,3 +39,30 @@ fn a_depth_bounded_walk_reaches_every_state_within_the_bound() {
         assert_eq!(report.states, bfs.unique_state_count(), "depth {depth}");
     }
 }
+
+/// The restart path walks in lockstep too: in-place restarts with and without the flag,
+/// stops racing them, crashes, the restart policy's decisions and delays — every transition
+/// of `standard`'s restart parts.
+#[test]
+fn the_restart_parts_walk_in_lockstep_without_a_mismatch() {
+    let restart_parts = [
+        "count1-restart-budget2",
+        "count1-crash-attempts1",
+        "flagged-restart-then-stop",
+        "restart-then-flagged-stop",
+    ];
+    for part in config::standard()
+        .into_iter()
+        .filter(|part| restart_parts.contains(&part.name.as_str()))
+    {
+        let report = walk(&part, WalkOptions::default()).unwrap();
+        if let Some(mismatch) = report.mismatches.first() {
+            panic!("{}: {mismatch}", part.name);
+        }
+        assert!(report.transitions > report.states, "{report:?}");
+        eprintln!(
+            "{}: {} states, {} transitions, {:.1} s",
+            part.name, report.states, report.transitions, report.seconds
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! Random long runs beyond the model's bounds (fixed seed, so CI is reproducible): four
-//! allocations over two nodes, four tasks, up to a hundred requests, hundreds of steps each.
+//! allocations over two nodes, four tasks that may crash, up to a hundred requests (stops,
+//! starts, in-place restarts, client restarts), hundreds of steps each.
 
 use quiesce_proofs::random::{large_cfg, run_with, runs};
 
@@ -11,6 +12,10 @@ fn long_random_runs_keep_every_invariant() {
     assert!(
         summary.max_allocs > 4,
         "requests placed replacements: {summary:?}"
+    );
+    assert!(
+        summary.restarts > 48 && summary.decisions > 48,
+        "runs restart tasks in place and tasks crash: {summary:?}"
     );
     eprintln!("{summary:?}");
 }

@@ -325,43 +325,104 @@ fn a_job_past_the_models_bounds_is_not_judged_but_its_effects_are() {
     expect_refused(&tampered, seq, "again for kill 1");
 }
 
-/// A task that ends on its own while it runs is outside the stop path the model has: the
-/// instance is judged up to that step and not after it; the rest of the log still is.
-#[test]
-fn a_task_ending_on_its_own_is_judged_up_to_there() {
-    let mut log = log_of(|_| Vec::new());
-    let mut other = run(vec![api_job()], |_| Vec::new());
-    // The api job's entries after the web job's, renumbered.
-    let last = log.last().unwrap().seq;
-    for (ix, entry) in other.iter_mut().enumerate() {
-        entry.seq = last + 1 + ix as u64;
-    }
-    log.extend(other);
-    let pulled = log
-        .iter()
-        .find(|e| e.name() == "ClientSync" && e.job.as_deref() == Some("web"))
-        .unwrap()
-        .clone();
-    let alloc = pulled.as_step().unwrap().alloc().unwrap().clone();
-    let mut exit = LogEntry::step(
-        Step::TaskExit {
-            alloc,
-            task: "app".into(),
-        },
-        pulled.job.clone(),
-        pulled.group.clone(),
+/// `api` whose front leader crashes 40 s into every run, with one restart allowed (after
+/// 5 s): it runs twice, then its allocation fails and the rest is killed.
+fn crashing_api_job() -> Job {
+    let mut job = api_job();
+    let front = &mut job.task_groups[0];
+    front.tasks[0].config = Some(
+        [
+            ("run_for".to_string(), serde_json::json!(40 * SECOND)),
+            ("exit_code".to_string(), serde_json::json!(3)),
+        ]
+        .into(),
     );
-    exit.seq = log.last().unwrap().seq + 1;
-    log.push(exit);
+    front.restart_policy = Some(quiesce::spec::RestartPolicy {
+        attempts: Some(1),
+        delay_ns: Some(5 * SECOND),
+        ..Default::default()
+    });
+    job
+}
+
+/// Crashes, the restart policy's decisions and delays, an allocation failing, and in-place
+/// restarts with and without the flag: the simulator's log of them validates in full.
+#[test]
+fn crashes_and_restarts_validate_in_full() {
+    let log = run(vec![crashing_api_job()], |sim| {
+        let back = allocs_of(sim, "api", "back");
+        vec![
+            Step::RestartAlloc {
+                alloc: back[0].clone(),
+                task: Some("worker".into()),
+                no_shutdown_delay: true,
+            },
+            Step::RestartAlloc {
+                alloc: back[0].clone(),
+                task: None,
+                no_shutdown_delay: false,
+            },
+            stop("api", false, false),
+        ]
+    });
+    for name in [
+        "RestartDecision",
+        "RestartDelayElapsed",
+        "RestartAlloc",
+        "TaskExit",
+    ] {
+        assert!(log.iter().any(|e| e.name() == name), "no {name} in the log");
+    }
     let report = validate(&log).unwrap_or_else(|e| panic!("{e}"));
-    let web = report.parts.iter().find(|p| p.job == "web").unwrap();
-    let Judged::Until { seq, why } = &web.judged else {
-        panic!("{report:?}")
-    };
-    assert_eq!(*seq, log.last().unwrap().seq);
-    assert!(why.contains("ended on its own while running"), "{why}");
-    let api: Vec<_> = report.parts.iter().filter(|p| p.job == "api").collect();
-    assert!(api.iter().all(|p| p.judged == Judged::Full), "{api:?}");
+    assert!(
+        report.parts.iter().all(|p| p.judged == Judged::Full),
+        "{report:?}"
+    );
+}
+
+/// A run that ends in an error the driver reports (a lost process) is not retried: the
+/// decision says so, the allocation fails at once, and the log validates in full.
+#[test]
+fn an_unrecoverable_end_fails_the_allocation_and_validates() {
+    let mut job = crashing_api_job();
+    let config = job.task_groups[0].tasks[0].config.as_mut().unwrap();
+    config.insert("lost".into(), serde_json::json!(true));
+    let log = run(vec![job], |_| Vec::new());
+    let decision = log
+        .iter()
+        .find(|e| e.name() == "RestartDecision")
+        .expect("a decision");
+    assert!(
+        matches!(
+            decision.as_step(),
+            Some(Step::RestartDecision {
+                unrecoverable: true,
+                ..
+            })
+        ),
+        "{decision:?}"
+    );
+    assert!(!log.iter().any(|e| e.name() == "RestartDelayElapsed"));
+    let report = validate(&log).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        report.parts.iter().all(|p| p.judged == Judged::Full),
+        "{report:?}"
+    );
+}
+
+/// A crash whose entry does not deregister the task's service is refused at that entry:
+/// the model's crash takes the task out of the registry.
+#[test]
+fn a_crash_that_keeps_its_service_is_refused() {
+    let mut log = run(vec![crashing_api_job()], |_| Vec::new());
+    let crash = find(&log, "TaskExit", |effects| {
+        effects.iter().any(
+            |e| matches!(e, Effect::Deregister { services, .. } if services == &["api-server"]),
+        )
+    });
+    log[crash].effects.clear();
+    let seq = log[crash].seq;
+    expect_refused(&log, seq, "Deregister of task \"server\"");
 }
 
 #[test]

@@ -34,13 +34,15 @@ pub trait Driver {
 pub const SIGKILL: i32 = 9;
 
 /// How a `mock_driver` task behaves, from its `Config` (durations in nanoseconds):
-/// `run_for` (absent: until killed), `exit_code`, `ignore_signal`, `exit_after_signal`.
+/// `run_for` (absent: until killed), `exit_code`, `ignore_signal`, `exit_after_signal`, and
+/// `lost` (the end of its run is an error the driver reports: the process was lost).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MockBehaviour {
     pub run_for_ns: Option<i64>,
     pub exit_code: i32,
     pub ignore_signal: bool,
     pub exit_after_signal_ns: i64,
+    pub lost: bool,
 }
 
 impl MockBehaviour {
@@ -57,20 +59,24 @@ impl MockBehaviour {
                 }),
             }
         };
-        let ignore_signal = match config.get("ignore_signal") {
-            None => false,
-            Some(value) => value.as_bool().ok_or_else(|| {
-                DriverError(format!(
-                    "task {:?}: mock_driver Config.ignore_signal must be a boolean (got {value})",
-                    task.name
-                ))
-            })?,
+        let boolean = |key: &str| -> Result<bool, DriverError> {
+            match config.get(key) {
+                None => Ok(false),
+                Some(value) => value.as_bool().ok_or_else(|| {
+                    DriverError(format!(
+                        "task {:?}: mock_driver Config.{key} must be a boolean (got {value})",
+                        task.name
+                    ))
+                }),
+            }
         };
+        let ignore_signal = boolean("ignore_signal")?;
         Ok(MockBehaviour {
             run_for_ns: int("run_for")?,
             exit_code: int("exit_code")?.unwrap_or(0) as i32,
             ignore_signal,
             exit_after_signal_ns: int("exit_after_signal")?.unwrap_or(0),
+            lost: boolean("lost")?,
         })
     }
 }
@@ -155,13 +161,17 @@ impl Driver for MockDriver {
                 },
             ));
         }
-        for at in [own, graceful].into_iter().flatten() {
+        let lost = process.behaviour.lost;
+        for (at, own) in [(own, true), (graceful, false)]
+            .into_iter()
+            .filter_map(|(at, own)| Some((at?, own)))
+        {
             exits.push((
                 at,
                 ExitResult {
                     exit_code: process.behaviour.exit_code,
                     signal: None,
-                    failure: None,
+                    failure: (own && lost).then(|| "the task's process was lost".to_string()),
                 },
             ));
         }

@@ -11,7 +11,7 @@ pub mod task_runner;
 mod test_support;
 
 pub use alloc_runner::{AllocRunner, RunnerPhase};
-pub use task_runner::{ExitResult, TaskPhase, TaskRunner};
+pub use task_runner::{ExitResult, RestartMark, TaskPhase, TaskRunner};
 
 use crate::server::structs::{AllocId, NodeId};
 use serde::{Deserialize, Serialize};
@@ -42,6 +42,8 @@ pub enum Timer {
     GroupDelay,
     TaskDelay(usize),
     KillTimeout(usize),
+    /// The restart policy's delay before a crashed task runs again.
+    RestartDelay(usize),
 }
 
 /// An internal step a runner can take without waiting for anything.
@@ -50,6 +52,8 @@ pub enum RunnerStep {
     GroupPreKill,
     TaskPreKill(usize),
     PoststopStart(usize),
+    /// The restart policy decides about a task that ended on its own.
+    RestartDecision(usize),
 }
 
 /// What a runner asks its host to do. Tasks are positions in the group's task list.

@@ -15,6 +15,7 @@
 //! Timers are explicit events (`fire`), so that loom, which has no time, can drive them. The
 //! primitives come from `crate::sync`: std normally, loom under `--cfg quiesce_loom`.
 
+use super::alloc_runner::RestartRefused;
 use super::{AllocRunner, Command, ExitResult, RunnerPhase, Timer};
 use crate::server::structs::Allocation;
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -49,6 +50,11 @@ pub enum Applied {
     Timer(Timer),
     /// A task's process exited; `forced` when SIGKILL had been sent to it.
     Exit { task: usize, forced: bool },
+    /// An in-place restart of `task` (`None`: every running task) was accepted.
+    Restart {
+        task: Option<usize>,
+        no_shutdown_delay: bool,
+    },
     /// The runner was restored after a restart (see [`AllocRunner::restore`]).
     Restored,
 }
@@ -241,6 +247,27 @@ impl<H: Host> RunnerShell<H> {
             |_| Applied::Timer(timer),
             |runner, now, out| runner.timer_fired(timer, now, out),
         )
+    }
+
+    /// `alloc restart`: restarts `task` (or every running task) in place, or says why not,
+    /// changing nothing.
+    pub fn restart(
+        &self,
+        task: Option<usize>,
+        no_shutdown_delay: bool,
+    ) -> Result<Vec<usize>, RestartRefused> {
+        let mut result = Err(RestartRefused::Stopping);
+        self.apply(
+            |_| Applied::Restart {
+                task,
+                no_shutdown_delay,
+            },
+            |runner, now, out| {
+                result = runner.restart(task, no_shutdown_delay, now, out);
+                result.is_ok()
+            },
+        );
+        result
     }
 
     /// A task's process exited (reported by the driver).

@@ -154,7 +154,7 @@ impl DaemonHost {
         let now = unix_now_ns();
         let signalled_before = match timer {
             Timer::KillTimeout(ix) => self.signalled_before.remove(&ix),
-            Timer::GroupDelay | Timer::TaskDelay(_) => None,
+            Timer::GroupDelay | Timer::TaskDelay(_) | Timer::RestartDelay(_) => None,
         };
         let due = match (self.resumed.remove(&timer), signalled_before) {
             (Some(due), _) => due,
@@ -225,13 +225,24 @@ impl DaemonHost {
             return;
         }
         let dir = DaemonHost::task_dir(&shared.config.data_dir, &self.alloc, &task.name);
-        // A task started before a restart (or before a crash lost the runner's progress) is
-        // reattached, never started twice.
-        let attached = match raw_exec::reattach(&dir) {
+        // Each run (the first, and one per restart) has its own supervisor state.
+        let run = runner
+            .tasks
+            .get(ix)
+            .map_or(0, |t| u32::try_from(t.state.restarts).unwrap_or(u32::MAX));
+        let state = raw_exec::run_dir(&dir, run);
+        let launched_before = if run == 0 {
+            dir.join(raw_exec::STDOUT_FILE).exists()
+        } else {
+            state.exists()
+        };
+        // A run started before a restart of the agent (or before a crash lost the runner's
+        // progress) is reattached, never started twice.
+        let attached = match raw_exec::reattach(&state) {
             Ok(Reattach::Running(attached)) => Ok(Ok(attached)),
             Ok(Reattach::Exited(record)) => Ok(Err(record)),
-            // Launched before (its log exists), yet neither supervisor nor exit status is left.
-            Ok(Reattach::Lost) if dir.join(raw_exec::STDOUT_FILE).exists() => {
+            // Launched before, yet neither supervisor nor exit status is left.
+            Ok(Reattach::Lost) if launched_before => {
                 Ok(Err(lost("the task's supervisor is gone".into())))
             }
             Ok(Reattach::Lost) => {
@@ -622,6 +633,21 @@ impl Host for DaemonHost {
                 },
                 None,
             )),
+            Applied::Step(RunnerStep::RestartDecision(ix)) => Some((
+                Step::RestartDecision {
+                    alloc: alloc(),
+                    task: task(ix),
+                    unrecoverable: runner.tasks.get(ix).is_some_and(|t| t.unrecoverable()),
+                },
+                None,
+            )),
+            Applied::Timer(Timer::RestartDelay(ix)) => Some((
+                Step::RestartDelayElapsed {
+                    alloc: alloc(),
+                    task: task(ix),
+                },
+                None,
+            )),
             Applied::Timer(Timer::GroupDelay) => {
                 Some((Step::GroupDelayElapsed { alloc: alloc() }, None))
             }
@@ -636,6 +662,17 @@ impl Host for DaemonHost {
                 Step::KillTimeout {
                     alloc: alloc(),
                     task: task(ix),
+                },
+                None,
+            )),
+            Applied::Restart {
+                task: target,
+                no_shutdown_delay,
+            } => Some((
+                Step::RestartAlloc {
+                    alloc: alloc(),
+                    task: target.map(task),
+                    no_shutdown_delay,
                 },
                 None,
             )),

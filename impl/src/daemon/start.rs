@@ -256,8 +256,12 @@ fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
         .tasks
         .iter()
         .enumerate()
-        .filter(|(_, task)| task.phase != crate::client::TaskPhase::NotStarted)
-        .filter(|(_, task)| task.phase != crate::client::TaskPhase::Dead)
+        // Only a task with a process: not one that never started or is dead, nor one whose
+        // run ended on its own (its restart policy decides, or its restart delay runs).
+        .filter(|(_, task)| {
+            use crate::client::TaskPhase::*;
+            matches!(task.phase, Running | Delaying | Signalled)
+        })
         .map(|(ix, _)| Command::StartTask { task: ix })
         .collect();
     // The kill requests of tasks stored as signalled (or SIGKILLed) go again: a step is

@@ -18,6 +18,8 @@ pub enum Kind {
     Resources,
     /// A list of `template` blocks.
     Templates,
+    /// `restart`: `interval` and `delay` are durations.
+    Restart,
     /// Any other block: `(API key, whether several make a list)`.
     Generic(&'static str, bool),
 }
@@ -46,7 +48,7 @@ pub fn group_block(name: &str) -> Option<Kind> {
         "meta" => Kind::Meta,
         "constraint" => Kind::Constraints,
         "network" => Kind::Network,
-        "restart" => Kind::Generic("RestartPolicy", false),
+        "restart" => Kind::Restart,
         "reschedule" => Kind::Generic("ReschedulePolicy", false),
         "update" => Kind::Generic("Update", false),
         "migrate" => Kind::Generic("Migrate", false),
@@ -69,7 +71,7 @@ pub fn task_block(name: &str) -> Option<Kind> {
         "template" => Kind::Templates,
         "logs" => Kind::Generic("LogConfig", false),
         "artifact" => Kind::Generic("Artifacts", true),
-        "restart" => Kind::Generic("RestartPolicy", false),
+        "restart" => Kind::Restart,
         "affinity" => Kind::Generic("Affinities", true),
         "identity" => Kind::Generic("Identities", true),
         "vault" => Kind::Generic("Vault", false),
@@ -161,12 +163,37 @@ pub fn add(
             out.insert("Resources".into(), resources(&block.body, &at)?);
         }
         Kind::Templates => push(out, "Templates", template(&block.body, &at)?),
+        Kind::Restart => {
+            out.insert("RestartPolicy".into(), restart(&block.body, &at)?);
+        }
         Kind::Generic(key, true) => push(out, key, generic(&block.body, &at)?),
         Kind::Generic(key, false) => {
             out.insert(key.into(), generic(&block.body, &at)?);
         }
     }
     Ok(())
+}
+
+/// `restart { attempts interval delay mode render_templates }`, durations in nanoseconds.
+fn restart(body: &hcl::Body, at: &str) -> Result<Value, String> {
+    let mut out = Map::new();
+    for attribute in body.attributes() {
+        let path = format!("{at}.{}", attribute.key());
+        let expr = attribute.expr();
+        let read = match attribute.key() {
+            "interval" | "delay" => duration(expr, &path)?,
+            "attempts" | "mode" | "render_templates" => value(expr, &path)?,
+            other => return Err(unknown_attribute(at, other)),
+        };
+        out.insert(pascal(attribute.key()), read);
+    }
+    if let Some(block) = body.blocks().next() {
+        return Err(error(format!(
+            "{at}: unsupported block {:?}",
+            block.identifier.as_str()
+        )));
+    }
+    Ok(Value::Object(out))
 }
 
 fn constraint(body: &hcl::Body, at: &str) -> Result<Value, String> {
@@ -334,7 +361,12 @@ mod tests {
       port "http" {}
       port "admin" { static = 8081 }
     }
-    restart { attempts = 2 }
+    restart {
+      attempts = 2
+      interval = "10m"
+      delay    = "5s"
+      mode     = "fail"
+    }
     task "t" {
       driver = "raw_exec"
       config { command = "/bin/sleep" }
@@ -364,6 +396,9 @@ mod tests {
         assert_eq!(group["Networks"][0]["DynamicPorts"][0]["Label"], "http");
         assert_eq!(group["Networks"][0]["ReservedPorts"][0]["Value"], 8081);
         assert_eq!(group["RestartPolicy"]["Attempts"], 2);
+        assert_eq!(group["RestartPolicy"]["Interval"], 600_000_000_000i64);
+        assert_eq!(group["RestartPolicy"]["Delay"], 5_000_000_000i64);
+        assert_eq!(group["RestartPolicy"]["Mode"], "fail");
         let task = &group["Tasks"][0];
         assert_eq!(task["Resources"]["MemoryMB"], 128);
         assert_eq!(task["Templates"][0]["DestPath"], "local/hello.txt");

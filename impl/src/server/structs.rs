@@ -93,6 +93,9 @@ pub mod event_types {
     pub const LEADER_TASK_DEAD: &str = "Leader Task Dead";
     pub const SIBLING_TASK_FAILED: &str = "Sibling Task Failed";
     pub const MAIN_TASKS_DEAD: &str = "Main Tasks Dead";
+    pub const RESTART_SIGNALED: &str = "Restart Signaled";
+    pub const RESTARTING: &str = "Restarting";
+    pub const NOT_RESTARTING: &str = "Not Restarting";
 }
 
 /// Nomad keeps the last 10 events per task.

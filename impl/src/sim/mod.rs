@@ -167,19 +167,7 @@ impl Simulator {
         let alloc = id.clone();
         let task = |ix: usize| runner.tasks[ix].name.clone();
         for step in runner.ready_steps() {
-            steps.push(match step {
-                RunnerStep::GroupPreKill => Step::GroupPreKill {
-                    alloc: alloc.clone(),
-                },
-                RunnerStep::TaskPreKill(ix) => Step::TaskPreKill {
-                    alloc: alloc.clone(),
-                    task: task(ix),
-                },
-                RunnerStep::PoststopStart(ix) => Step::PoststopStart {
-                    alloc: alloc.clone(),
-                    task: task(ix),
-                },
-            });
+            steps.push(step_of_runner(id, runner, step));
         }
         if self
             .timers
@@ -219,6 +207,24 @@ impl Simulator {
                             task: task(ix),
                         });
                     }
+                }
+                // A task whose mock process is scripted to end on its own may do so at any
+                // moment it runs (the model's crash).
+                (_, TaskPhase::Running) if self.ends_on_its_own(&alloc, ix) => {
+                    steps.push(Step::TaskExit {
+                        alloc: alloc.clone(),
+                        task: task(ix),
+                    })
+                }
+                (_, TaskPhase::Restarting)
+                    if self
+                        .timers
+                        .contains_key(&(alloc.clone(), Timer::RestartDelay(ix))) =>
+                {
+                    steps.push(Step::RestartDelayElapsed {
+                        alloc: alloc.clone(),
+                        task: task(ix),
+                    })
                 }
                 _ => {}
             }
@@ -265,6 +271,11 @@ impl Simulator {
             }
             Step::ClientSync { alloc } => self.client_sync(alloc, step)?,
             Step::ClientRestart => self.client_restart()?,
+            Step::RestartAlloc {
+                alloc,
+                task,
+                no_shutdown_delay,
+            } => self.restart_alloc(alloc, task.as_deref(), *no_shutdown_delay, step)?,
             _ => self.runner_step(step)?,
         }
         let mut entry = LogEntry::step(step.clone(), job, group);
@@ -332,6 +343,50 @@ impl Simulator {
         self.execute(&node, alloc_id, commands)
     }
 
+    /// The mock process of the allocation's task `ix` is scripted to end by itself.
+    fn ends_on_its_own(&self, alloc: &AllocId, ix: usize) -> bool {
+        self.handles
+            .get(&(alloc.clone(), ix))
+            .and_then(|handle| self.driver.next_exit(handle))
+            .is_some()
+    }
+
+    /// `alloc restart`, straight to the client that runs the allocation; refused (nothing
+    /// changes) when the runner refuses it.
+    fn restart_alloc(
+        &mut self,
+        alloc: &AllocId,
+        task: Option<&str>,
+        no_shutdown_delay: bool,
+        step: &Step,
+    ) -> Result<(), SimError> {
+        let refused = |why: String| SimError::NotEnabled(format!("{step}: {why}"));
+        let node = self
+            .client_of(alloc)
+            .ok_or_else(|| refused("no client runs it".into()))?;
+        let now = self.now_ns;
+        let runner = self
+            .clients
+            .get_mut(&node)
+            .and_then(|c| c.runners.get_mut(alloc))
+            .expect("client_of found it");
+        let ix = match task {
+            Some(name) => Some(
+                runner
+                    .tasks
+                    .iter()
+                    .position(|t| t.name == name)
+                    .ok_or_else(|| refused(format!("no task {name:?}")))?,
+            ),
+            None => None,
+        };
+        let mut commands = Vec::new();
+        runner
+            .restart(ix, no_shutdown_delay, now, &mut commands)
+            .map_err(|why| refused(why.to_string()))?;
+        self.execute(&node, alloc, commands)
+    }
+
     fn runner_step(&mut self, step: &Step) -> Result<(), SimError> {
         let not_enabled = || SimError::NotEnabled(step.to_string());
         let alloc = step.alloc().ok_or_else(not_enabled)?.clone();
@@ -363,6 +418,15 @@ impl Simulator {
             (Step::PoststopStart { .. }, Some(ix)) => {
                 runner.step(RunnerStep::PoststopStart(ix), now, &mut commands)
             }
+            (Step::RestartDecision { unrecoverable, .. }, Some(ix)) => {
+                runner.tasks[ix].unrecoverable() == *unrecoverable
+                    && runner.step(RunnerStep::RestartDecision(ix), now, &mut commands)
+            }
+            (Step::RestartDelayElapsed { .. }, Some(ix)) => {
+                self.timers
+                    .contains_key(&(alloc.clone(), Timer::RestartDelay(ix)))
+                    && runner.timer_fired(Timer::RestartDelay(ix), now, &mut commands)
+            }
             (Step::GroupDelayElapsed { .. }, _) => {
                 self.timers
                     .contains_key(&(alloc.clone(), Timer::GroupDelay))
@@ -379,10 +443,18 @@ impl Simulator {
                     && runner.timer_fired(Timer::KillTimeout(ix), now, &mut commands)
             }
             (Step::TaskExit { .. }, Some(ix)) => {
-                matches!(
-                    runner.tasks[ix].phase,
-                    TaskPhase::Delaying | TaskPhase::Signalled
-                ) && runner.tasks[ix].role != TaskRole::Poststop
+                let crash = runner.tasks[ix].phase == TaskPhase::Running
+                    && self
+                        .handles
+                        .get(&(alloc.clone(), ix))
+                        .and_then(|handle| self.driver.next_exit(handle))
+                        .is_some();
+                (crash
+                    || matches!(
+                        runner.tasks[ix].phase,
+                        TaskPhase::Delaying | TaskPhase::Signalled
+                    ))
+                    && runner.tasks[ix].role != TaskRole::Poststop
                     && runner.task_exited(
                         ix,
                         exit_of(&self.driver, &self.handles, &alloc, ix),
@@ -572,9 +644,11 @@ impl Simulator {
                 self.exit_queue.remove(&(due, alloc.clone(), ix));
             }
             let eligible = match task.phase {
-                TaskPhase::Delaying | TaskPhase::Signalled => true,
-                TaskPhase::Running => task.role == TaskRole::Poststop,
-                TaskPhase::NotStarted | TaskPhase::Dead => false,
+                TaskPhase::Delaying | TaskPhase::Signalled | TaskPhase::Running => true,
+                TaskPhase::NotStarted
+                | TaskPhase::Dead
+                | TaskPhase::Crashed
+                | TaskPhase::Restarting => false,
             };
             let due = self
                 .handles
@@ -603,6 +677,19 @@ impl Simulator {
         Err(SimError::NotQuiet { steps: max_steps })
     }
 
+    /// Takes only the steps that wait for nothing (the scheduler, pulls, runner steps) until
+    /// none is left, the clock standing still: a job registered so is placed and running,
+    /// and no timer or scripted exit has come. At most `max_steps` steps.
+    pub fn run_until_idle(&mut self, max_steps: usize) -> Result<usize, SimError> {
+        for taken in 0..max_steps {
+            let Some(step) = self.next_immediate() else {
+                return Ok(taken);
+            };
+            self.apply(&step)?;
+        }
+        Err(SimError::NotQuiet { steps: max_steps })
+    }
+
     fn next_immediate(&mut self) -> Option<Step> {
         if let Some(job) = self.server.next_eval_job() {
             return Some(Step::ProcessEval { job: job.clone() });
@@ -614,20 +701,10 @@ impl Simulator {
         }
         while let Some(alloc) = self.maybe_ready.first().cloned() {
             let step = self.runner(&alloc).and_then(|runner| {
-                let name = |ix: usize| runner.tasks[ix].name.clone();
-                runner.ready_steps().first().map(|step| match *step {
-                    RunnerStep::GroupPreKill => Step::GroupPreKill {
-                        alloc: alloc.clone(),
-                    },
-                    RunnerStep::TaskPreKill(ix) => Step::TaskPreKill {
-                        alloc: alloc.clone(),
-                        task: name(ix),
-                    },
-                    RunnerStep::PoststopStart(ix) => Step::PoststopStart {
-                        alloc: alloc.clone(),
-                        task: name(ix),
-                    },
-                })
+                runner
+                    .ready_steps()
+                    .first()
+                    .map(|&step| step_of_runner(&alloc, runner, step))
             });
             match step {
                 Some(step) => return Some(step),
@@ -673,7 +750,33 @@ impl Simulator {
                 alloc,
                 task: runner.tasks[ix].name.clone(),
             },
+            Timer::RestartDelay(ix) => Step::RestartDelayElapsed {
+                alloc,
+                task: runner.tasks[ix].name.clone(),
+            },
         })
+    }
+}
+
+/// The step alphabet's name for a runner's ready step.
+fn step_of_runner(alloc: &AllocId, runner: &AllocRunner, step: RunnerStep) -> Step {
+    let alloc = alloc.clone();
+    let task = |ix: usize| runner.tasks[ix].name.clone();
+    match step {
+        RunnerStep::GroupPreKill => Step::GroupPreKill { alloc },
+        RunnerStep::TaskPreKill(ix) => Step::TaskPreKill {
+            alloc,
+            task: task(ix),
+        },
+        RunnerStep::PoststopStart(ix) => Step::PoststopStart {
+            alloc,
+            task: task(ix),
+        },
+        RunnerStep::RestartDecision(ix) => Step::RestartDecision {
+            alloc,
+            task: task(ix),
+            unrecoverable: runner.tasks[ix].unrecoverable(),
+        },
     }
 }
 
@@ -682,6 +785,7 @@ fn fired_timer(step: &Step, task: Option<usize>) -> Option<Timer> {
         (Step::GroupDelayElapsed { .. }, _) => Some(Timer::GroupDelay),
         (Step::TaskDelayElapsed { .. }, Some(ix)) => Some(Timer::TaskDelay(ix)),
         (Step::KillTimeout { .. }, Some(ix)) => Some(Timer::KillTimeout(ix)),
+        (Step::RestartDelayElapsed { .. }, Some(ix)) => Some(Timer::RestartDelay(ix)),
         _ => None,
     }
 }

@@ -45,7 +45,6 @@ const NO_RESCHEDULE: &str = "accepted, not honoured: a failed allocation is not 
 const NO_SCORING: &str = "accepted, not honoured: the agent has one node, so there is nothing \
                           to prefer or spread over";
 const NO_CONSUL: &str = "accepted, not honoured: the agent has no Consul integration";
-const NO_RESTART: &str = "accepted, not honoured yet: tasks are not restarted (issue 14)";
 const NO_DISCONNECT: &str = "accepted, not honoured: the client runs in the agent's process";
 const NO_VAULT: &str = "this agent has no Vault integration; a task that needs Vault secrets \
                         would start without them";
@@ -129,7 +128,7 @@ pub const GROUP: &[Field] = &[
     ("Meta", H(Free)),
     ("Networks", H(List(NETWORK))),
     ("Constraints", H(List(CONSTRAINT))),
-    ("RestartPolicy", W(NO_RESTART)),
+    ("RestartPolicy", H(Object(RESTART_POLICY))),
     ("ReschedulePolicy", W(NO_RESCHEDULE)),
     (
         "EphemeralDisk",
@@ -170,7 +169,7 @@ pub const TASK: &[Field] = &[
     ("Resources", H(Object(RESOURCES))),
     ("Constraints", H(List(CONSTRAINT))),
     ("Templates", H(List(TEMPLATE))),
-    ("RestartPolicy", W(NO_RESTART)),
+    ("RestartPolicy", H(Object(RESTART_POLICY))),
     (
         "LogConfig",
         W("accepted, not honoured: task logs are not rotated"),
@@ -238,6 +237,17 @@ pub const SERVICE: &[Field] = &[
 ];
 
 pub const LIFECYCLE: &[Field] = &[("Hook", H(V)), ("Sidecar", H(V))];
+
+pub const RESTART_POLICY: &[Field] = &[
+    ("Attempts", H(V)),
+    ("Interval", H(V)),
+    ("Delay", H(V)),
+    ("Mode", H(V)),
+    (
+        "RenderTemplates",
+        W("accepted, not honoured: templates render once, before the task first starts"),
+    ),
+];
 
 pub const RESOURCES: &[Field] = &[
     ("CPU", H(V)),

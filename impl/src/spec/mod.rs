@@ -109,6 +109,83 @@ pub struct TaskGroup {
     /// Host-mode networks: their ports are given to each allocation at placement.
     pub networks: Option<Vec<Network>>,
     pub constraints: Option<Vec<Constraint>>,
+    /// What follows a task ending on its own; unset fields take Nomad's defaults for the
+    /// job's type ([`RestartPolicy::effective`]).
+    pub restart_policy: Option<RestartPolicy>,
+}
+
+/// The `restart` block as the API carries it (durations in nanoseconds).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct RestartPolicy {
+    pub attempts: Option<i64>,
+    #[serde(rename = "Interval")]
+    pub interval_ns: Option<i64>,
+    #[serde(rename = "Delay")]
+    pub delay_ns: Option<i64>,
+    pub mode: Option<String>,
+    pub render_templates: Option<bool>,
+}
+
+/// What the restart policy does once its attempts in the interval are used up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RestartMode {
+    /// The task is not restarted: it fails, and with it the allocation.
+    Fail,
+    /// The task is restarted when the interval is over, with a fresh count.
+    Delay,
+}
+
+/// A task's restart policy with every field decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectiveRestartPolicy {
+    pub attempts: u32,
+    pub interval_ns: i64,
+    pub delay_ns: i64,
+    pub mode: RestartMode,
+}
+
+impl Default for EffectiveRestartPolicy {
+    fn default() -> Self {
+        RestartPolicy::effective("service", None, None)
+    }
+}
+
+impl RestartPolicy {
+    /// Nomad's defaults (`structs.NewRestartPolicy`): service and system jobs 2 attempts in
+    /// 30 m, batch jobs 3 in 24 h; a 15 s delay; mode `fail`. The task's block overrides the
+    /// group's field by field, the group's overrides the defaults.
+    pub fn effective(
+        job_type: &str,
+        group: Option<&RestartPolicy>,
+        task: Option<&RestartPolicy>,
+    ) -> EffectiveRestartPolicy {
+        const SECOND: i64 = 1_000_000_000;
+        let (attempts, interval_ns) = if job_type == "batch" {
+            (3, 24 * 3600 * SECOND)
+        } else {
+            (2, 30 * 60 * SECOND)
+        };
+        let pick = |field: fn(&RestartPolicy) -> Option<i64>, default: i64| {
+            task.and_then(field)
+                .or_else(|| group.and_then(field))
+                .unwrap_or(default)
+        };
+        let mode = task
+            .and_then(|p| p.mode.as_deref())
+            .or_else(|| group.and_then(|p| p.mode.as_deref()))
+            .unwrap_or("fail");
+        EffectiveRestartPolicy {
+            attempts: u32::try_from(pick(|p| p.attempts, attempts)).unwrap_or(0),
+            interval_ns: pick(|p| p.interval_ns, interval_ns),
+            delay_ns: pick(|p| p.delay_ns, 15 * SECOND),
+            mode: if mode == "delay" {
+                RestartMode::Delay
+            } else {
+                RestartMode::Fail
+            },
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -139,6 +216,8 @@ pub struct Task {
     pub constraints: Option<Vec<Constraint>>,
     /// Files written into the task's directory before it starts (inline data only).
     pub templates: Option<Vec<Template>>,
+    /// Overrides the group's restart policy field by field.
+    pub restart_policy: Option<RestartPolicy>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,7 +6,7 @@
 //! itself; a service's name is a DNS label, as Nomad requires. And every count has a limit,
 //! so that no registration can exhaust the agent.
 
-use super::{Job, Service, SpecError, SpecErrors};
+use super::{Job, RestartPolicy, Service, SpecError, SpecErrors};
 use std::collections::BTreeSet;
 
 /// The longest job ID, job name, group or task name, in bytes.
@@ -131,6 +131,13 @@ impl Job {
             if let Some(problem) = group.shutdown_delay_ns.and_then(duration_problem) {
                 fail(format!("{at}.ShutdownDelay"), problem);
             }
+            restart_policy_problems(
+                &mut fail,
+                &format!("{at}.RestartPolicy"),
+                &self.job_type,
+                group.restart_policy.as_ref(),
+                None,
+            );
             services_problems(&mut fail, &at, group.services.as_deref());
             if group.tasks.is_empty() {
                 fail(format!("{at}.Tasks"), "must have at least one task".into());
@@ -172,6 +179,15 @@ impl Job {
                 }
                 if let Some(problem) = duration_problem(task.shutdown_delay_ns) {
                     fail(format!("{at}.ShutdownDelay"), problem);
+                }
+                if task.restart_policy.is_some() {
+                    restart_policy_problems(
+                        &mut fail,
+                        &format!("{at}.RestartPolicy"),
+                        &self.job_type,
+                        group.restart_policy.as_ref(),
+                        task.restart_policy.as_ref(),
+                    );
                 }
                 if !task.kill_signal.is_empty() && !SIGNALS.contains(&task.kill_signal.as_str()) {
                     fail(
@@ -325,6 +341,74 @@ fn user_problem(user: &str) -> Result<(), String> {
         return Err(format!("{user:?} is not a user name"));
     }
     Ok(())
+}
+
+/// The most restart attempts a policy may allow in its interval.
+const MAX_RESTART_ATTEMPTS: i64 = 1000;
+
+/// Nomad's checks of a restart policy (`structs.RestartPolicy.Validate`), on the fields as
+/// given and on the policy they make with the defaults (`task` overriding `group`).
+fn restart_policy_problems(
+    fail: &mut impl FnMut(String, String),
+    at: &str,
+    job_type: &str,
+    group: Option<&RestartPolicy>,
+    task: Option<&RestartPolicy>,
+) {
+    let Some(given) = task.or(group) else {
+        return;
+    };
+    if let Some(attempts) = given.attempts {
+        if !(0..=MAX_RESTART_ATTEMPTS).contains(&attempts) {
+            fail(
+                format!("{at}.Attempts"),
+                format!("must be between 0 and {MAX_RESTART_ATTEMPTS} (got {attempts})"),
+            );
+            return;
+        }
+    }
+    for (field, value) in [("Interval", given.interval_ns), ("Delay", given.delay_ns)] {
+        if let Some(problem) = value.and_then(duration_problem) {
+            fail(format!("{at}.{field}"), problem);
+            return;
+        }
+    }
+    if let Some(mode) = given.mode.as_deref() {
+        if mode != "fail" && mode != "delay" {
+            fail(
+                format!("{at}.Mode"),
+                format!("Unsupported restart mode: {mode:?} (valid modes: fail, delay)"),
+            );
+            return;
+        }
+    }
+    let policy = RestartPolicy::effective(job_type, group, task);
+    let delay = crate::client::task_runner::go_duration(policy.delay_ns);
+    let interval = crate::client::task_runner::go_duration(policy.interval_ns);
+    if policy.attempts == 0 && policy.mode == super::RestartMode::Delay {
+        fail(
+            format!("{at}.Attempts"),
+            format!(
+                "Restart policy \"delay\" with {} attempts is ambiguous",
+                policy.attempts
+            ),
+        );
+    }
+    if policy.interval_ns < 5_000_000_000 {
+        fail(
+            format!("{at}.Interval"),
+            format!("Interval can not be less than 5s (got {interval})"),
+        );
+    }
+    if i128::from(policy.attempts) * i128::from(policy.delay_ns) > i128::from(policy.interval_ns) {
+        fail(
+            at.to_string(),
+            format!(
+                "Nomad can't restart the TaskGroup {} times in an interval of {interval} with a delay of {delay}",
+                policy.attempts
+            ),
+        );
+    }
 }
 
 /// A duration field: not negative, at most [`MAX_DURATION_NS`].

@@ -117,6 +117,8 @@ struct Wire {
     purge: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     no_shutdown_delay: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unrecoverable: Option<bool>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     effects: Vec<Effect>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -135,6 +137,7 @@ impl From<LogEntry> for Wire {
             task: None,
             purge: None,
             no_shutdown_delay: None,
+            unrecoverable: None,
             effects: entry.effects,
             spec: None,
         };
@@ -154,7 +157,13 @@ impl From<LogEntry> for Wire {
                     }
                     Step::StopAlloc {
                         no_shutdown_delay, ..
+                    }
+                    | Step::RestartAlloc {
+                        no_shutdown_delay, ..
                     } => wire.no_shutdown_delay = Some(no_shutdown_delay),
+                    Step::RestartDecision { unrecoverable, .. } => {
+                        wire.unrecoverable = Some(unrecoverable)
+                    }
                     _ => {}
                 }
             }
@@ -232,6 +241,20 @@ impl TryFrom<Wire> for LogEntry {
                 task: task()?,
             },
             "ClientRestart" => Step::ClientRestart,
+            "RestartAlloc" => Step::RestartAlloc {
+                alloc: alloc()?,
+                task: wire.task.clone(),
+                no_shutdown_delay: flag()?,
+            },
+            "RestartDecision" => Step::RestartDecision {
+                alloc: alloc()?,
+                task: task()?,
+                unrecoverable: wire.unrecoverable.ok_or_else(|| missing("unrecoverable"))?,
+            },
+            "RestartDelayElapsed" => Step::RestartDelayElapsed {
+                alloc: alloc()?,
+                task: task()?,
+            },
             other => return Err(format!("unknown step {other:?}")),
         };
         Ok(LogEntry {

@@ -65,6 +65,24 @@ pub enum Step {
         task: String,
     },
     ClientRestart,
+    /// `alloc restart`, in place: `task`, or (`None`) every running task.
+    RestartAlloc {
+        alloc: AllocId,
+        task: Option<String>,
+        no_shutdown_delay: bool,
+    },
+    /// The restart policy decides about a task that ended on its own; `unrecoverable`: its
+    /// run ended in an error the driver reported, which is never retried.
+    RestartDecision {
+        alloc: AllocId,
+        task: String,
+        unrecoverable: bool,
+    },
+    /// The restart delay timer fires: the task runs again.
+    RestartDelayElapsed {
+        alloc: AllocId,
+        task: String,
+    },
 }
 
 impl Step {
@@ -85,6 +103,9 @@ impl Step {
             Step::PoststopStart { .. } => "PoststopStart",
             Step::PoststopExit { .. } => "PoststopExit",
             Step::ClientRestart => "ClientRestart",
+            Step::RestartAlloc { .. } => "RestartAlloc",
+            Step::RestartDecision { .. } => "RestartDecision",
+            Step::RestartDelayElapsed { .. } => "RestartDelayElapsed",
         }
     }
 
@@ -97,6 +118,7 @@ impl Step {
                 | Step::StopAlloc { .. }
                 | Step::StartJob { .. }
                 | Step::ClientRestart
+                | Step::RestartAlloc { .. }
         )
     }
 
@@ -112,7 +134,10 @@ impl Step {
             | Step::TaskExit { alloc, .. }
             | Step::KillTimeout { alloc, .. }
             | Step::PoststopStart { alloc, .. }
-            | Step::PoststopExit { alloc, .. } => Some(alloc),
+            | Step::PoststopExit { alloc, .. }
+            | Step::RestartAlloc { alloc, .. }
+            | Step::RestartDecision { alloc, .. }
+            | Step::RestartDelayElapsed { alloc, .. } => Some(alloc),
             Step::StopJob { .. }
             | Step::StartJob { .. }
             | Step::ProcessEval { .. }
@@ -128,7 +153,10 @@ impl Step {
             | Step::TaskExit { task, .. }
             | Step::KillTimeout { task, .. }
             | Step::PoststopStart { task, .. }
-            | Step::PoststopExit { task, .. } => Some(task),
+            | Step::PoststopExit { task, .. }
+            | Step::RestartDecision { task, .. }
+            | Step::RestartDelayElapsed { task, .. } => Some(task),
+            Step::RestartAlloc { task, .. } => task.as_ref(),
             _ => None,
         }
     }
@@ -164,6 +192,15 @@ impl fmt::Display for Step {
                 "{{alloc: {alloc}, no_shutdown_delay: {no_shutdown_delay}}}"
             ),
             Step::StartJob { job } | Step::ProcessEval { job } => write!(f, "{{job: {job}}}"),
+            Step::RestartAlloc {
+                alloc,
+                task,
+                no_shutdown_delay,
+            } => write!(
+                f,
+                "{{alloc: {alloc}, task: {}, no_shutdown_delay: {no_shutdown_delay}}}",
+                task.as_deref().unwrap_or("all")
+            ),
             _ => match (self.alloc(), self.task()) {
                 (Some(alloc), Some(task)) => write!(f, "{{alloc: {alloc}, task: {task}}}"),
                 (Some(alloc), None) => write!(f, "{{alloc: {alloc}}}"),

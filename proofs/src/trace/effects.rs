@@ -2,13 +2,15 @@
 //! or not the model can follow that job (DESIGN.md's invariants as they show in effects):
 //!
 //! * `prestop_hooks_always_run`: a task's kill signal goes out only once its own services
-//!   and its group's are deregistered (no registration of the allocation is left that the
-//!   task or the group owns);
+//!   and — unless the kill is an in-place restart's, which leaves the group alone — its
+//!   group's are deregistered (no registration of the allocation is left that the task or
+//!   the group owns);
 //! * a kill signal at most once per kill: each `Signal` of a task carries a kill number
 //!   higher than the last one's;
 //! * `kill_timeout_respected`: SIGKILL only as the effect of that task's `KillTimeout` step,
 //!   after the kill signal of the same kill;
-//! * a task is launched once (quiesce restarts no task).
+//! * a task is launched only when it is not running: first, or again after its process
+//!   ended (a restart); never twice over a live process.
 
 use quiesce::step::log::LogEntry;
 use quiesce::step::{Effect, Step};
@@ -21,7 +23,11 @@ pub struct EffectRules {
     registered: BTreeMap<(String, Option<String>), BTreeSet<String>>,
     /// The last kill number signalled, by (allocation, task).
     signalled: BTreeMap<(String, String), u32>,
-    launched: BTreeSet<(String, String)>,
+    /// Tasks whose process runs, by (allocation, task).
+    live: BTreeSet<(String, String)>,
+    /// Tasks under an in-place restart's kill (from its `RestartAlloc` until they run
+    /// again), by (allocation, task).
+    restarting: BTreeSet<(String, String)>,
     /// Effects checked so far.
     pub checked: usize,
 }
@@ -31,6 +37,13 @@ impl EffectRules {
     /// is the error.
     pub fn check(&mut self, entry: &LogEntry) -> Result<(), String> {
         let alloc = entry.as_step().and_then(Step::alloc).cloned();
+        let restart = matches!(entry.as_step(), Some(Step::RestartAlloc { .. }));
+        // The step's own exit comes before what follows it (a restarted task runs again).
+        if let (Some(Step::TaskExit { task, .. } | Step::PoststopExit { task, .. }), Some(alloc)) =
+            (entry.as_step(), &alloc)
+        {
+            self.live.remove(&(alloc.clone(), task.clone()));
+        }
         for effect in &entry.effects {
             self.checked += 1;
             let Some(alloc) = alloc.clone() else {
@@ -41,11 +54,14 @@ impl EffectRules {
             };
             match effect {
                 Effect::Launch { task } => {
-                    if !self.launched.insert((alloc.clone(), task.clone())) {
+                    let key = (alloc.clone(), task.clone());
+                    if !self.live.insert(key.clone()) {
                         return Err(format!(
-                            "task {task:?} of allocation {alloc} is launched a second time"
+                            "task {task:?} of allocation {alloc} is launched a second time \
+                             while its process runs"
                         ));
                     }
+                    self.restarting.remove(&key);
                 }
                 Effect::Register { task, services } => {
                     self.registered
@@ -54,6 +70,9 @@ impl EffectRules {
                         .extend(services.iter().cloned());
                 }
                 Effect::Deregister { task, services } => {
+                    if let (true, Some(task)) = (restart, task) {
+                        self.restarting.insert((alloc.clone(), task.clone()));
+                    }
                     if let Some(registered) = self.registered.get_mut(&(alloc, task.clone())) {
                         for service in services {
                             registered.remove(service);
@@ -64,6 +83,10 @@ impl EffectRules {
                     task, signal, kill, ..
                 } => {
                     let key = (alloc.clone(), task.clone());
+                    if restart {
+                        self.restarting.insert(key.clone());
+                    }
+                    let group_too = !self.restarting.contains(&key);
                     let last = self.signalled.get(&key).copied().unwrap_or(0);
                     if *kill <= last {
                         return Err(format!(
@@ -71,7 +94,8 @@ impl EffectRules {
                              again for kill {kill} (kill {last} was signalled already)"
                         ));
                     }
-                    for owner in [Some(task.clone()), None] {
+                    let owners = [Some(Some(task.clone())), group_too.then_some(None)];
+                    for owner in owners.into_iter().flatten() {
                         let left = self
                             .registered
                             .get(&(alloc.clone(), owner.clone()))
@@ -107,6 +131,8 @@ impl EffectRules {
                              before that kill's signal"
                         ));
                     }
+                    // The forced exit follows in the same step.
+                    self.live.remove(&(alloc.clone(), task.clone()));
                 }
             }
         }

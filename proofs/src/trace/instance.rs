@@ -12,7 +12,7 @@ use quiesce::server::structs::AllocId;
 use quiesce::spec::Job;
 use quiesce::step::log::LogEntry;
 use quiesce::step::{Effect, Step};
-use quiesce_model::config::{ModelCfg, Operator, MAX_ALLOCS};
+use quiesce_model::config::{ModelCfg, Operator, MAX_ALLOCS, MAX_RESTART_ATTEMPTS};
 use quiesce_model::properties::INVARIANTS;
 use quiesce_model::state::{Alloc, Ghost, Job as ModelJob, JobVersion, TaskPhase};
 use quiesce_model::{Action, History, Model, State, StopPathModel};
@@ -78,12 +78,13 @@ pub struct Instance {
     pub allocs: BTreeSet<AllocId>,
     /// The job was purged: a later registration is a new instance.
     pub purged: bool,
+    /// A batch job: whether its tasks are restarted depends on their exit codes.
+    pub batch: bool,
 }
 
-/// Why a step failed in one candidate: the model refuses it, or cannot follow it at all.
+/// Why a step failed in one candidate: the model refuses it.
 enum Refusal {
     Violation(String),
-    OutsideTheModel(String),
 }
 
 impl Instance {
@@ -103,6 +104,7 @@ impl Instance {
             unjudged: 0,
             allocs: BTreeSet::new(),
             purged: false,
+            batch: spec.job_type == "batch",
         };
         match model_of(spec, group) {
             Ok(model) => {
@@ -155,6 +157,7 @@ impl Instance {
             unjudged: 0,
             allocs: BTreeSet::new(),
             purged: false,
+            batch: false,
         }
     }
 
@@ -249,6 +252,16 @@ impl Instance {
             self.unjudged += 1;
             return Ok(());
         }
+        if self.batch && matches!(step, Step::RestartDecision { .. }) {
+            self.stop_judging(
+                entry.seq,
+                "a batch task's restart is decided by its exit code, which the model does not \
+                 have"
+                    .to_string(),
+            );
+            self.unjudged += 1;
+            return Ok(());
+        }
         let task = match step.task() {
             None => None,
             Some(name) => match model.cfg.group.tasks.iter().position(|t| &t.name == name) {
@@ -275,21 +288,10 @@ impl Instance {
             }
             return Ok(());
         }
-        let outside = refusals.iter().find_map(|r| match r {
-            Refusal::OutsideTheModel(why) => Some(why.clone()),
-            Refusal::Violation(_) => None,
-        });
-        if let Some(why) = outside {
-            self.stop_judging(entry.seq, why);
-            self.unjudged += 1;
-            return Ok(());
-        }
         let why = refusals
             .into_iter()
-            .find_map(|r| match r {
-                Refusal::Violation(why) => Some(why),
-                Refusal::OutsideTheModel(_) => None,
-            })
+            .map(|Refusal::Violation(why)| why)
+            .next()
             .unwrap_or_else(|| format!("{} is not enabled", step.name()));
         Err(why)
     }
@@ -314,6 +316,7 @@ fn model_of(spec: &Job, group: &str) -> Result<StopPathModel, String> {
             "count {count} is past the model's bounds (1 to {MAX_ALLOCS} allocations)"
         ));
     }
+    let restart_attempts = restart_attempts(spec, group)?;
     let cfg = ModelCfg {
         name: format!("{}/{group}", spec.id),
         job: spec.id.clone(),
@@ -327,8 +330,48 @@ fn model_of(spec: &Job, group: &str) -> Result<StopPathModel, String> {
         witnesses: Vec::new(),
         fault: None,
         budget_restarts: true,
+        restart_requests: true,
+        restart_attempts,
+        unrecoverable_crashes: true,
     };
     Ok(cfg.into_model())
+}
+
+/// The group's restart attempts, one for every task, as the model has them: `mode = "fail"`
+/// (a `delay` policy restarts for ever), and at most the model's bound.
+fn restart_attempts(spec: &Job, group: &str) -> Result<u8, String> {
+    use quiesce::spec::{RestartMode, RestartPolicy};
+    let Some(group_spec) = spec.task_groups.iter().find(|g| g.name == group) else {
+        return Ok(0);
+    };
+    let policies: BTreeSet<_> = group_spec
+        .tasks
+        .iter()
+        .map(|task| {
+            let policy = RestartPolicy::effective(
+                &spec.job_type,
+                group_spec.restart_policy.as_ref(),
+                task.restart_policy.as_ref(),
+            );
+            (policy.attempts, policy.mode == RestartMode::Delay)
+        })
+        .collect();
+    let mut policies = policies.into_iter();
+    let (attempts, delay_mode) = policies.next().unwrap_or((0, false));
+    if policies.next().is_some() {
+        return Err("its tasks' restart policies differ; the model has one per group".into());
+    }
+    if delay_mode {
+        return Err("its restart policy's mode is \"delay\"; the model has \"fail\"".into());
+    }
+    u8::try_from(attempts)
+        .ok()
+        .filter(|&attempts| attempts <= MAX_RESTART_ATTEMPTS)
+        .ok_or_else(|| {
+            format!(
+                "{attempts} restart attempts are past the model's bound of {MAX_RESTART_ATTEMPTS}"
+            )
+        })
 }
 
 /// Every way `step` can be a step of the model from `candidate`, with the effects the entry
@@ -373,9 +416,7 @@ fn successors(
         };
         let action = action_for(step, position, task).filter(|action| enabled.contains(action));
         let Some(action) = action else {
-            if let Some(why) = outside_the_model(model, &candidate.state, step, position, task) {
-                refusal = Some(Refusal::OutsideTheModel(why));
-            } else if stutters(&candidate.state, step, position) {
+            if stutters(&candidate.state, step, position) {
                 // An update the model does not see (one that changes only `Migrate`, say):
                 // the runner does nothing with it, and the entry must record nothing.
                 if entry.effects.is_empty() {
@@ -392,7 +433,8 @@ fn successors(
         let Some(after) = model.next_state(&candidate.state, action) else {
             continue;
         };
-        if let Err(why) = implied_effects(model, &candidate.state, &after, position, entry) {
+        if let Err(why) = implied_effects(model, &candidate.state, &after, position, entry, action)
+        {
             refusal = Some(Refusal::Violation(why));
             continue;
         }
@@ -413,28 +455,6 @@ fn successors(
         }));
     }
     Ok(out)
-}
-
-/// Why the model cannot judge `step` at all, if so: a task that ends on its own while it
-/// runs (a crash, a batch task's end) is outside the stop path the model has.
-fn outside_the_model(
-    model: &StopPathModel,
-    state: &State,
-    step: &Step,
-    position: Option<usize>,
-    task: Option<u8>,
-) -> Option<String> {
-    let (Step::TaskExit { alloc, task: name }, Some(ix), Some(t)) = (step, position, task) else {
-        return None;
-    };
-    let running = state.allocs[ix].tasks[usize::from(t)].phase == TaskPhase::Running;
-    let kind = model.cfg.group.tasks[usize::from(t)].kind;
-    running.then(|| {
-        format!(
-            "task {name:?} ({kind:?}) of allocation {alloc} ended on its own while running, \
-             which the model's stop path has no step for"
-        )
-    })
 }
 
 /// A pull of a record whose (desired stop, flag, tombstone) the client has already: the
@@ -466,6 +486,7 @@ fn implied_effects(
     after: &State,
     position: Option<usize>,
     entry: &LogEntry,
+    action: Action,
 ) -> Result<(), String> {
     let Some(ix) = position else {
         if let Some(effect) = entry.effects.first() {
@@ -473,7 +494,7 @@ fn implied_effects(
         }
         // A request changes no runner, but a restart may cut a wait short.
         for (ix, (b, a)) in before.allocs.iter().zip(&after.allocs).enumerate() {
-            let implied = expected(model, Some(b), a);
+            let implied = expected(model, Some(b), a, action);
             if let Some(effect) = implied.first() {
                 return Err(format!(
                     "{} implies {effect:?} for the allocation at position {ix}, and the log \
@@ -486,7 +507,7 @@ fn implied_effects(
     };
     let before = before.allocs.get(ix);
     let after = &after.allocs[ix];
-    let implied = expected(model, before, after);
+    let implied = expected(model, before, after, action);
     let recorded = &entry.effects;
     let count = |list: &[Expected], what: &Expected| list.iter().filter(|e| *e == what).count();
     for what in implied.iter().collect::<BTreeSet<_>>() {
@@ -566,7 +587,12 @@ impl std::fmt::Display for Expected {
 }
 
 /// What the model's step did to one allocation's world, as effects.
-fn expected(model: &StopPathModel, before: Option<&Alloc>, after: &Alloc) -> Vec<Expected> {
+fn expected(
+    model: &StopPathModel,
+    before: Option<&Alloc>,
+    after: &Alloc,
+    action: Action,
+) -> Vec<Expected> {
     let mut implied = Vec::new();
     let group_before = before.is_some_and(|b| b.group_service_registered);
     if group_before != after.group_service_registered {
@@ -584,7 +610,17 @@ fn expected(model: &StopPathModel, before: Option<&Alloc>, after: &Alloc) -> Vec
         let b = before.map(|b| b.tasks[ix]);
         let a = after.tasks[ix];
         let was = |f: fn(&quiesce_model::state::Task) -> bool| b.as_ref().is_some_and(f);
-        if b.is_none_or(|b| b.phase == TaskPhase::NotStarted) && a.phase != TaskPhase::NotStarted {
+        // Started, or running again after a restart's kill or a restart delay.
+        let runs_again = b.is_some_and(|b| {
+            matches!(
+                b.phase,
+                TaskPhase::Delaying | TaskPhase::Signalled | TaskPhase::Restarting
+            )
+        }) && a.phase == TaskPhase::Running;
+        if runs_again
+            || (b.is_none_or(|b| b.phase == TaskPhase::NotStarted)
+                && a.phase != TaskPhase::NotStarted)
+        {
             implied.push(Expected {
                 kind: Kind::Launch,
                 task: task.clone(),
@@ -606,7 +642,13 @@ fn expected(model: &StopPathModel, before: Option<&Alloc>, after: &Alloc) -> Vec
                 task: task.clone(),
             });
         }
-        if !was(|t| t.sigkilled) && a.sigkilled {
+        // A restart's kill timeout SIGKILLs the task, which then runs again at once.
+        let timed_out = action
+            == Action::KillTimeout {
+                alloc: action.alloc().unwrap_or(0),
+                task: ix as u8,
+            };
+        if (!was(|t| t.sigkilled) && a.sigkilled) || (timed_out && !a.sigkilled) {
             implied.push(Expected {
                 kind: Kind::SigKill,
                 task,

@@ -96,6 +96,21 @@ pub struct Launch {
     /// Files to write into the task's directory before it starts (its templates): the path
     /// (relative, of normal components only: `spec` validates it), the contents, the mode.
     pub files: Vec<(PathBuf, Vec<u8>, u32)>,
+    /// Which run of the task this is: 0 first, one more for each restart. Each run has its
+    /// own supervisor state ([`run_dir`]), so a restart never reattaches to the run before.
+    pub run: u32,
+}
+
+/// Where the supervisor of a task's `run` keeps its state — its control socket's name and
+/// its `exit.json`: the task directory for the first run, `run-N/` inside it (the agent's
+/// only, 0700) for a restart. The task's logs and working directory stay the task
+/// directory's, across runs.
+pub fn run_dir(task_dir: &Path, run: u32) -> PathBuf {
+    if run == 0 {
+        task_dir.to_path_buf()
+    } else {
+        task_dir.join(format!("run-{run}"))
+    }
 }
 
 /// A running (or finished) supervised task, as the daemon holds it.
@@ -232,7 +247,11 @@ pub fn launch(
     launch: &Launch,
 ) -> io::Result<Result<Attached, ExitRecord>> {
     task_dir(launch)?;
-    let listener = UnixListener::bind_addr(&socket_addr(&launch.dir)?)?;
+    let state = run_dir(&launch.dir, launch.run);
+    if launch.run > 0 {
+        fs::DirBuilder::new().mode(0o700).create(&state)?;
+    }
+    let listener = UnixListener::bind_addr(&socket_addr(&state)?)?;
     let log = |name: &str| {
         fs::OpenOptions::new()
             .create(true)
@@ -243,7 +262,7 @@ pub fn launch(
     let mut command = Command::new(supervisor);
     command
         .args(supervisor_args)
-        .arg(&launch.dir)
+        .arg(&state)
         .args(
             launch
                 .user
@@ -270,9 +289,9 @@ pub fn launch(
     let mut child = command.spawn()?;
     // The daemon's copy of the listener must go: the supervisor's exit has to close it.
     drop(command);
-    let attached = socket_addr(&launch.dir)
+    let attached = socket_addr(&state)
         .and_then(|addr| UnixStream::connect_addr(&addr))
-        .and_then(|stream| attach(stream, None, &launch.dir));
+        .and_then(|stream| attach(stream, None, &state));
     match attached {
         Ok(Ok(mut attached)) => {
             attached.child = Some(child);
@@ -288,7 +307,7 @@ pub fn launch(
             // connection was made or its hello read: then its record says what happened.
             let _ = child.kill();
             let _ = child.wait();
-            match read_exit(&launch.dir) {
+            match read_exit(&state) {
                 Ok(Some(record)) => Ok(Err(record)),
                 _ => Err(error),
             }

@@ -351,3 +351,92 @@ pub(super) fn eval_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Re
     drop(core);
     stub_reply(chosen, false)
 }
+
+/// The most bytes a restart request's body may have (it holds two names and three flags).
+const MAX_RESTART_BODY: usize = 4096;
+
+/// `PUT`/`POST /v1/client/allocation/:id/restart`: Nomad's `AllocRestartRequest` —
+/// `TaskName` (one task), `AllTasks`, neither (every running task) — plus quiesce's
+/// `NoShutdownDelay` (also `?no_shutdown_delay=true`): the restart skips its tasks' delays,
+/// that once. In place, straight to the runner: no server write and no evaluation.
+pub(super) fn restart_alloc(
+    shared: &Shared,
+    id: &str,
+    query: &Query,
+    body: &[u8],
+) -> Result<Reply, ApiError> {
+    if body.len() > MAX_RESTART_BODY {
+        return Err(error(
+            413,
+            format!("a restart request is at most {MAX_RESTART_BODY} bytes"),
+        ));
+    }
+    let request: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(body).map_err(|e| error(400, format!("invalid JSON: {e}")))?
+    };
+    let Some(fields) = request.as_object() else {
+        return Err(error(400, "a restart request is a JSON object"));
+    };
+    let (mut task_name, mut all_tasks, mut flag) = (String::new(), false, false);
+    for (key, value) in fields {
+        let wrong = |kind: &str| error(400, format!("{key} must be {kind} (got {value})"));
+        match key.to_ascii_lowercase().as_str() {
+            "taskname" => match value {
+                Value::String(name) => task_name = name.clone(),
+                Value::Null => {}
+                _ => return Err(wrong("a string")),
+            },
+            "alltasks" => all_tasks = value.as_bool().ok_or_else(|| wrong("a boolean"))?,
+            "noshutdowndelay" => flag = value.as_bool().ok_or_else(|| wrong("a boolean"))?,
+            // Nomad's request carries the allocation and the query options too.
+            "allocid" | "region" | "namespace" | "authtoken" => {}
+            _ => {
+                return Err(error(
+                    400,
+                    format!(
+                        "unknown field {key:?} in the restart request (TaskName, AllTasks, \
+                         NoShutdownDelay)"
+                    ),
+                ))
+            }
+        }
+    }
+    let flag = flag || query.bool("no_shutdown_delay")?;
+    if all_tasks && !task_name.is_empty() {
+        return Err(error(
+            400,
+            "TaskName and AllTasks cannot both be set: restart one task or all of them",
+        ));
+    }
+    let index = {
+        let core = shared.core();
+        if core.server.store.alloc(id).is_none() {
+            return Err(error(404, format!("Unknown allocation {id:?}")));
+        }
+        core.server.store.index()
+    };
+    let Some(shell) = shared.runner(id) else {
+        return Err(error(
+            400,
+            format!("allocation {id:?} is not running on this client"),
+        ));
+    };
+    let task = if task_name.is_empty() {
+        None
+    } else {
+        let position =
+            shell.inspect(|runner, _| runner.tasks.iter().position(|task| task.name == task_name));
+        Some(position.ok_or_else(|| {
+            error(
+                404,
+                format!("Could not find task runner for task: {task_name:?}"),
+            )
+        })?)
+    };
+    shell
+        .restart(task, flag)
+        .map_err(|refused| error(400, refused.to_string()))?;
+    ok(json!({}), index)
+}

@@ -268,6 +268,14 @@ fn route(
                     Some(_) => Err(not_served(path)),
                 };
             }
+            if let Some(alloc) = rest.strip_prefix("client/allocation/") {
+                return match alloc.split_once('/') {
+                    Some((id, "restart")) if is_write => need(Need::Capability("alloc-lifecycle"))
+                        .and_then(|()| restart_alloc(shared, id, query, body)),
+                    Some((_, "restart")) => invalid(),
+                    _ => Err(not_served(path)),
+                };
+            }
             if let Some(alloc) = rest.strip_prefix("client/fs/logs/") {
                 return if is_get {
                     need(Need::Capability("read-logs"))

@@ -2,11 +2,15 @@
 //! pre-kill hooks (deregister the task's services) → `shutdown_delay` → `kill_signal` →
 //! `kill_timeout` → SIGKILL → `Terminated` → `Killed` → stop hooks.
 
-use super::hooks::{TaskPreKillHook, TaskServiceHook, TaskStopHook};
-use super::{Command, DelayOutcome, Timer};
+use crate::client::hooks::{TaskPreKillHook, TaskServiceHook, TaskStopHook};
+use crate::client::{Command, DelayOutcome, Timer};
 use crate::server::structs::{event_types, TaskEvent, TaskState, TaskStateName, MAX_TASK_EVENTS};
-use crate::spec::{Task, TaskRole, DEFAULT_KILL_SIGNAL};
+use crate::spec::{EffectiveRestartPolicy, Task, TaskRole, DEFAULT_KILL_SIGNAL};
 use serde::{Deserialize, Serialize};
+
+mod restart;
+
+pub use restart::{Decision, RestartMark};
 use std::collections::BTreeMap;
 
 /// Where the task stands on the stop path.
@@ -21,6 +25,10 @@ pub enum TaskPhase {
     /// The kill signal was sent; the kill-timeout timer runs.
     Signalled,
     Dead,
+    /// It ended on its own while it ran; the restart policy decides next (a ready step).
+    Crashed,
+    /// The restart policy restarts it: the restart-delay timer runs.
+    Restarting,
 }
 
 /// How a process ended, as the driver reports it.
@@ -58,6 +66,22 @@ pub struct TaskRunner {
     /// takes the step again, does not signal the task twice.
     #[serde(default)]
     pub kills: u32,
+    /// The kill in progress is a restart's (`alloc restart`), flagged or not.
+    #[serde(default)]
+    pub restart: RestartMark,
+    #[serde(default)]
+    pub restart_policy: EffectiveRestartPolicy,
+    /// Restarts by the policy in the current interval, which began at `interval_start_ns`.
+    #[serde(default)]
+    pub policy_restarts: u32,
+    #[serde(default)]
+    pub interval_start_ns: Option<i64>,
+    /// How its last run ended on its own (what the policy decides on).
+    #[serde(default)]
+    pub last_exit: Option<ExitResult>,
+    /// A batch job's task: a clean exit is its end, not a crash to restart.
+    #[serde(default)]
+    pub batch: bool,
 }
 
 pub(super) fn event(
@@ -115,7 +139,12 @@ fn decimal(value: i64, per: i64) -> String {
 }
 
 impl TaskRunner {
-    pub fn new(task: &Task, max_kill_timeout_ns: i64) -> Self {
+    pub fn new(
+        task: &Task,
+        restart_policy: EffectiveRestartPolicy,
+        batch: bool,
+        max_kill_timeout_ns: i64,
+    ) -> Self {
         let kill_timeout = task
             .kill_timeout_ns
             .unwrap_or(crate::spec::DEFAULT_KILL_TIMEOUT_NS);
@@ -146,6 +175,12 @@ impl TaskRunner {
             delay: DelayOutcome::None,
             sigkilled: false,
             kills: 0,
+            restart: RestartMark::None,
+            restart_policy,
+            policy_restarts: 0,
+            interval_start_ns: None,
+            last_exit: None,
+            batch,
         }
     }
 
@@ -191,6 +226,11 @@ impl TaskRunner {
             format!("Sent interrupt. Waiting {timeout} before force killing"),
             &[("kill_timeout", timeout.clone())],
         ));
+        self.kill_from_hooks(ix, cancelled, now, out);
+    }
+
+    /// The kill sequence from the pre-kill hooks on.
+    fn kill_from_hooks(&mut self, ix: usize, cancelled: bool, now: i64, out: &mut Vec<Command>) {
         // prestop_hooks_always_run: the hooks run flag or no flag, before any signal.
         for hook in self.pre_kill_hooks() {
             hook.pre_killing(ix, out);
@@ -300,22 +340,7 @@ impl TaskRunner {
             }),
             _ => {}
         }
-        if let Some(failure) = &exit.failure {
-            // Nomad's event when the driver could not start the task, with its error.
-            self.record(event(
-                event_types::DRIVER_FAILURE,
-                now,
-                failure.clone(),
-                &[("driver_error", failure.clone())],
-            ));
-        }
-        let mut display = format!("Exit Code: {}", exit.exit_code);
-        let mut details = vec![("exit_code", exit.exit_code.to_string())];
-        if let Some(signal) = exit.signal {
-            display.push_str(&format!(", Signal: {signal}"));
-            details.push(("signal", signal.to_string()));
-        }
-        self.record(event(event_types::TERMINATED, now, display, &details));
+        self.record_exit(&exit, now);
         if was == TaskPhase::Signalled {
             self.record(event(
                 event_types::KILLED,
@@ -332,6 +357,26 @@ impl TaskRunner {
         }
     }
 
+    /// `Driver Failure` (when the driver could not start the task, with its error) and
+    /// `Terminated`.
+    fn record_exit(&mut self, exit: &ExitResult, now: i64) {
+        if let Some(failure) = &exit.failure {
+            self.record(event(
+                event_types::DRIVER_FAILURE,
+                now,
+                failure.clone(),
+                &[("driver_error", failure.clone())],
+            ));
+        }
+        let mut display = format!("Exit Code: {}", exit.exit_code);
+        let mut details = vec![("exit_code", exit.exit_code.to_string())];
+        if let Some(signal) = exit.signal {
+            display.push_str(&format!(", Signal: {signal}"));
+            details.push(("signal", signal.to_string()));
+        }
+        self.record(event(event_types::TERMINATED, now, display, &details));
+    }
+
     fn pre_kill_hooks(&self) -> [&dyn TaskPreKillHook; 1] {
         [&self.service_hook]
     }
@@ -343,50 +388,4 @@ impl TaskRunner {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_as_go_prints_them() {
-        let cases = [
-            (0, "0s"),
-            (999, "999ns"),
-            (500_000, "500µs"),
-            (1_500_000, "1.5ms"),
-            (250_000_000, "250ms"),
-            (1_000_000_000, "1s"),
-            (1_500_000_000, "1.5s"),
-            (30_000_000_000, "30s"),
-            (60_000_000_000, "1m0s"),
-            (90_000_000_000, "1m30s"),
-            (3_600_000_000_000, "1h0m0s"),
-            (3_723_500_000_000, "1h2m3.5s"),
-        ];
-        for (ns, go) in cases {
-            assert_eq!(go_duration(ns), go, "{ns} ns");
-        }
-    }
-
-    /// Nomad keeps the last ten events of a task; older ones are dropped first.
-    #[test]
-    fn a_task_keeps_its_last_ten_events() {
-        let mut runner = TaskRunner::new(
-            &Task {
-                name: "t".into(),
-                ..Task::default()
-            },
-            0,
-        );
-        for n in 0..MAX_TASK_EVENTS {
-            runner.record(event("E", n as i64, String::new(), &[]));
-        }
-        assert_eq!(
-            runner.state.events.len(),
-            MAX_TASK_EVENTS,
-            "ten are all kept"
-        );
-        runner.record(event("E", 10, String::new(), &[]));
-        let times: Vec<i64> = runner.state.events.iter().map(|e| e.time).collect();
-        assert_eq!(times, (1..=10).collect::<Vec<i64>>());
-    }
-}
+mod tests;

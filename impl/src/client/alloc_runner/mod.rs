@@ -6,12 +6,16 @@
 //! [`AllocRunner::step`], so the simulator can interleave them and the daemon can just take
 //! them in order.
 
-use super::hooks::{GroupServiceHook, RunnerPreKillHook};
-use super::task_runner::{event, ExitResult, TaskPhase, TaskRunner};
-use super::{Command, DelayOutcome, RunnerStep, Timer};
+use crate::client::hooks::{GroupServiceHook, RunnerPreKillHook};
+use crate::client::task_runner::{event, ExitResult, RestartMark, TaskPhase, TaskRunner};
+use crate::client::{Command, DelayOutcome, RunnerStep, Timer};
 use crate::server::structs::{event_types, Allocation, ClientStatus, DesiredStatus};
-use crate::spec::TaskRole;
+use crate::spec::{RestartPolicy, TaskRole};
 use serde::{Deserialize, Serialize};
+
+mod restart;
+
+pub use restart::RestartRefused;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RunnerPhase {
@@ -40,6 +44,10 @@ pub struct AllocRunner {
     pub group_shutdown_delay_ns: i64,
     pub group_service_hook: GroupServiceHook,
     pub tasks: Vec<TaskRunner>,
+    /// A task's restart policy left it dead and failed: the allocation fails, and its other
+    /// tasks are killed through the stop path.
+    #[serde(default)]
+    pub failed: bool,
 }
 
 impl AllocRunner {
@@ -73,10 +81,19 @@ impl AllocRunner {
                     .collect(),
                 shutdown_delay_ns: group.shutdown_delay_ns.unwrap_or(0),
             },
+            failed: false,
             tasks: group
                 .tasks
                 .iter()
-                .map(|task| TaskRunner::new(task, max_kill_timeout_ns))
+                .map(|task| {
+                    let policy = RestartPolicy::effective(
+                        &alloc.job.job_type,
+                        group.restart_policy.as_ref(),
+                        task.restart_policy.as_ref(),
+                    );
+                    let batch = alloc.job.job_type == "batch";
+                    TaskRunner::new(task, policy, batch, max_kill_timeout_ns)
+                })
                 .collect(),
             alloc,
         };
@@ -137,6 +154,10 @@ impl AllocRunner {
                     timer: Timer::KillTimeout(ix),
                     after_ns: task.kill_timeout_ns,
                 }),
+                TaskPhase::Restarting => out.push(Command::StartTimer {
+                    timer: Timer::RestartDelay(ix),
+                    after_ns: task.restart_policy.delay_ns,
+                }),
                 _ => {}
             }
         }
@@ -164,6 +185,7 @@ impl AllocRunner {
         self.alloc.client_status = client_status;
         if self.phase == RunnerPhase::Running && self.stop_requested() {
             self.phase = RunnerPhase::PreKill;
+            self.end_restart_delays(out);
         }
         if self.alloc.desired_transition.should_ignore_shutdown_delay() {
             self.cancel_delays(now, out);
@@ -210,6 +232,18 @@ impl AllocRunner {
 
     /// The internal steps the runner can take now, in a fixed order.
     pub fn ready_steps(&self) -> Vec<RunnerStep> {
+        let mut steps = self.stop_steps();
+        if self.phase != RunnerPhase::Terminal {
+            steps.extend(
+                (0..self.tasks.len())
+                    .filter(|&ix| self.tasks[ix].phase == TaskPhase::Crashed)
+                    .map(RunnerStep::RestartDecision),
+            );
+        }
+        steps
+    }
+
+    fn stop_steps(&self) -> Vec<RunnerStep> {
         match self.phase {
             RunnerPhase::PreKill => vec![RunnerStep::GroupPreKill],
             RunnerPhase::Killing => {
@@ -255,6 +289,7 @@ impl AllocRunner {
             RunnerStep::GroupPreKill => self.group_pre_kill(now, out),
             RunnerStep::TaskPreKill(ix) => self.tasks[ix].begin_kill(ix, self.cancelled, now, out),
             RunnerStep::PoststopStart(ix) => self.tasks[ix].start(ix, now, out),
+            RunnerStep::RestartDecision(ix) => self.restart_decision(ix, now, out),
         }
         self.settle(now, out);
         out.push(Command::Report);
@@ -325,6 +360,15 @@ impl AllocRunner {
             {
                 self.tasks[ix].kill_timeout_fired(ix, out)
             }
+            Timer::RestartDelay(ix)
+                if self.phase == RunnerPhase::Running
+                    && self
+                        .tasks
+                        .get(ix)
+                        .is_some_and(|t| t.phase == TaskPhase::Restarting) =>
+            {
+                self.tasks[ix].run_again(ix, now, out)
+            }
             _ => return false,
         }
         out.push(Command::Report);
@@ -342,25 +386,38 @@ impl AllocRunner {
         let Some(task) = self.tasks.get_mut(ix) else {
             return false;
         };
-        if matches!(task.phase, TaskPhase::NotStarted | TaskPhase::Dead) {
-            return false;
+        match task.phase {
+            TaskPhase::NotStarted
+            | TaskPhase::Dead
+            | TaskPhase::Crashed
+            | TaskPhase::Restarting => return false,
+            TaskPhase::Running if task.role != TaskRole::Poststop => {
+                // Ended on its own: the restart policy decides next (a ready step).
+                task.ended_on_its_own(ix, exit, now, out);
+                out.push(Command::Report);
+                return true;
+            }
+            _ => {}
         }
         task.exited(ix, exit, now, out);
-        if self.phase == RunnerPhase::Running {
-            self.task_died_while_running(ix, now);
+        // A restart's kill is over: in a runner still running, the task runs again at once
+        // (an operator's restart waits no restart delay and uses no attempt).
+        if task.restart != RestartMark::None && self.phase == RunnerPhase::Running {
+            task.run_again(ix, now, out);
         }
         self.settle(now, out);
         out.push(Command::Report);
         true
     }
 
-    /// A task ended on its own before any stop (quiesce restarts no task). As in Nomad
-    /// (`reference/nomad-stop-path.md` §2.3, "other kill triggers"), the leader's death, a
-    /// task's failure, or the last main task's end kills the rest through the same path as
-    /// a stop: pre-kill hooks, the group delay (and the flag, if one comes), the kill order,
-    /// then the poststop tasks. Outside the model, which lets tasks exit only once their kill
-    /// has begun; the simulator never takes this path.
-    fn task_died_while_running(&mut self, ix: usize, now: i64) {
+    /// A task ended on its own before any stop, and its restart policy leaves it dead. As in
+    /// Nomad (`reference/nomad-stop-path.md` §2.3, "other kill triggers"), the leader's
+    /// death, a task's failure, or the last main task's end kills the rest through the same
+    /// path as a stop: pre-kill hooks, the group delay (and the flag, if one comes), the kill
+    /// order, then the poststop tasks; no task waiting out a restart delay runs again. The
+    /// model's `RestartDecision` with the attempts used up (a failure) takes this path; a
+    /// batch task's clean end is outside the model.
+    fn task_died_while_running(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {
         let dead = &self.tasks[ix];
         if dead.role == TaskRole::Poststop {
             return;
@@ -387,10 +444,14 @@ impl AllocRunner {
         } else {
             return;
         };
-        let live = self
-            .tasks
-            .iter()
-            .any(|task| task.role != TaskRole::Poststop && !task.is_done());
+        self.end_restart_delays(out);
+        let live = self.tasks.iter().any(|task| {
+            task.role != TaskRole::Poststop
+                && matches!(
+                    task.phase,
+                    TaskPhase::Running | TaskPhase::Delaying | TaskPhase::Signalled
+                )
+        });
         if !live {
             // Nothing left to kill (Nomad calls killTasks only for live tasks): no pre-kill
             // hooks, no group delay; the poststop tasks run, and the postrun hooks
@@ -455,216 +516,4 @@ fn kill_stage(role: TaskRole) -> u8 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::client::test_support::alloc;
-
-    const EXIT: ExitResult = ExitResult {
-        exit_code: 0,
-        signal: None,
-        failure: None,
-    };
-
-    /// A runner that pulled a stop and ran its group pre-kill hooks (the group delay runs).
-    fn waiting_out_the_group_delay() -> AllocRunner {
-        let mut out = Vec::new();
-        let mut runner = AllocRunner::new(alloc(false, false, 30, 0), 30_000_000_000, 0, &mut out);
-        runner.update(alloc(true, false, 30, 0), 0, &mut out);
-        assert!(runner.step(RunnerStep::GroupPreKill, 0, &mut out));
-        assert_eq!(runner.phase, RunnerPhase::GroupDelay);
-        runner
-    }
-
-    /// Every task crashed while the group delay ran: when the wait ends — the timer fires or
-    /// the flag cuts it short — the runner ends too, instead of waiting for nothing.
-    #[test]
-    fn tasks_that_died_during_the_group_delay_end_the_runner_with_it() {
-        let mut out = Vec::new();
-        let mut timer = waiting_out_the_group_delay();
-        assert!(timer.task_exited(0, EXIT, 0, &mut out));
-        assert!(timer.timer_fired(Timer::GroupDelay, 0, &mut out));
-        assert_eq!(timer.phase, RunnerPhase::Terminal);
-
-        let mut flag = waiting_out_the_group_delay();
-        assert!(flag.task_exited(0, EXIT, 0, &mut out));
-        flag.update(alloc(true, true, 30, 0), 0, &mut out);
-        assert_eq!(flag.phase, RunnerPhase::Terminal);
-    }
-
-    /// A job whose group has a leader `app`, a main `worker`, a sidecar `proxy`, a poststop
-    /// `flush`, none with a delay.
-    fn four_roles() -> Allocation {
-        use crate::spec::{Lifecycle, Task};
-        let mut alloc = alloc(false, false, 0, 0);
-        let mut job = (*alloc.job).clone();
-        let tasks = &mut job.task_groups[0].tasks;
-        tasks[0].shutdown_delay_ns = 0;
-        let task = |name: &str, hook: Option<(&str, bool)>| Task {
-            name: name.into(),
-            driver: "mock_driver".into(),
-            lifecycle: hook.map(|(hook, sidecar)| Lifecycle {
-                hook: hook.into(),
-                sidecar,
-            }),
-            ..Task::default()
-        };
-        tasks.push(task("worker", None));
-        tasks.push(task("proxy", Some(("prestart", true))));
-        tasks.push(task("flush", Some(("poststop", false))));
-        alloc.job = std::sync::Arc::new(job);
-        alloc
-    }
-
-    /// Runs the runner's ready steps and delivers the exit of every task it signals, until
-    /// nothing is ready.
-    fn run_out(runner: &mut AllocRunner, out: &mut Vec<Command>) {
-        loop {
-            if let Some(step) = runner.ready_steps().first().copied() {
-                runner.step(step, 0, out);
-                continue;
-            }
-            let signalled = runner
-                .tasks
-                .iter()
-                .position(|t| t.phase == TaskPhase::Signalled);
-            let poststop = runner
-                .tasks
-                .iter()
-                .position(|t| t.role == TaskRole::Poststop && t.phase == TaskPhase::Running);
-            match signalled.or(poststop) {
-                Some(ix) => {
-                    runner.task_exited(ix, EXIT, 0, out);
-                }
-                None => return,
-            }
-        }
-    }
-
-    /// Nomad's other kill triggers: the leader's death, a failed task, the last main task's
-    /// end each stop the allocation through the stop path; another task's clean end does
-    /// not.
-    #[test]
-    fn a_task_ending_on_its_own_stops_the_rest_as_nomad_does() {
-        let failed = ExitResult {
-            exit_code: 2,
-            signal: None,
-            failure: None,
-        };
-        let cases = [
-            (
-                0,
-                EXIT,
-                Some(event_types::LEADER_TASK_DEAD),
-                ClientStatus::Complete,
-            ),
-            (
-                1,
-                failed,
-                Some(event_types::SIBLING_TASK_FAILED),
-                ClientStatus::Failed,
-            ),
-            (2, EXIT, None, ClientStatus::Running),
-        ];
-        for (ix, exit, event, status) in cases {
-            let mut out = Vec::new();
-            let mut runner = AllocRunner::new(four_roles(), 30_000_000_000, 0, &mut out);
-            assert!(runner.task_exited(ix, exit, 0, &mut out));
-            let last = |runner: &AllocRunner, task: usize| {
-                runner.tasks[task]
-                    .state
-                    .events
-                    .last()
-                    .unwrap()
-                    .event_type
-                    .clone()
-            };
-            match event {
-                Some(event) => {
-                    assert_eq!(runner.phase, RunnerPhase::PreKill, "task {ix}");
-                    let live = (0..3).find(|&t| t != ix).unwrap();
-                    assert_eq!(last(&runner, live), event);
-                }
-                None => assert_eq!(runner.phase, RunnerPhase::Running, "task {ix}"),
-            }
-            run_out(&mut runner, &mut out);
-            assert_eq!(runner.alloc.client_status, status, "task {ix}");
-            if status != ClientStatus::Running {
-                assert_eq!(runner.phase, RunnerPhase::Terminal);
-                assert_eq!(runner.tasks[3].phase, TaskPhase::Dead, "poststop ran");
-                assert!(out
-                    .iter()
-                    .any(|c| matches!(c, Command::DeregisterServices { task: None, .. })));
-            }
-        }
-        // Both main tasks end cleanly, the sidecar is left: "Main Tasks Dead".
-        let mut out = Vec::new();
-        let mut runner = AllocRunner::new(four_roles(), 30_000_000_000, 0, &mut out);
-        runner.tasks[0].role = TaskRole::Main;
-        assert!(runner.task_exited(1, EXIT, 0, &mut out));
-        assert_eq!(runner.phase, RunnerPhase::Running);
-        assert!(runner.task_exited(0, EXIT, 0, &mut out));
-        assert_eq!(runner.phase, RunnerPhase::PreKill);
-        assert_eq!(
-            runner.tasks[2].state.events.last().unwrap().event_type,
-            event_types::MAIN_TASKS_DEAD
-        );
-        run_out(&mut runner, &mut out);
-        assert_eq!(runner.alloc.client_status, ClientStatus::Complete);
-    }
-
-    /// The last live task ending on its own leaves nothing to kill: no pre-kill hooks and no
-    /// group delay (30 s here), the poststop task runs and the runner ends at once.
-    #[test]
-    fn the_last_task_ending_on_its_own_waits_no_group_delay() {
-        let mut out = Vec::new();
-        let mut alloc = alloc(false, false, 30, 0);
-        let mut job = (*alloc.job).clone();
-        job.task_groups[0].tasks.push(crate::spec::Task {
-            name: "flush".into(),
-            driver: "mock_driver".into(),
-            lifecycle: Some(crate::spec::Lifecycle {
-                hook: "poststop".into(),
-                sidecar: false,
-            }),
-            ..crate::spec::Task::default()
-        });
-        alloc.job = std::sync::Arc::new(job);
-        let mut runner = AllocRunner::new(alloc, 30_000_000_000, 0, &mut out);
-        assert!(runner.task_exited(0, EXIT, 0, &mut out));
-        assert_eq!(runner.phase, RunnerPhase::Killing);
-        assert_eq!(runner.ready_steps(), [RunnerStep::PoststopStart(1)]);
-        out.clear();
-        run_out(&mut runner, &mut out);
-        assert_eq!(runner.phase, RunnerPhase::Terminal);
-        assert_eq!(runner.group_delay, DelayOutcome::None, "no group delay");
-        assert!(!out.iter().any(|c| matches!(c, Command::StartTimer { .. })));
-        assert!(
-            out.iter()
-                .any(|c| matches!(c, Command::DeregisterServices { task: None, .. })),
-            "the postrun hook deregisters the group services"
-        );
-        assert_eq!(runner.alloc.client_status, ClientStatus::Complete);
-    }
-
-    /// A task SIGKILLed before a restart, whose exit the driver has not reported yet, gets
-    /// no new kill-timeout timer: it fired already.
-    #[test]
-    fn restore_rearms_no_kill_timeout_after_sigkill() {
-        let mut out = Vec::new();
-        let mut runner = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 0, &mut out);
-        runner.update(alloc(true, false, 0, 0), 0, &mut out);
-        assert!(runner.step(RunnerStep::GroupPreKill, 0, &mut out));
-        assert!(runner.step(RunnerStep::TaskPreKill(0), 0, &mut out));
-        assert!(runner.timer_fired(Timer::KillTimeout(0), 0, &mut out));
-        assert!(runner.tasks[0].sigkilled && runner.tasks[0].phase == TaskPhase::Signalled);
-        let mut commands = Vec::new();
-        let restored = AllocRunner::restore(runner, 0, &mut commands);
-        assert!(
-            !commands
-                .iter()
-                .any(|c| matches!(c, Command::StartTimer { .. })),
-            "{commands:?}"
-        );
-        assert_eq!(restored.tasks[0].phase, TaskPhase::Signalled);
-    }
-}
+mod tests;

@@ -1,0 +1,239 @@
+use super::*;
+use crate::client::test_support::alloc;
+
+const EXIT: ExitResult = ExitResult {
+    exit_code: 0,
+    signal: None,
+    failure: None,
+};
+
+/// A runner that pulled a stop and ran its group pre-kill hooks (the group delay runs).
+fn waiting_out_the_group_delay() -> AllocRunner {
+    let mut out = Vec::new();
+    let mut runner = AllocRunner::new(alloc(false, false, 30, 0), 30_000_000_000, 0, &mut out);
+    runner.update(alloc(true, false, 30, 0), 0, &mut out);
+    assert!(runner.step(RunnerStep::GroupPreKill, 0, &mut out));
+    assert_eq!(runner.phase, RunnerPhase::GroupDelay);
+    runner
+}
+
+/// Every task crashed while the group delay ran: when the wait ends — the timer fires or
+/// the flag cuts it short — the runner ends too, instead of waiting for nothing.
+#[test]
+fn tasks_that_died_during_the_group_delay_end_the_runner_with_it() {
+    let mut out = Vec::new();
+    let mut timer = waiting_out_the_group_delay();
+    assert!(timer.task_exited(0, EXIT, 0, &mut out));
+    // A stopping runner's restart policy leaves the task dead.
+    assert_eq!(timer.ready_steps(), [RunnerStep::RestartDecision(0)]);
+    assert!(timer.step(RunnerStep::RestartDecision(0), 0, &mut out));
+    assert_eq!(timer.tasks[0].phase, TaskPhase::Dead);
+    assert!(timer.timer_fired(Timer::GroupDelay, 0, &mut out));
+    assert_eq!(timer.phase, RunnerPhase::Terminal);
+
+    let mut flag = waiting_out_the_group_delay();
+    assert!(flag.task_exited(0, EXIT, 0, &mut out));
+    assert!(flag.step(RunnerStep::RestartDecision(0), 0, &mut out));
+    flag.update(alloc(true, true, 30, 0), 0, &mut out);
+    assert_eq!(flag.phase, RunnerPhase::Terminal);
+}
+
+/// A job whose group has a leader `app`, a main `worker`, a sidecar `proxy`, a poststop
+/// `flush`, none with a delay.
+fn four_roles() -> Allocation {
+    use crate::spec::{Lifecycle, Task};
+    let mut alloc = alloc(false, false, 0, 0);
+    let mut job = (*alloc.job).clone();
+    let tasks = &mut job.task_groups[0].tasks;
+    tasks[0].shutdown_delay_ns = 0;
+    let task = |name: &str, hook: Option<(&str, bool)>| Task {
+        name: name.into(),
+        driver: "mock_driver".into(),
+        lifecycle: hook.map(|(hook, sidecar)| Lifecycle {
+            hook: hook.into(),
+            sidecar,
+        }),
+        ..Task::default()
+    };
+    tasks.push(task("worker", None));
+    tasks.push(task("proxy", Some(("prestart", true))));
+    tasks.push(task("flush", Some(("poststop", false))));
+    alloc.job = std::sync::Arc::new(job);
+    alloc
+}
+
+/// `alloc` of a job of `job_type` whose group's restart policy allows no restart.
+fn no_restarts(mut alloc: Allocation, job_type: &str) -> Allocation {
+    let mut job = (*alloc.job).clone();
+    job.job_type = job_type.into();
+    job.task_groups[0].restart_policy = Some(RestartPolicy {
+        attempts: Some(0),
+        ..RestartPolicy::default()
+    });
+    alloc.job = std::sync::Arc::new(job);
+    alloc
+}
+
+/// Runs the runner's ready steps and delivers the exit of every task it signals, until
+/// nothing is ready.
+fn run_out(runner: &mut AllocRunner, out: &mut Vec<Command>) {
+    loop {
+        if let Some(step) = runner.ready_steps().first().copied() {
+            runner.step(step, 0, out);
+            continue;
+        }
+        let signalled = runner
+            .tasks
+            .iter()
+            .position(|t| t.phase == TaskPhase::Signalled);
+        let poststop = runner
+            .tasks
+            .iter()
+            .position(|t| t.role == TaskRole::Poststop && t.phase == TaskPhase::Running);
+        match signalled.or(poststop) {
+            Some(ix) => {
+                runner.task_exited(ix, EXIT, 0, out);
+            }
+            None => return,
+        }
+    }
+}
+
+/// Nomad's other kill triggers, once the restart policy leaves a task dead: the leader's
+/// death, a failed task, the last main task's end each stop the allocation through the
+/// stop path; a batch task's clean end does not (it is not restarted either).
+#[test]
+fn a_task_ending_on_its_own_stops_the_rest_as_nomad_does() {
+    let failed = ExitResult {
+        exit_code: 2,
+        signal: None,
+        failure: None,
+    };
+    let cases = [
+        (
+            0,
+            EXIT,
+            Some(event_types::LEADER_TASK_DEAD),
+            ClientStatus::Complete,
+        ),
+        (
+            1,
+            failed,
+            Some(event_types::SIBLING_TASK_FAILED),
+            ClientStatus::Failed,
+        ),
+        (2, EXIT, None, ClientStatus::Running),
+    ];
+    for (ix, exit, event, status) in cases {
+        let mut out = Vec::new();
+        let alloc = no_restarts(four_roles(), "batch");
+        let mut runner = AllocRunner::new(alloc, 30_000_000_000, 0, &mut out);
+        assert!(runner.task_exited(ix, exit, 0, &mut out));
+        assert!(runner.step(RunnerStep::RestartDecision(ix), 0, &mut out));
+        let last = |runner: &AllocRunner, task: usize| {
+            runner.tasks[task]
+                .state
+                .events
+                .last()
+                .unwrap()
+                .event_type
+                .clone()
+        };
+        match event {
+            Some(event) => {
+                assert_eq!(runner.phase, RunnerPhase::PreKill, "task {ix}");
+                let live = (0..3).find(|&t| t != ix).unwrap();
+                assert_eq!(last(&runner, live), event);
+            }
+            None => assert_eq!(runner.phase, RunnerPhase::Running, "task {ix}"),
+        }
+        run_out(&mut runner, &mut out);
+        assert_eq!(runner.alloc.client_status, status, "task {ix}");
+        if status != ClientStatus::Running {
+            assert_eq!(runner.phase, RunnerPhase::Terminal);
+            assert_eq!(runner.tasks[3].phase, TaskPhase::Dead, "poststop ran");
+            assert!(out
+                .iter()
+                .any(|c| matches!(c, Command::DeregisterServices { task: None, .. })));
+        }
+    }
+    // Both main tasks end cleanly, the sidecar is left: "Main Tasks Dead".
+    let mut out = Vec::new();
+    let alloc = no_restarts(four_roles(), "batch");
+    let mut runner = AllocRunner::new(alloc, 30_000_000_000, 0, &mut out);
+    runner.tasks[0].role = TaskRole::Main;
+    assert!(runner.task_exited(1, EXIT, 0, &mut out));
+    assert!(runner.step(RunnerStep::RestartDecision(1), 0, &mut out));
+    assert_eq!(runner.phase, RunnerPhase::Running);
+    assert!(runner.task_exited(0, EXIT, 0, &mut out));
+    assert!(runner.step(RunnerStep::RestartDecision(0), 0, &mut out));
+    assert_eq!(runner.phase, RunnerPhase::PreKill);
+    assert_eq!(
+        runner.tasks[2].state.events.last().unwrap().event_type,
+        event_types::MAIN_TASKS_DEAD
+    );
+    run_out(&mut runner, &mut out);
+    assert_eq!(runner.alloc.client_status, ClientStatus::Complete);
+}
+
+/// The last live task ending on its own leaves nothing to kill: no pre-kill hooks and no
+/// group delay (30 s here), the poststop task runs and the runner ends at once.
+#[test]
+fn the_last_task_ending_on_its_own_waits_no_group_delay() {
+    let mut out = Vec::new();
+    let mut alloc = alloc(false, false, 30, 0);
+    let mut job = (*alloc.job).clone();
+    job.task_groups[0].tasks.push(crate::spec::Task {
+        name: "flush".into(),
+        driver: "mock_driver".into(),
+        lifecycle: Some(crate::spec::Lifecycle {
+            hook: "poststop".into(),
+            sidecar: false,
+        }),
+        ..crate::spec::Task::default()
+    });
+    alloc.job = std::sync::Arc::new(job);
+    let alloc = no_restarts(alloc, "service");
+    let mut runner = AllocRunner::new(alloc, 30_000_000_000, 0, &mut out);
+    assert!(runner.task_exited(0, EXIT, 0, &mut out));
+    assert!(runner.step(RunnerStep::RestartDecision(0), 0, &mut out));
+    assert_eq!(runner.phase, RunnerPhase::Killing);
+    assert_eq!(runner.ready_steps(), [RunnerStep::PoststopStart(1)]);
+    out.clear();
+    run_out(&mut runner, &mut out);
+    assert_eq!(runner.phase, RunnerPhase::Terminal);
+    assert_eq!(runner.group_delay, DelayOutcome::None, "no group delay");
+    assert!(!out.iter().any(|c| matches!(c, Command::StartTimer { .. })));
+    assert!(
+        out.iter()
+            .any(|c| matches!(c, Command::DeregisterServices { task: None, .. })),
+        "the postrun hook deregisters the group services"
+    );
+    assert_eq!(
+        runner.alloc.client_status,
+        ClientStatus::Failed,
+        "attempts used up"
+    );
+}
+
+/// A task SIGKILLed before a restart, whose exit the driver has not reported yet, gets
+/// no new kill-timeout timer: it fired already.
+#[test]
+fn restore_rearms_no_kill_timeout_after_sigkill() {
+    let mut out = Vec::new();
+    let mut runner = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 0, &mut out);
+    runner.update(alloc(true, false, 0, 0), 0, &mut out);
+    assert!(runner.step(RunnerStep::GroupPreKill, 0, &mut out));
+    assert!(runner.step(RunnerStep::TaskPreKill(0), 0, &mut out));
+    assert!(runner.timer_fired(Timer::KillTimeout(0), 0, &mut out));
+    assert!(runner.tasks[0].sigkilled && runner.tasks[0].phase == TaskPhase::Signalled);
+    let mut commands = Vec::new();
+    let restored = AllocRunner::restore(runner, 0, &mut commands);
+    assert!(
+        !commands
+            .iter()
+            .any(|c| matches!(c, Command::StartTimer { .. })),
+        "{commands:?}"
+    );
+    assert_eq!(restored.tasks[0].phase, TaskPhase::Signalled);
+}

@@ -1,0 +1,47 @@
+use super::*;
+
+#[test]
+fn durations_read_as_go_prints_them() {
+    let cases = [
+        (0, "0s"),
+        (999, "999ns"),
+        (500_000, "500µs"),
+        (1_500_000, "1.5ms"),
+        (250_000_000, "250ms"),
+        (1_000_000_000, "1s"),
+        (1_500_000_000, "1.5s"),
+        (30_000_000_000, "30s"),
+        (60_000_000_000, "1m0s"),
+        (90_000_000_000, "1m30s"),
+        (3_600_000_000_000, "1h0m0s"),
+        (3_723_500_000_000, "1h2m3.5s"),
+    ];
+    for (ns, go) in cases {
+        assert_eq!(go_duration(ns), go, "{ns} ns");
+    }
+}
+
+/// Nomad keeps the last ten events of a task; older ones are dropped first.
+#[test]
+fn a_task_keeps_its_last_ten_events() {
+    let mut runner = TaskRunner::new(
+        &Task {
+            name: "t".into(),
+            ..Task::default()
+        },
+        EffectiveRestartPolicy::default(),
+        false,
+        0,
+    );
+    for n in 0..MAX_TASK_EVENTS {
+        runner.record(event("E", n as i64, String::new(), &[]));
+    }
+    assert_eq!(
+        runner.state.events.len(),
+        MAX_TASK_EVENTS,
+        "ten are all kept"
+    );
+    runner.record(event("E", 10, String::new(), &[]));
+    let times: Vec<i64> = runner.state.events.iter().map(|e| e.time).collect();
+    assert_eq!(times, (1..=10).collect::<Vec<i64>>());
+}

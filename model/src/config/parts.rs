@@ -1,0 +1,267 @@
+//! The named configurations (`small`, `standard`, `large`) and the task groups they use.
+
+use super::{GroupCfg, History, ModelCfg, Operator, Request, TaskCfg};
+
+/// The task group of `standard`: a group service and a group delay; a leader with a task
+/// delay and a service; a prestart sidecar with its own delay; a poststop task.
+pub fn web_group() -> GroupCfg {
+    GroupCfg {
+        name: "web".to_string(),
+        shutdown_delay: true,
+        service: true,
+        tasks: vec![
+            TaskCfg::leader("app"),
+            TaskCfg::sidecar("proxy"),
+            TaskCfg::poststop("flush"),
+        ],
+    }
+}
+
+/// `web_group` whose leader and sidecar may crash.
+pub fn web_group_crashing() -> GroupCfg {
+    let mut group = web_group();
+    group.tasks = group.tasks.into_iter().map(TaskCfg::crashing).collect();
+    group
+}
+
+/// `web_group` plus a plain main task, so that "leader before the other main tasks" is
+/// exercised.
+pub fn web_group_with_main() -> GroupCfg {
+    GroupCfg {
+        tasks: vec![
+            TaskCfg::leader("app"),
+            TaskCfg::main("worker"),
+            TaskCfg::sidecar("proxy"),
+            TaskCfg::poststop("flush"),
+        ],
+        ..web_group()
+    }
+}
+
+fn part(
+    name: &str,
+    group: GroupCfg,
+    count: u8,
+    operator: Operator,
+    witnesses: &[&'static str],
+) -> ModelCfg {
+    ModelCfg {
+        name: name.to_string(),
+        job: "web".to_string(),
+        group,
+        count,
+        nodes: 1,
+        operator,
+        history: History::Full,
+        witnesses: witnesses.to_vec(),
+        fault: None,
+        budget_restarts: false,
+        restart_requests: false,
+        restart_attempts: 0,
+        unrecoverable_crashes: false,
+    }
+}
+
+/// The names `check --config` accepts.
+pub const CONFIGURATIONS: [&str; 3] = ["small", "standard", "large"];
+
+/// A named configuration: the parts it checks, in order.
+pub fn configuration(name: &str) -> Result<Vec<ModelCfg>, String> {
+    match name {
+        "small" => Ok(small()),
+        "standard" => Ok(standard()),
+        "large" => Ok(large()),
+        other => Err(format!(
+            "unknown configuration '{other}'; valid configurations: {}",
+            CONFIGURATIONS.join(", ")
+        )),
+    }
+}
+
+/// One part of a named configuration, by name, or its first part.
+pub fn named_part(config_name: &str, part_name: Option<&str>) -> Result<ModelCfg, String> {
+    let parts = configuration(config_name)?;
+    let Some(name) = part_name else {
+        return Ok(parts
+            .into_iter()
+            .next()
+            .expect("every configuration has a part"));
+    };
+    let names: Vec<_> = parts.iter().map(|part| part.name.clone()).collect();
+    parts
+        .into_iter()
+        .find(|part| part.name == name)
+        .ok_or_else(|| {
+            format!(
+                "unknown part '{name}' of {config_name}; valid parts: {}",
+                names.join(", ")
+            )
+        })
+}
+
+/// `small`: one allocation of the `standard` group under a free budget of two requests. Runs
+/// in CI in well under a second and reaches every budget-2 witness.
+pub fn small() -> Vec<ModelCfg> {
+    use crate::properties::names::*;
+    vec![part(
+        "count1-budget2",
+        web_group(),
+        1,
+        Operator::Budget(2),
+        BUDGET2_WITNESSES,
+    )]
+}
+
+/// `standard`, the default verification: the free-budget parts and one request script per
+/// race (`reference/model-sizing.md` §3).
+pub fn standard() -> Vec<ModelCfg> {
+    use crate::properties::names::*;
+    use Request::*;
+    let stop = |purge, flag| StopJob {
+        purge,
+        no_shutdown_delay: flag,
+    };
+    let alloc = |flag| StopAlloc {
+        no_shutdown_delay: flag,
+    };
+    let restart = |flag| RestartAlloc {
+        no_shutdown_delay: flag,
+    };
+    let script = |name: &str, requests: Vec<Request>, witnesses: &[&'static str]| {
+        part(name, web_group(), 2, Operator::Script(requests), witnesses)
+    };
+    vec![
+        part(
+            "count2-budget2",
+            web_group(),
+            2,
+            Operator::Budget(2),
+            BUDGET2_WITNESSES,
+        ),
+        part(
+            "count1-main-budget2",
+            web_group_with_main(),
+            1,
+            Operator::Budget(2),
+            BUDGET2_WITNESSES,
+        ),
+        script(
+            "second-stop-cuts-wait-short",
+            vec![stop(false, false), stop(false, true)],
+            &[DELAY_CUT_SHORT, DELAY_SKIPPED, FULL_DELAY_WAITED],
+        ),
+        script(
+            "alloc-stop-then-flagged-job-stop",
+            vec![alloc(false), stop(false, true)],
+            &[ALLOC_STOP_THEN_JOB_STOP, DELAY_CUT_SHORT, DELAY_SKIPPED],
+        ),
+        script(
+            "purge-with-flag",
+            vec![stop(false, false), stop(true, true)],
+            &[PURGE_WITH_FLAG_HONOURED, DELAY_CUT_SHORT],
+        ),
+        script(
+            "start-after-flagged-stop",
+            vec![stop(false, true), StartJob, stop(false, false)],
+            &[
+                JOB_STARTED_AFTER_FLAGGED_STOP,
+                RESTARTED_JOB_WAITS_FULL_DELAY,
+            ],
+        ),
+        script(
+            "flag-scoped-to-one-alloc",
+            vec![alloc(true), stop(false, false)],
+            &[DELAY_SKIPPED, FULL_DELAY_WAITED, ALLOC_STOP_THEN_JOB_STOP],
+        ),
+        script(
+            "unflagged-alloc-stop-after-flagged",
+            vec![alloc(true), alloc(false), stop(false, true)],
+            &[DELAY_SKIPPED, DELAY_CUT_SHORT],
+        ),
+        script(
+            "flagged-stop-then-client-restart",
+            vec![stop(false, true), ClientRestart],
+            &[CLIENT_RESTARTED_WITH_FLAG, DELAY_SKIPPED],
+        ),
+        restarts(part(
+            "count1-restart-budget2",
+            web_group(),
+            1,
+            Operator::Budget(2),
+            &[BUDGET2_WITNESSES, RESTART_WITNESSES].concat(),
+        )),
+        with_attempts(
+            part(
+                "count1-crash-attempts1",
+                web_group_crashing(),
+                1,
+                Operator::Budget(1),
+                &[
+                    CRASHED_TASK_RESTARTED,
+                    RESTART_POLICY_EXHAUSTED,
+                    TASK_EXITED_DURING_DELAY,
+                    DELAY_SKIPPED,
+                ],
+            ),
+            1,
+        ),
+        ModelCfg {
+            unrecoverable_crashes: true,
+            ..with_attempts(
+                part(
+                    "count1-unrecoverable-crash",
+                    web_group_crashing(),
+                    1,
+                    Operator::Budget(1),
+                    &[CRASHED_TASK_RESTARTED, RESTART_POLICY_EXHAUSTED],
+                ),
+                1,
+            )
+        },
+        script(
+            "flagged-restart-then-stop",
+            vec![restart(true), stop(false, false)],
+            &[
+                RESTART_DELAY_SKIPPED,
+                DELAY_WAITED_AFTER_FLAGGED_RESTART,
+                FULL_DELAY_WAITED,
+            ],
+        ),
+        script(
+            "restart-then-flagged-stop",
+            vec![restart(false), stop(false, true)],
+            &[RESTART_FULL_DELAY_WAITED, RESTART_DELAY_CUT_SHORT_BY_STOP],
+        ),
+    ]
+}
+
+/// The part with `alloc restart` requests offered under its budget.
+fn restarts(mut part: ModelCfg) -> ModelCfg {
+    part.restart_requests = true;
+    part
+}
+
+/// The part with a restart policy of `attempts` (and `alloc restart` requests).
+fn with_attempts(part: ModelCfg, attempts: u8) -> ModelCfg {
+    ModelCfg {
+        restart_attempts: attempts,
+        ..restarts(part)
+    }
+}
+
+/// `large` (opt-in): a budget of three requests over two nodes, lean history.
+pub fn large() -> Vec<ModelCfg> {
+    use crate::properties::names::*;
+    let mut witnesses = BUDGET2_WITNESSES.to_vec();
+    witnesses.push(RESTARTED_JOB_WAITS_FULL_DELAY);
+    let mut cfg = part(
+        "count2-nodes2-budget3",
+        web_group(),
+        2,
+        Operator::Budget(3),
+        &witnesses,
+    );
+    cfg.nodes = 2;
+    cfg.history = History::Lean;
+    vec![cfg]
+}
