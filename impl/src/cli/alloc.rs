@@ -51,6 +51,24 @@ pub(super) fn alloc(command: AllocCommand) -> Result<(), String> {
             };
             logs(&api, &text(&stub, "ID"), &task, stderr, follow)
         }
+        AllocCommand::Restart {
+            alloc,
+            task,
+            task_flag,
+            all_tasks,
+            no_shutdown_delay,
+            verbose: _,
+            address,
+        } => {
+            let api = Api::new(&address)?;
+            super::restart::alloc_restart(
+                &api,
+                &alloc,
+                task_flag.or(task),
+                all_tasks,
+                no_shutdown_delay,
+            )
+        }
         AllocCommand::Stop {
             alloc,
             no_shutdown_delay,

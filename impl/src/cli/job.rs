@@ -209,6 +209,38 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
                 }
             }
         }
+        JobCommand::Restart {
+            job,
+            groups,
+            tasks,
+            all_tasks,
+            reschedule,
+            no_shutdown_delay,
+            batch_size,
+            batch_wait,
+            on_error,
+            yes,
+            verbose,
+            address,
+        } => {
+            let api = Api::new(&address)?;
+            super::restart::job_restart(
+                &api,
+                super::restart::JobRestart {
+                    job,
+                    groups,
+                    tasks,
+                    all_tasks,
+                    reschedule,
+                    no_shutdown_delay,
+                    batch_size,
+                    batch_wait,
+                    on_error,
+                    yes,
+                    verbose,
+                },
+            )
+        }
         JobCommand::Start {
             job,
             detach,

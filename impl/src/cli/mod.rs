@@ -10,6 +10,7 @@ mod alloc;
 mod api;
 mod job;
 mod node;
+mod restart;
 
 pub use api::{rfc3339, shown, Api};
 
@@ -188,6 +189,43 @@ pub enum JobCommand {
         #[command(flatten)]
         address: Address,
     },
+    /// Restart a job's allocations: their tasks in place (through each task's pre-kill
+    /// hooks and delay), or with -reschedule stopped and replaced; in batches.
+    Restart {
+        job: String,
+        /// Only this group's allocations (repeatable).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// Only this task (repeatable).
+        #[arg(long = "task")]
+        tasks: Vec<String>,
+        /// Every task, not only the running ones.
+        #[arg(long = "all-tasks")]
+        all_tasks: bool,
+        /// Stop each allocation and wait until its replacement runs, instead of restarting
+        /// in place.
+        #[arg(long)]
+        reschedule: bool,
+        /// Skip the task delays of these restarts (or, with -reschedule, the stops' delays).
+        #[arg(long = "no-shutdown-delay")]
+        no_shutdown_delay: bool,
+        /// Allocations per batch: a number, or a percentage of them (`25%`).
+        #[arg(long = "batch-size", default_value = "1")]
+        batch_size: String,
+        /// The wait between batches (a duration), or `ask`.
+        #[arg(long = "batch-wait", default_value = "0s")]
+        batch_wait: String,
+        /// What an error in a batch does: `ask`, or `fail`.
+        #[arg(long = "on-error", default_value = "ask")]
+        on_error: String,
+        /// Answer yes to every question (errors are ignored, batches go on).
+        #[arg(long)]
+        yes: bool,
+        #[arg(long)]
+        verbose: bool,
+        #[command(flatten)]
+        address: Address,
+    },
     /// Start a stopped job again (its latest version, with Stop=false).
     Start {
         job: String,
@@ -222,6 +260,24 @@ pub enum AllocCommand {
         /// The allocation as JSON, as the API has it.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Restart a task, or every running task, of an allocation in place (through its
+    /// pre-kill hooks and delay), and wait until each runs again.
+    Restart {
+        alloc: String,
+        task: Option<String>,
+        #[arg(long = "task")]
+        task_flag: Option<String>,
+        /// Every task, not only the running ones.
+        #[arg(long = "all-tasks")]
+        all_tasks: bool,
+        /// Skip the task delays of this restart (that once: a later restart or stop waits).
+        #[arg(long = "no-shutdown-delay")]
+        no_shutdown_delay: bool,
+        #[arg(long)]
+        verbose: bool,
         #[command(flatten)]
         address: Address,
     },

@@ -341,7 +341,8 @@ impl TaskRunner {
             _ => {}
         }
         self.record_exit(&exit, now);
-        if was == TaskPhase::Signalled {
+        // A restart's kill ends in `Restarting`, not `Killed` (the task runs again).
+        if was == TaskPhase::Signalled && self.restart == RestartMark::None {
             self.record(event(
                 event_types::KILLED,
                 now,
