@@ -117,7 +117,20 @@ pub fn initial_sim(cfg: &ModelCfg) -> Result<(Simulator, Vec<AllocId>), String> 
 }
 
 /// Walks one configuration part in lockstep.
+/// Why a part cannot be walked, if it cannot: with unrecoverable crashes the model offers
+/// both outcomes of a decision about the same crash (an error the driver reported, or not),
+/// which the simulator's mock driver scripts one way.
+pub fn not_walkable(cfg: &ModelCfg) -> Option<&'static str> {
+    cfg.unrecoverable_crashes.then_some(
+        "its decisions may find an error the driver reported or not, for the same crash; the \
+         mock driver scripts a crash one way (trace validation replays both)",
+    )
+}
+
 pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> {
+    if let Some(why) = not_walkable(cfg) {
+        return Err(format!("part {} is not walked: {why}", cfg.name));
+    }
     if cfg.history != History::Full {
         return Err(format!(
             "part {}: the lockstep walk needs full history",
