@@ -134,11 +134,13 @@ fn conform(cli: &Cli) -> Result<bool, String> {
         let random_started = Instant::now();
         match quiesce_proofs::random::runs(&quiesce_proofs::random::large_cfg(), cases, cli.seed, 100) {
             Ok(summary) => println!(
-                "random: {} runs (seed {}), {} steps checked, {} requests, up to {} allocations, mismatches 0, {:.2} s",
+                "random: {} runs (seed {}), {} steps checked, {} requests ({} in-place restarts), {} restart-policy decisions, up to {} allocations, mismatches 0, {:.2} s",
                 summary.runs,
                 cli.seed,
                 summary.steps,
                 summary.requests,
+                summary.restarts,
+                summary.decisions,
                 summary.max_allocs,
                 random_started.elapsed().as_secs_f64()
             ),
