@@ -416,8 +416,9 @@ pub fn stop_completes(model: &StopPathModel, state: &State) -> bool {
 
 /// **services_restored** (invariant 9). Forbids a running task whose job gives it a service
 /// without that service registered — after a restart (in place or by the policy) as at its
-/// first start — a running allocation without its group services, and any service of a
-/// client-terminal allocation still registered. Why: a restart that leaves a task
+/// first start — a task that does not run (crashed, waiting its restart delay, dead) with its
+/// service still registered, a running allocation without its group services, and any
+/// service of a client-terminal allocation still registered. Why: a restart that leaves a task
 /// deregistered takes it out of the load balancer for good, silently.
 pub fn services_restored(model: &StopPathModel, state: &State) -> bool {
     every_alloc(
@@ -430,14 +431,21 @@ pub fn services_restored(model: &StopPathModel, state: &State) -> bool {
 
 fn services_registered_while_running(model: &StopPathModel, alloc: &Alloc) -> bool {
     let group = &model.cfg.group;
+    // Running: registered as its job says; not running (not started, crashed, waiting a
+    // restart delay, dead): not registered at all.
     let tasks_registered = group
         .tasks
         .iter()
         .zip(alloc.tasks.iter())
-        .all(|(cfg, task)| {
-            cfg.kind == TaskKind::Poststop
-                || task.phase != TaskPhase::Running
-                || task.service_registered == cfg.service
+        .all(|(cfg, task)| match task.phase {
+            TaskPhase::Running => {
+                cfg.kind == TaskKind::Poststop || task.service_registered == cfg.service
+            }
+            TaskPhase::NotStarted
+            | TaskPhase::Crashed
+            | TaskPhase::Restarting
+            | TaskPhase::Exited => !task.service_registered,
+            TaskPhase::Delaying | TaskPhase::Signalled => true,
         });
     let group_registered =
         alloc.runner != RunnerPhase::Running || alloc.group_service_registered == group.service;

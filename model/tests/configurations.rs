@@ -64,11 +64,11 @@ fn standard_checks_clean_with_full_history() {
         ("flag-scoped-to-one-alloc", 21_698),
         ("unflagged-alloc-stop-after-flagged", 1_158_218),
         ("flagged-stop-then-client-restart", 701),
-        ("count1-restart-budget2", 43_378),
-        ("count1-crash-attempts1", 193_112),
-        ("count1-unrecoverable-crash", 469_626),
-        ("flagged-restart-then-stop", 9_085),
-        ("restart-then-flagged-stop", 4_602),
+        ("count1-restart-budget2", 45_638),
+        ("count1-crash-attempts1", 193_240),
+        ("count1-unrecoverable-crash", 469_790),
+        ("flagged-restart-then-stop", 11_199),
+        ("restart-then-flagged-stop", 6_608),
     ]));
 }
 
@@ -85,11 +85,11 @@ fn standard_checks_clean_with_lean_history() {
         ("flag-scoped-to-one-alloc", 11_399),
         ("unflagged-alloc-stop-after-flagged", 138_450),
         ("flagged-stop-then-client-restart", 521),
-        ("count1-restart-budget2", 22_794),
-        ("count1-crash-attempts1", 60_405),
-        ("count1-unrecoverable-crash", 60_405),
-        ("flagged-restart-then-stop", 6_133),
-        ("restart-then-flagged-stop", 1_908),
+        ("count1-restart-budget2", 24_806),
+        ("count1-crash-attempts1", 60_533),
+        ("count1-unrecoverable-crash", 60_533),
+        ("flagged-restart-then-stop", 7_847),
+        ("restart-then-flagged-stop", 3_347),
     ]));
 }
 

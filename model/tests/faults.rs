@@ -176,7 +176,7 @@ fn inplace_restart_counterexample_names_the_flagged_restart() {
     let model = part_for(fault).with_fault(Some(fault)).into_model();
     let story = report::narrate(&model, violated.counterexample.as_ref().unwrap()).join("\n");
     assert!(
-        story.contains("operator runs `alloc restart -no-shutdown-delay web[0]"),
+        story.contains("operator runs `alloc restart -no-shutdown-delay web["),
         "{story}"
     );
     assert!(story.contains("delay waiting"), "{story}");

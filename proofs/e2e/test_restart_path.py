@@ -198,3 +198,53 @@ def test_job_restart_reschedule_waits_for_the_replacement_and_honours_the_flag(a
         replacement = agent.get(f"/v1/allocation/{alloc['ID']}")["NextAllocation"]
         assert agent.client_status(replacement) == "running"
     assert first["ID"] != replacement
+
+
+def test_a_restart_whose_task_ignores_its_signal_is_sigkilled_then_runs_again(agent):
+    """The task ignores SIGINT: its kill timeout (1 s) runs from the signal, SIGKILL ends
+    it, and it runs again — the forced exit is a step of its own in the log, which the
+    fixture validates."""
+    spec = web_job(agent.address, task_delay_s=0)
+    task = spec["Job"]["TaskGroups"][0]["Tasks"][0]
+    task["Config"]["args"] += ["--ignore-kill-signal"]
+    task["KillTimeout"] = SECOND
+    agent.http("PUT", "/v1/jobs", spec)
+    [alloc] = agent.running("web", 1)
+    status, _ = restart(agent, alloc["ID"], {"NoShutdownDelay": True})
+    assert status == 200
+    wait_for_second_run(agent, alloc["ID"])
+    record = agent.exit_record(alloc["ID"], "server")
+    assert record is not None and record["signal"] == 9, record
+    delivered = [d["signal"] for d in record["delivered"]]
+    assert delivered == [2, 9], delivered
+    assert len(lines(agent, alloc["ID"], "signal")) == 1, "one SIGINT, then SIGKILL"
+    steps = [(e["step"], [x["effect"] for x in e.get("effects", [])])
+             for e in agent.events() if e.get("alloc") == alloc["ID"]]
+    names = [name for name, _ in steps]
+    restart_at = names.index("RestartAlloc")
+    assert names[restart_at:restart_at + 3] == ["RestartAlloc", "KillTimeout", "TaskExit"], steps
+    assert steps[restart_at + 1][1] == ["SigKill"], steps
+    assert "Launch" in steps[restart_at + 2][1] and "Register" in steps[restart_at + 2][1], steps
+
+
+def test_a_prestart_task_that_ends_cleanly_is_not_restarted(agent):
+    """A prestart task (not a sidecar) runs once to its end: exit 0 is not a crash, the
+    allocation keeps running, nothing is restarted."""
+    spec = web_job(agent.address)
+    spec["Job"]["TaskGroups"][0]["Tasks"].append({
+        "Name": "init", "Driver": "raw_exec",
+        "Lifecycle": {"Hook": "prestart", "Sidecar": False},
+        "Config": {"command": "/bin/sh", "args": ["-c", 'echo ran >> "$NOMAD_ALLOC_DIR/init-ran"']},
+    })
+    agent.http("PUT", "/v1/jobs", spec)
+    [alloc] = agent.running("web", 1)
+
+    def ended():
+        state = agent.get(f"/v1/allocation/{alloc['ID']}")["TaskStates"]["init"]
+        return state if state["State"] == "dead" else None
+
+    state = agent.wait_until("the prestart task to end", ended)
+    assert not state["Failed"] and state["Restarts"] == 0, state
+    assert [e["Type"] for e in state["Events"]][-1] == "Not Restarting", state["Events"]
+    assert (agent.alloc_dir(alloc["ID"]) / "init-ran").read_text() == "ran\n"
+    assert agent.client_status(alloc["ID"]) == "running"

@@ -138,7 +138,13 @@ fn requests(sim: &Simulator, cfg: &ModelCfg, ids: &[AllocId]) -> Vec<Step> {
         let Some(runner) = sim.runner(id) else {
             continue;
         };
-        if runner.phase != quiesce::client::RunnerPhase::Running {
+        // A restart goes to the client, but the server's word comes first: an allocation
+        // it has stopped is not restarted (the model offers no such restart).
+        let stopped = sim.server.store.alloc(id).is_none_or(|record| {
+            record.desired_status != quiesce::server::structs::DesiredStatus::Run
+                || record.tombstone
+        });
+        if stopped || runner.phase != quiesce::client::RunnerPhase::Running {
             continue;
         }
         let running = runner

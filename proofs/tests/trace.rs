@@ -434,3 +434,35 @@ fn a_log_line_that_is_not_json_is_named() {
         "{error}"
     );
 }
+
+/// A task that crashes again after its restart interval is over gets a fresh count in the
+/// implementation (Nomad's tracker) but not in the model, which keeps every crash in one
+/// interval: the instance is judged up to that decision, and says why.
+#[test]
+fn a_crash_after_the_restart_interval_ends_the_judging_with_the_reason() {
+    let mut job = crashing_api_job();
+    job.task_groups[0].restart_policy = Some(quiesce::spec::RestartPolicy {
+        attempts: Some(1),
+        delay_ns: Some(SECOND),
+        interval_ns: Some(5 * SECOND),
+        ..Default::default()
+    });
+    let mut sim = Simulator::new(1, 7);
+    sim.register(job).unwrap();
+    // The task crashes every 40 s and is restarted for ever: run a bounded number of steps.
+    let _ = sim.run_until_quiet(200);
+    let log = parse_log(&sim.log().to_json_lines()).unwrap();
+    assert!(
+        log.iter()
+            .filter(|e| e.name() == "RestartDelayElapsed")
+            .count()
+            >= 2,
+        "restarted past its one attempt, in new intervals"
+    );
+    let report = validate(&log).unwrap_or_else(|e| panic!("{e}"));
+    let front = report.parts.iter().find(|p| p.group == "front").unwrap();
+    let Judged::Until { why, .. } = &front.judged else {
+        panic!("{report:?}")
+    };
+    assert!(why.contains("after its restart interval"), "{why}");
+}

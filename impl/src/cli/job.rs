@@ -228,6 +228,7 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
                 &api,
                 super::restart::JobRestart {
                     job,
+                    job_type: String::new(),
                     groups,
                     tasks,
                     all_tasks,

@@ -131,6 +131,8 @@ fn wait_until_run_again(api: &Api, id: &str, started: &[(String, u64)]) -> Resul
 /// What `job restart` was asked to do.
 pub(super) struct JobRestart {
     pub job: String,
+    /// Set from the job once it is read.
+    pub job_type: String,
     pub groups: Vec<String>,
     pub tasks: Vec<String>,
     pub all_tasks: bool,
@@ -191,7 +193,7 @@ fn batch_wait(given: &str) -> Result<Option<Duration>, String> {
 
 /// `job restart`: the job's live allocations, in batches, each restarted in place or
 /// rescheduled; Nomad's lines as it goes.
-pub(super) fn job_restart(api: &Api, request: JobRestart) -> Result<(), String> {
+pub(super) fn job_restart(api: &Api, mut request: JobRestart) -> Result<(), String> {
     let size = batch_size(&request.batch_size)?;
     let wait = batch_wait(&request.batch_wait)?;
     let on_error = request.on_error.to_ascii_lowercase();
@@ -219,6 +221,7 @@ pub(super) fn job_restart(api: &Api, request: JobRestart) -> Result<(), String> 
     let job_id = resolve_job(api, &request.job)?;
     let job = api.get(&format!("/v1/job/{}", segment(&job_id)))?;
     let job_type = text(&job, "Type");
+    request.job_type = job_type.clone();
     if request.reschedule && !matches!(job_type.as_str(), "batch" | "service" | "system") {
         return Err(format!(
             "Jobs of type {job_type:?} are not allowed to be rescheduled."
@@ -249,8 +252,10 @@ pub(super) fn job_restart(api: &Api, request: JobRestart) -> Result<(), String> 
     let allocs = api.get(&format!("/v1/job/{}/allocations", segment(&job_id)))?;
     let mut chosen: Vec<Value> = Vec::new();
     for alloc in allocs.as_array().into_iter().flatten() {
-        let live =
-            text(alloc, "ClientStatus") == "running" || text(alloc, "DesiredStatus") == "run";
+        // Allocations that run and are meant to (Nomad takes either, and then fails on one
+        // being stopped, or a failed one that will not be replaced).
+        let live = matches!(text(alloc, "ClientStatus").as_str(), "running" | "pending")
+            && text(alloc, "DesiredStatus") == "run";
         let group = text(alloc, "TaskGroup");
         let in_group = request.groups.is_empty() || request.groups.contains(&group);
         let has_task = request.tasks.is_empty()
@@ -370,8 +375,18 @@ type Started = Vec<(String, u64)>;
 /// so that a batch's delays run together.
 fn run_batch(api: &Api, request: &JobRestart, batch: &[Value], errors: &mut Vec<String>) {
     let mut waits: Vec<(String, Result<Started, String>)> = Vec::new();
-    for alloc in batch {
-        let id = text(alloc, "ID");
+    for chosen in batch {
+        let id = text(chosen, "ID");
+        // As it is now: a batch before may have taken a while, and the policy may have
+        // restarted a task meanwhile (its count, and which tasks run, are read here).
+        let alloc = match api.get(&format!("/v1/allocation/{}", segment(&id))) {
+            Ok(alloc) => alloc,
+            Err(error) => {
+                waits.push((id, Err(error)));
+                continue;
+            }
+        };
+        let alloc = &alloc;
         let group = text(alloc, "TaskGroup");
         if request.reschedule {
             println!(
@@ -438,7 +453,7 @@ fn run_batch(api: &Api, request: &JobRestart, batch: &[Value], errors: &mut Vec<
     for (id, sent) in waits {
         let outcome = sent.and_then(|started| {
             if request.reschedule {
-                wait_for_replacement(api, &id)
+                wait_for_replacement(api, &id, request.job_type == "batch")
             } else {
                 wait_until_run_again(api, &id, &started)
             }
@@ -450,8 +465,9 @@ fn run_batch(api: &Api, request: &JobRestart, batch: &[Value], errors: &mut Vec<
 }
 
 /// `-reschedule`: follows the stopped allocation's `NextAllocation` until a replacement
-/// runs, saying so as Nomad does.
-fn wait_for_replacement(api: &Api, id: &str) -> Result<(), String> {
+/// runs (a batch job's may have completed), saying so as Nomad does; an error if the
+/// replacement ends otherwise first, or the job is stopped meanwhile.
+fn wait_for_replacement(api: &Api, id: &str, batch: bool) -> Result<(), String> {
     let mut current = id.to_string();
     let mut index = 0;
     let mut said = String::new();
@@ -462,13 +478,27 @@ fn wait_for_replacement(api: &Api, id: &str) -> Result<(), String> {
             &format!("/v1/allocation/{}?index={index}&wait=5s", segment(&current)),
             None,
         )?;
-        if current != id && text(&record, "ClientStatus") == "running" {
+        let status = text(&record, "ClientStatus");
+        if current != id && (status == "running" || (batch && status == "complete")) {
             println!(
-                "    {}: Allocation {:?} is \"running\"",
+                "    {}: Allocation {:?} is {status:?}",
                 now(),
                 short(&current)
             );
             return Ok(());
+        }
+        if current != id && matches!(status.as_str(), "complete" | "failed" | "lost") {
+            return Err(format!(
+                "its replacement {:?} ended {status:?} before it ran",
+                short(&current)
+            ));
+        }
+        let job = api.get(&format!("/v1/job/{}", segment(&text(&record, "JobID"))))?;
+        if job["Stop"].as_bool() == Some(true) {
+            return Err(format!(
+                "the job was stopped before allocation {:?} was replaced",
+                short(id)
+            ));
         }
         let next = text(&record, "NextAllocation");
         if !next.is_empty() {

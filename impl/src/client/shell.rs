@@ -48,8 +48,14 @@ pub enum Applied {
     Step(super::RunnerStep),
     /// A timer fired.
     Timer(Timer),
-    /// A task's process exited; `forced` when SIGKILL had been sent to it.
-    Exit { task: usize, forced: bool },
+    /// A task's process exited; `forced` when SIGKILL had been sent to it, `restart` when
+    /// its kill was an in-place restart's (then the exit is a step of its own: the task runs
+    /// again).
+    Exit {
+        task: usize,
+        forced: bool,
+        restart: bool,
+    },
     /// An in-place restart of `task` (`None`: every running task) was accepted.
     Restart {
         task: Option<usize>,
@@ -250,24 +256,40 @@ impl<H: Host> RunnerShell<H> {
     }
 
     /// `alloc restart`: restarts `task` (or every running task) in place, or says why not,
-    /// changing nothing.
+    /// changing nothing. `admit` runs under the runner's lock once the runner would take
+    /// the restart: the host's last word (the daemon's: the server has not stopped the
+    /// allocation, read under the core's lock, where the log entry's place is reserved).
     pub fn restart(
         &self,
         task: Option<usize>,
         no_shutdown_delay: bool,
+        admit: impl FnOnce(&mut H) -> Result<(), RestartRefused>,
     ) -> Result<Vec<usize>, RestartRefused> {
-        let mut result = Err(RestartRefused::Stopping);
-        self.apply(
-            |_| Applied::Restart {
+        let mut state = self.lock();
+        if state.closed {
+            return Err(RestartRefused::Stopping);
+        }
+        state.runner.restart_targets(task)?;
+        admit(&mut state.host)?;
+        let mut commands = Vec::new();
+        let now = state.host.now();
+        let targets = state
+            .runner
+            .restart(task, no_shutdown_delay, now, &mut commands)
+            .expect("the runner said it would take the restart");
+        let State { runner, host, .. } = &mut *state;
+        host.applied(
+            runner,
+            Applied::Restart {
                 task,
                 no_shutdown_delay,
             },
-            |runner, now, out| {
-                result = runner.restart(task, no_shutdown_delay, now, out);
-                result.is_ok()
-            },
         );
-        result
+        state.carry_out(&commands);
+        state.take_ready_steps();
+        state.settle();
+        self.shared.1.notify_all();
+        Ok(targets)
     }
 
     /// A task's process exited (reported by the driver).
@@ -275,6 +297,10 @@ impl<H: Host> RunnerShell<H> {
         let what = |runner: &AllocRunner| Applied::Exit {
             task,
             forced: runner.tasks.get(task).is_some_and(|t| t.sigkilled),
+            restart: runner
+                .tasks
+                .get(task)
+                .is_some_and(|t| t.restart != super::RestartMark::None),
         };
         self.apply(what, |runner, now, out| {
             runner.task_exited(task, exit, now, out)

@@ -52,6 +52,8 @@ pub struct DaemonHost {
     /// The pull being applied, as `fetch` noted it: its reserved sequence number and time,
     /// and the `AllocModifyIndex` it read (see [`DaemonHost::note_pull`]).
     pull: Option<(u64, i64, u64)>,
+    /// The restart being applied: its reserved sequence number and time.
+    restart: Option<(u64, i64)>,
     /// The commands carried out now belong to the last entry of `pending.log` (a step's),
     /// or to no step: a restore's (reattaching is not a launch) or a forced exit's (the
     /// model merges it into its kill timeout; its commands are idempotent deregistrations).
@@ -132,6 +134,7 @@ impl DaemonHost {
             resumed: BTreeMap::new(),
             signalled_before: BTreeMap::new(),
             pull: None,
+            restart: None,
             recording: false,
             restoring: false,
         }
@@ -142,6 +145,12 @@ impl DaemonHost {
     /// applies the record, with the effects the update has, and stored with them.
     pub fn note_pull(&mut self, seq: u64, time_ns: i64, index: u64) {
         self.pull = Some((seq, time_ns, index));
+    }
+
+    /// A restart was admitted with the log sequence number `seq` (at `time_ns`) reserved
+    /// for its `RestartAlloc` entry, under the core's lock (see [`DaemonHost::note_pull`]).
+    pub fn note_restart(&mut self, seq: u64, time_ns: i64) {
+        self.restart = Some((seq, time_ns));
     }
 
     /// A host for a restored runner: the timers it re-arms keep the deadlines they had.
@@ -674,10 +683,16 @@ impl Host for DaemonHost {
                     task: target.map(task),
                     no_shutdown_delay,
                 },
-                None,
+                self.restart.take(),
             )),
-            // The model merges a forced exit into its kill timeout.
-            Applied::Exit { forced: true, .. } | Applied::Restored => None,
+            // The model merges a stop's forced exit into its kill timeout (a restart's is a
+            // step: the task runs again).
+            Applied::Exit {
+                forced: true,
+                restart: false,
+                ..
+            }
+            | Applied::Restored => None,
             Applied::Exit { task: ix, .. } => {
                 let poststop = runner
                     .tasks

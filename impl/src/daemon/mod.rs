@@ -314,6 +314,13 @@ impl Core {
     /// stored with the runner's progress after the update (`DaemonHost::note_pull`), so a
     /// crash keeps both or neither — and a pull whose entry was lost is made (and logged)
     /// again by the restored runner. Returns the sequence number and its time.
+    /// Reserves the next log sequence number (and its time) for an entry made later, in
+    /// the order of what was read now under this lock.
+    pub fn reserve_log_seq(&mut self) -> (u64, i64) {
+        self.log_seq += 1;
+        (self.log_seq, unix_now_ns())
+    }
+
     pub fn log_pull(&mut self, alloc: &crate::server::structs::Allocation) -> Option<(u64, i64)> {
         let index = alloc.alloc_modify_index;
         if self

@@ -361,6 +361,14 @@ impl Simulator {
         step: &Step,
     ) -> Result<(), SimError> {
         let refused = |why: String| SimError::NotEnabled(format!("{step}: {why}"));
+        // The server's word first: an allocation it has stopped is not restarted, whether
+        // or not its client has pulled the stop.
+        let stopped = self.server.store.alloc(alloc).is_none_or(|record| {
+            record.desired_status != crate::server::structs::DesiredStatus::Run || record.tombstone
+        });
+        if stopped {
+            return Err(refused("the server has stopped the allocation".into()));
+        }
         let node = self
             .client_of(alloc)
             .ok_or_else(|| refused("no client runs it".into()))?;
@@ -517,8 +525,9 @@ impl Simulator {
         Ok(())
     }
 
-    /// Carries out a runner's commands. A SIGKILL is followed by the forced exit in the same
-    /// step (a deterministic follow-up, merged identically in the model).
+    /// Carries out a runner's commands. A stop's SIGKILL is followed by the forced exit in the
+    /// same step (a deterministic follow-up, merged identically in the model); a restart's
+    /// is not — its exit, after which the task runs again, is a `TaskExit` of its own.
     fn execute(
         &mut self,
         node: &NodeId,
@@ -539,6 +548,15 @@ impl Simulator {
                             self.driver
                                 .force_kill(handle, self.now_ns)
                                 .map_err(|e| SimError::Driver(e.to_string()))?;
+                        }
+                        let restarting = self
+                            .clients
+                            .get(node)
+                            .and_then(|c| c.runners.get(alloc))
+                            .and_then(|r| r.tasks.get(task))
+                            .is_some_and(|t| t.restart != crate::client::RestartMark::None);
+                        if restarting {
+                            continue;
                         }
                         let exit = ExitResult {
                             exit_code: 137,

@@ -163,11 +163,16 @@ impl StopPathModel {
         }
     }
 
+    /// SIGKILL, and — for a stop's kill — the forced exit in the same step. A restart's
+    /// forced exit is a `TaskExit` of its own: the task then runs again, and a stop arriving
+    /// in between decides whether it does, so the two must not be merged.
     pub(super) fn kill_timeout(&self, alloc: &mut Alloc, ix: usize) {
         let task = &mut alloc.tasks[ix];
         task.kill_timeout_fired = true;
         task.sigkilled = true;
-        self.task_exited(alloc, ix);
+        if task.restart == RestartMark::None {
+            self.task_exited(alloc, ix);
+        }
     }
 
     /// After a task or poststop step: the runner is terminal once every task that will run

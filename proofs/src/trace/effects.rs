@@ -38,6 +38,21 @@ impl EffectRules {
     pub fn check(&mut self, entry: &LogEntry) -> Result<(), String> {
         let alloc = entry.as_step().and_then(Step::alloc).cloned();
         let restart = matches!(entry.as_step(), Some(Step::RestartAlloc { .. }));
+        // The tasks a restart restarts, from the step itself (a task with no services and
+        // no delay shows none in its effects until its signal): the one it names, or every
+        // task of the allocation whose process runs.
+        if let (Some(Step::RestartAlloc { task, .. }), Some(alloc)) = (entry.as_step(), &alloc) {
+            let targets: Vec<(String, String)> = match task {
+                Some(task) => vec![(alloc.clone(), task.clone())],
+                None => self
+                    .live
+                    .iter()
+                    .filter(|(a, _)| a == alloc)
+                    .cloned()
+                    .collect(),
+            };
+            self.restarting.extend(targets);
+        }
         // The step's own exit comes before what follows it (a restarted task runs again).
         if let (Some(Step::TaskExit { task, .. } | Step::PoststopExit { task, .. }), Some(alloc)) =
             (entry.as_step(), &alloc)

@@ -16,7 +16,7 @@ use quiesce_model::config::{ModelCfg, Operator, MAX_ALLOCS, MAX_RESTART_ATTEMPTS
 use quiesce_model::properties::INVARIANTS;
 use quiesce_model::state::{Alloc, Ghost, Job as ModelJob, JobVersion, TaskPhase};
 use quiesce_model::{Action, History, Model, State, StopPathModel};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// How far the model could follow an instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,8 +78,13 @@ pub struct Instance {
     pub allocs: BTreeSet<AllocId>,
     /// The job was purged: a later registration is a new instance.
     pub purged: bool,
-    /// A batch job: whether its tasks are restarted depends on their exit codes.
-    pub batch: bool,
+    /// The tasks whose restart depends on their exit code (every task of a batch job; a
+    /// prestart or poststart task that is not a sidecar): the model does not have it.
+    pub exit_decides: BTreeSet<String>,
+    /// Each task's restart-policy interval, and when the interval of each allocation's task
+    /// began (its first restart decision): the model keeps every crash in one interval.
+    pub restart_intervals: BTreeMap<String, i64>,
+    pub interval_starts: BTreeMap<(AllocId, String), i64>,
 }
 
 /// Why a step failed in one candidate: the model refuses it.
@@ -104,7 +109,32 @@ impl Instance {
             unjudged: 0,
             allocs: BTreeSet::new(),
             purged: false,
-            batch: spec.job_type == "batch",
+            exit_decides: spec
+                .task_groups
+                .iter()
+                .filter(|g| g.name == group)
+                .flat_map(|g| &g.tasks)
+                .filter(|t| {
+                    spec.job_type == "batch" || quiesce::client::task_runner::ends_when_done(t)
+                })
+                .map(|t| t.name.clone())
+                .collect(),
+            restart_intervals: spec
+                .task_groups
+                .iter()
+                .filter(|g| g.name == group)
+                .flat_map(|g| {
+                    g.tasks.iter().map(move |t| {
+                        let policy = quiesce::spec::RestartPolicy::effective(
+                            &spec.job_type,
+                            g.restart_policy.as_ref(),
+                            t.restart_policy.as_ref(),
+                        );
+                        (t.name.clone(), policy.interval_ns)
+                    })
+                })
+                .collect(),
+            interval_starts: BTreeMap::new(),
         };
         match model_of(spec, group) {
             Ok(model) => {
@@ -157,7 +187,9 @@ impl Instance {
             unjudged: 0,
             allocs: BTreeSet::new(),
             purged: false,
-            batch: false,
+            exit_decides: BTreeSet::new(),
+            restart_intervals: BTreeMap::new(),
+            interval_starts: BTreeMap::new(),
         }
     }
 
@@ -252,15 +284,41 @@ impl Instance {
             self.unjudged += 1;
             return Ok(());
         }
-        if self.batch && matches!(step, Step::RestartDecision { .. }) {
-            self.stop_judging(
-                entry.seq,
-                "a batch task's restart is decided by its exit code, which the model does not \
-                 have"
-                    .to_string(),
-            );
-            self.unjudged += 1;
-            return Ok(());
+        if let Step::RestartDecision { alloc, task, .. } = step {
+            // The implementation starts a new count when the interval is over (the model
+            // never does): judged while every decision falls within a second of the first's
+            // interval, no further.
+            let interval = self
+                .restart_intervals
+                .get(task)
+                .copied()
+                .unwrap_or(i64::MAX);
+            let start = *self
+                .interval_starts
+                .entry((alloc.clone(), task.clone()))
+                .or_insert(entry.time_ns);
+            if entry.time_ns.saturating_sub(start) >= interval.saturating_sub(1_000_000_000) {
+                self.stop_judging(
+                    entry.seq,
+                    format!(
+                        "task {task:?} of allocation {alloc} crashed again after its restart \
+                         interval; the model keeps every crash in one interval"
+                    ),
+                );
+                self.unjudged += 1;
+                return Ok(());
+            }
+            if self.exit_decides.contains(task) {
+                self.stop_judging(
+                    entry.seq,
+                    format!(
+                        "task {task:?}'s restart is decided by its exit code (a batch job's \
+                         task, or a prestart or poststart task), which the model does not have"
+                    ),
+                );
+                self.unjudged += 1;
+                return Ok(());
+            }
         }
         let task = match step.task() {
             None => None,
@@ -433,8 +491,7 @@ fn successors(
         let Some(after) = model.next_state(&candidate.state, action) else {
             continue;
         };
-        if let Err(why) = implied_effects(model, &candidate.state, &after, position, entry, action)
-        {
+        if let Err(why) = implied_effects(model, &candidate.state, &after, position, entry) {
             refusal = Some(Refusal::Violation(why));
             continue;
         }
@@ -486,7 +543,6 @@ fn implied_effects(
     after: &State,
     position: Option<usize>,
     entry: &LogEntry,
-    action: Action,
 ) -> Result<(), String> {
     let Some(ix) = position else {
         if let Some(effect) = entry.effects.first() {
@@ -494,7 +550,7 @@ fn implied_effects(
         }
         // A request changes no runner, but a restart may cut a wait short.
         for (ix, (b, a)) in before.allocs.iter().zip(&after.allocs).enumerate() {
-            let implied = expected(model, Some(b), a, action);
+            let implied = expected(model, Some(b), a);
             if let Some(effect) = implied.first() {
                 return Err(format!(
                     "{} implies {effect:?} for the allocation at position {ix}, and the log \
@@ -507,7 +563,7 @@ fn implied_effects(
     };
     let before = before.allocs.get(ix);
     let after = &after.allocs[ix];
-    let implied = expected(model, before, after, action);
+    let implied = expected(model, before, after);
     let recorded = &entry.effects;
     let count = |list: &[Expected], what: &Expected| list.iter().filter(|e| *e == what).count();
     for what in implied.iter().collect::<BTreeSet<_>>() {
@@ -587,12 +643,7 @@ impl std::fmt::Display for Expected {
 }
 
 /// What the model's step did to one allocation's world, as effects.
-fn expected(
-    model: &StopPathModel,
-    before: Option<&Alloc>,
-    after: &Alloc,
-    action: Action,
-) -> Vec<Expected> {
+fn expected(model: &StopPathModel, before: Option<&Alloc>, after: &Alloc) -> Vec<Expected> {
     let mut implied = Vec::new();
     let group_before = before.is_some_and(|b| b.group_service_registered);
     if group_before != after.group_service_registered {
@@ -642,13 +693,7 @@ fn expected(
                 task: task.clone(),
             });
         }
-        // A restart's kill timeout SIGKILLs the task, which then runs again at once.
-        let timed_out = action
-            == Action::KillTimeout {
-                alloc: action.alloc().unwrap_or(0),
-                task: ix as u8,
-            };
-        if (!was(|t| t.sigkilled) && a.sigkilled) || (timed_out && !a.sigkilled) {
+        if !was(|t| t.sigkilled) && a.sigkilled {
             implied.push(Expected {
                 kind: Kind::SigKill,
                 task,

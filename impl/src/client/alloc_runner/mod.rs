@@ -156,7 +156,7 @@ impl AllocRunner {
                 }),
                 TaskPhase::Restarting => out.push(Command::StartTimer {
                     timer: Timer::RestartDelay(ix),
-                    after_ns: task.restart_policy.delay_ns,
+                    after_ns: task.restart_delay_ns,
                 }),
                 _ => {}
             }
@@ -515,5 +515,7 @@ fn kill_stage(role: TaskRole) -> u8 {
     }
 }
 
+#[cfg(test)]
+mod restart_tests;
 #[cfg(test)]
 mod tests;

@@ -46,6 +46,17 @@ impl AllocRunner {
         now: i64,
         out: &mut Vec<Command>,
     ) -> Result<Vec<usize>, RestartRefused> {
+        let targets = self.restart_targets(task)?;
+        for &ix in &targets {
+            self.tasks[ix].begin_restart(ix, no_shutdown_delay, self.cancelled, now, out);
+        }
+        out.push(Command::Report);
+        Ok(targets)
+    }
+
+    /// The tasks a restart of `task` (or of every running task) would restart, or why it is
+    /// refused; changes nothing.
+    pub fn restart_targets(&self, task: Option<usize>) -> Result<Vec<usize>, RestartRefused> {
         if self.phase != RunnerPhase::Running || self.stop_requested() {
             return Err(RestartRefused::Stopping);
         }
@@ -64,10 +75,6 @@ impl AllocRunner {
         if targets.is_empty() {
             return Err(RestartRefused::TaskNotRunning);
         }
-        for &ix in &targets {
-            self.tasks[ix].begin_restart(ix, no_shutdown_delay, self.cancelled, now, out);
-        }
-        out.push(Command::Report);
         Ok(targets)
     }
 

@@ -76,10 +76,14 @@ pub struct TaskRunner {
     pub policy_restarts: u32,
     #[serde(default)]
     pub interval_start_ns: Option<i64>,
+    /// The restart delay the policy decided on (what a restored runner re-arms).
+    #[serde(default)]
+    pub restart_delay_ns: i64,
     /// How its last run ended on its own (what the policy decides on).
     #[serde(default)]
     pub last_exit: Option<ExitResult>,
-    /// A batch job's task: a clean exit is its end, not a crash to restart.
+    /// A batch job's task, or a prestart or poststart task that is not a sidecar: a clean
+    /// exit is its end, not a crash to restart (Nomad's `restartOnSuccess` false).
     #[serde(default)]
     pub batch: bool,
 }
@@ -138,6 +142,13 @@ fn decimal(value: i64, per: i64) -> String {
     format!("{whole}.{}", fraction.trim_end_matches('0'))
 }
 
+/// A prestart or poststart task that is not a sidecar: it runs to its end, once.
+pub fn ends_when_done(task: &Task) -> bool {
+    task.lifecycle
+        .as_ref()
+        .is_some_and(|l| !l.sidecar && l.hook != "poststop")
+}
+
 impl TaskRunner {
     pub fn new(
         task: &Task,
@@ -179,8 +190,9 @@ impl TaskRunner {
             restart_policy,
             policy_restarts: 0,
             interval_start_ns: None,
+            restart_delay_ns: 0,
             last_exit: None,
-            batch,
+            batch: batch || ends_when_done(task),
         }
     }
 

@@ -98,6 +98,7 @@ impl TaskRunner {
             };
         }
         if self.batch && exit.exit_code == 0 && exit.signal.is_none() {
+            // A batch task's, or an ephemeral lifecycle task's, clean end.
             return Decision::Stop {
                 failed: false,
                 reason: "Restart unnecessary as task terminated successfully".into(),
@@ -147,6 +148,7 @@ impl TaskRunner {
         out: &mut Vec<Command>,
     ) {
         self.phase = TaskPhase::Restarting;
+        self.restart_delay_ns = delay_ns;
         self.record(event(
             event_types::RESTARTING,
             now,

@@ -1,6 +1,9 @@
 //! `/v1/allocation(s)` and `/v1/evaluation(s)`.
 
 use super::*;
+use crate::client::alloc_runner::RestartRefused;
+use crate::daemon::DaemonHost;
+use crate::server::structs::DesiredStatus;
 
 pub(super) fn get_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     let index = |_: &StateStore, alloc: &Allocation| alloc.modify_index;
@@ -417,6 +420,22 @@ pub(super) fn restart_alloc(
         }
         core.server.store.index()
     };
+    // The server's word, read under the runner's lock when the restart is applied: an
+    // allocation it has stopped is not restarted, pulled or not yet (the model's rule).
+    let admit = |host: &mut DaemonHost| {
+        let mut core = shared.core();
+        let stopped = core
+            .server
+            .store
+            .alloc(id)
+            .is_none_or(|alloc| alloc.desired_status != DesiredStatus::Run || alloc.tombstone);
+        if stopped {
+            return Err(RestartRefused::Stopping);
+        }
+        let (seq, time_ns) = core.reserve_log_seq();
+        host.note_restart(seq, time_ns);
+        Ok(())
+    };
     let Some(shell) = shared.runner(id) else {
         return Err(error(
             400,
@@ -436,7 +455,7 @@ pub(super) fn restart_alloc(
         })?)
     };
     shell
-        .restart(task, flag)
+        .restart(task, flag, admit)
         .map_err(|refused| error(400, refused.to_string()))?;
     ok(json!({}), index)
 }
