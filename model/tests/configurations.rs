@@ -66,7 +66,7 @@ fn standard_checks_clean_with_full_history() {
         ("flagged-stop-then-client-restart", 701),
         ("count1-restart-budget2", 45_638),
         ("count1-crash-attempts1", 193_240),
-        ("count1-unrecoverable-crash", 469_790),
+        ("count1-unrecoverable-crash", 81_601),
         ("flagged-restart-then-stop", 11_199),
         ("restart-then-flagged-stop", 6_608),
     ]));
@@ -87,7 +87,7 @@ fn standard_checks_clean_with_lean_history() {
         ("flagged-stop-then-client-restart", 521),
         ("count1-restart-budget2", 24_806),
         ("count1-crash-attempts1", 60_533),
-        ("count1-unrecoverable-crash", 60_533),
+        ("count1-unrecoverable-crash", 32_197),
         ("flagged-restart-then-stop", 7_847),
         ("restart-then-flagged-stop", 3_347),
     ]));

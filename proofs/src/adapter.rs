@@ -36,8 +36,9 @@ pub fn group_cfg(job: &Job, group: &str) -> Result<GroupCfg, String> {
             },
             shutdown_delay: task.shutdown_delay_ns > 0,
             service: has_services(&task.services),
-            // A real process may end on its own at any moment it runs.
+            // A real process may end on its own at any moment it runs, either way.
             may_crash: task.role() != TaskRole::Poststop,
+            crash_unrecoverable: false,
         })
         .collect();
     Ok(GroupCfg {
@@ -92,6 +93,10 @@ pub fn jobspec(cfg: &ModelCfg) -> Job {
                     [
                         ("run_for".to_string(), serde_json::json!(60 * SECOND)),
                         ("exit_code".to_string(), serde_json::json!(1)),
+                        (
+                            "lost".to_string(),
+                            serde_json::json!(task.crash_unrecoverable),
+                        ),
                     ]
                     .into(),
                 )

@@ -117,9 +117,10 @@ pub fn initial_sim(cfg: &ModelCfg) -> Result<(Simulator, Vec<AllocId>), String> 
 }
 
 /// Walks one configuration part in lockstep.
-/// Why a part cannot be walked, if it cannot: with unrecoverable crashes the model offers
-/// both outcomes of a decision about the same crash (an error the driver reported, or not),
-/// which the simulator's mock driver scripts one way.
+/// Why a part cannot be walked, if it cannot: with `unrecoverable_crashes` the model
+/// offers both outcomes of a decision about the same crash (an error the driver reported,
+/// or not), which the simulator's mock driver scripts one way (a part fixes each task's
+/// kind of crash instead: `TaskCfg::crash_unrecoverable`).
 pub fn not_walkable(cfg: &ModelCfg) -> Option<&'static str> {
     cfg.unrecoverable_crashes.then_some(
         "its decisions may find an error the driver reported or not, for the same crash; the \

@@ -48,6 +48,7 @@ fn the_restart_parts_walk_in_lockstep_without_a_mismatch() {
     let restart_parts = [
         "count1-restart-budget2",
         "count1-crash-attempts1",
+        "count1-unrecoverable-crash",
         "flagged-restart-then-stop",
         "restart-then-flagged-stop",
     ];

@@ -58,6 +58,8 @@ pub struct TaskCfg {
     /// The task may exit on its own while it runs (a crash), and its group's `restart`
     /// policy decides what follows. Off in most parts: every crash multiplies the states.
     pub may_crash: bool,
+    /// Its crashes are errors the driver reports (a lost process): never retried.
+    pub crash_unrecoverable: bool,
 }
 
 impl TaskCfg {
@@ -68,6 +70,7 @@ impl TaskCfg {
             shutdown_delay: true,
             service: true,
             may_crash: false,
+            crash_unrecoverable: false,
         }
     }
     pub fn main(name: &'static str) -> Self {
@@ -77,6 +80,7 @@ impl TaskCfg {
             shutdown_delay: false,
             service: false,
             may_crash: false,
+            crash_unrecoverable: false,
         }
     }
     pub fn sidecar(name: &'static str) -> Self {
@@ -86,6 +90,7 @@ impl TaskCfg {
             shutdown_delay: true,
             service: false,
             may_crash: false,
+            crash_unrecoverable: false,
         }
     }
     pub fn poststop(name: &'static str) -> Self {
@@ -95,6 +100,7 @@ impl TaskCfg {
             shutdown_delay: false,
             service: false,
             may_crash: false,
+            crash_unrecoverable: false,
         }
     }
 
@@ -103,6 +109,14 @@ impl TaskCfg {
         TaskCfg {
             may_crash: self.kind != TaskKind::Poststop,
             ..self
+        }
+    }
+
+    /// The same task, whose every crash is an error the driver reports.
+    pub fn lost_when_crashing(self) -> Self {
+        TaskCfg {
+            crash_unrecoverable: true,
+            ..self.crashing()
         }
     }
 }
@@ -224,8 +238,10 @@ pub struct ModelCfg {
     /// restarted before its allocation fails. The interval is abstracted away (every crash
     /// falls in one interval: the strictest reading).
     pub restart_attempts: u8,
-    /// A crash may also be an error the driver reports (the program cannot be started, the
-    /// process was lost), which the policy never retries. On for trace validation.
+    /// Any crash may also be an error the driver reports (the program cannot be started,
+    /// the process was lost), which the policy never retries: both outcomes offered for
+    /// every crash. On for trace validation (a part fixes a task's kind of crash instead,
+    /// with [`TaskCfg::crash_unrecoverable`], so that the simulator can be walked).
     pub unrecoverable_crashes: bool,
 }
 

@@ -24,6 +24,14 @@ pub fn web_group_crashing() -> GroupCfg {
     group
 }
 
+/// `web_group_crashing` whose sidecar's crashes are errors the driver reports (a lost
+/// process), never retried.
+pub fn web_group_lost_sidecar() -> GroupCfg {
+    let mut group = web_group_crashing();
+    group.tasks[1] = group.tasks[1].clone().lost_when_crashing();
+    group
+}
+
 /// `web_group` plus a plain main task, so that "leader before the other main tasks" is
 /// exercised.
 pub fn web_group_with_main() -> GroupCfg {
@@ -205,19 +213,16 @@ pub fn standard() -> Vec<ModelCfg> {
             ),
             1,
         ),
-        ModelCfg {
-            unrecoverable_crashes: true,
-            ..with_attempts(
-                part(
-                    "count1-unrecoverable-crash",
-                    web_group_crashing(),
-                    1,
-                    Operator::Budget(1),
-                    &[CRASHED_TASK_RESTARTED, RESTART_POLICY_EXHAUSTED],
-                ),
+        with_attempts(
+            part(
+                "count1-unrecoverable-crash",
+                web_group_lost_sidecar(),
                 1,
-            )
-        },
+                Operator::Budget(1),
+                &[CRASHED_TASK_RESTARTED, RESTART_POLICY_EXHAUSTED],
+            ),
+            1,
+        ),
         script(
             "flagged-restart-then-stop",
             vec![restart(true), stop(false, false)],

@@ -274,12 +274,13 @@ impl StopPathModel {
                     }
                 }
                 (_, TaskPhase::Crashed) => {
+                    let unrecoverable = self.cfg.group.tasks[ix].crash_unrecoverable;
                     actions.push(Action::RestartDecision {
                         alloc: a,
                         task: t,
-                        unrecoverable: false,
+                        unrecoverable,
                     });
-                    if self.cfg.unrecoverable_crashes {
+                    if self.cfg.unrecoverable_crashes && !unrecoverable {
                         actions.push(Action::RestartDecision {
                             alloc: a,
                             task: t,
