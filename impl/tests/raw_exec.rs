@@ -20,7 +20,7 @@ fn shell(dir: &Path, script: &str) -> Launch {
         user: None,
         files: Vec::new(),
         dir: dir.to_path_buf(),
-        run: 0,
+        state: None,
         command: "/bin/sh".into(),
         args: vec!["-c".into(), script.into()],
         env: vec![("GREETING".into(), "hello".into())],
@@ -33,7 +33,7 @@ fn sleep(dir: &Path, user: Option<&str>) -> Launch {
         user: user.map(str::to_string),
         files: Vec::new(),
         dir: dir.to_path_buf(),
-        run: 0,
+        state: None,
         command: "/bin/sleep".into(),
         args: vec!["60".into()],
         env: Vec::new(),
@@ -162,7 +162,7 @@ fn a_task_that_cannot_start_says_why() {
         user: None,
         files: Vec::new(),
         dir: dir.clone(),
-        run: 0,
+        state: None,
         command: "/no/such/program".into(),
         args: Vec::new(),
         env: Vec::new(),
@@ -510,7 +510,7 @@ fn a_second_run_is_a_new_process_not_the_first_runs_record() {
     let (record, reaper) = first.wait();
     assert_eq!(record.exit_code, 4);
     let second = Launch {
-        run: 1,
+        state: Some(raw_exec::new_run_dir(&dir, 1).unwrap()),
         ..shell(&dir, "echo run; exit 5")
     };
     let attached = raw_exec::launch(supervisor(), &["supervise"], &second)
@@ -522,10 +522,15 @@ fn a_second_run_is_a_new_process_not_the_first_runs_record() {
     assert_eq!(record.exit_code, 5, "the second run's own exit");
     let log = std::fs::read_to_string(dir.join(raw_exec::STDOUT_FILE)).unwrap();
     assert_eq!(log, "run\nrun\n");
-    for (run, code) in [(0, 4), (1, 5)] {
-        match raw_exec::reattach(&raw_exec::run_dir(&dir, run)).unwrap() {
-            Reattach::Exited(record) => assert_eq!(record.exit_code, code, "run {run}"),
-            other => panic!("run {run}: {other:?}"),
+    let second_dir = raw_exec::find_run_dir(&dir, 1)
+        .unwrap()
+        .expect("run 1's directory");
+    assert_eq!(Some(&second_dir), second.state.as_ref());
+    assert_eq!(raw_exec::find_run_dir(&dir, 2).unwrap(), None);
+    for (state, code) in [(dir.clone(), 4), (second_dir, 5)] {
+        match raw_exec::reattach(&state).unwrap() {
+            Reattach::Exited(record) => assert_eq!(record.exit_code, code, "{state:?}"),
+            other => panic!("{state:?}: {other:?}"),
         }
     }
 }

@@ -107,10 +107,14 @@ fn wait_until_run_again(api: &Api, id: &str, started: &[(String, u64)]) -> Resul
             None,
         )?;
         let counts = restart_counts(&record);
+        // Each target ran again, or ended for good (a batch or lifecycle task that finished
+        // between the read and the restart: a restarted task's exit and its next run reach
+        // the server together, never "dead" in between).
         let done = started.iter().all(|(name, before)| {
+            let dead = text(&record["TaskStates"][name.as_str()], "State") == "dead";
             counts
                 .iter()
-                .any(|(task, now)| task == name && now > before)
+                .any(|(task, now)| task == name && (now > before || dead))
         });
         if done {
             return Ok(());
@@ -254,8 +258,8 @@ pub(super) fn job_restart(api: &Api, mut request: JobRestart) -> Result<(), Stri
     for alloc in allocs.as_array().into_iter().flatten() {
         // Allocations that run and are meant to (Nomad takes either, and then fails on one
         // being stopped, or a failed one that will not be replaced).
-        let live = matches!(text(alloc, "ClientStatus").as_str(), "running" | "pending")
-            && text(alloc, "DesiredStatus") == "run";
+        let live =
+            text(alloc, "ClientStatus") == "running" && text(alloc, "DesiredStatus") == "run";
         let group = text(alloc, "TaskGroup");
         let in_group = request.groups.is_empty() || request.groups.contains(&group);
         let has_task = request.tasks.is_empty()

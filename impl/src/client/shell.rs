@@ -497,4 +497,29 @@ mod tests {
             assert_eq!(host.count(is_signal), 1);
         });
     }
+
+    /// A restart the host refuses (the server has stopped the allocation) changes nothing
+    /// and carries out nothing; one it admits is applied, settled, and its signal sent.
+    #[test]
+    fn a_restart_the_host_refuses_changes_nothing() {
+        let mut initial = Vec::new();
+        let runner = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 0, &mut initial);
+        let shell = RunnerShell::new(runner, Recorder::default(), initial);
+        let before = shell.inspect(|runner, host| (runner.clone(), host.commands.len()));
+        let refused = shell.restart(None, true, |_| Err(RestartRefused::Stopping));
+        assert_eq!(refused, Err(RestartRefused::Stopping));
+        shell.inspect(|runner, host| {
+            assert_eq!((runner, host.commands.len()), (&before.0, before.1));
+        });
+        assert_eq!(
+            shell.restart(Some(9), true, |_| Ok(())),
+            Err(RestartRefused::NoSuchTask)
+        );
+        assert_eq!(shell.restart(None, true, |_| Ok(())), Ok(vec![0]));
+        shell.inspect(|runner, host| {
+            assert_eq!(runner.tasks[0].phase, crate::client::TaskPhase::Signalled);
+            assert_eq!(host.count(|c| matches!(c, Command::Signal { .. })), 1);
+            assert_eq!(host.unsettled, 0, "settled");
+        });
+    }
 }

@@ -239,11 +239,20 @@ impl DaemonHost {
             .tasks
             .get(ix)
             .map_or(0, |t| u32::try_from(t.state.restarts).unwrap_or(u32::MAX));
-        let state = raw_exec::run_dir(&dir, run);
-        let launched_before = if run == 0 {
-            dir.join(raw_exec::STDOUT_FILE).exists()
+        let found = if run == 0 {
+            Ok((dir.clone(), dir.join(raw_exec::STDOUT_FILE).exists()))
         } else {
-            state.exists()
+            raw_exec::find_run_dir(&dir, run).and_then(|found| match found {
+                Some(found) => Ok((found, true)),
+                None => raw_exec::new_run_dir(&dir, run).map(|new| (new, false)),
+            })
+        };
+        let (state, launched_before) = match found {
+            Ok(found) => found,
+            Err(error) => {
+                self.failed_to_start(ix, &format!("finding the run's directory: {error}"));
+                return;
+            }
         };
         // A run started before a restart of the agent (or before a crash lost the runner's
         // progress) is reattached, never started twice.
@@ -261,11 +270,9 @@ impl DaemonHost {
                     .iter()
                     .map(String::as_str)
                     .collect();
-                raw_exec::launch(
-                    &shared.config.supervisor,
-                    &args,
-                    &super::launch::launch_of(task, runner, &dir, &shared.config),
-                )
+                let mut launch = super::launch::launch_of(task, runner, &dir, &shared.config);
+                launch.state = (run > 0).then(|| state.clone());
+                raw_exec::launch(&shared.config.supervisor, &args, &launch)
             }
             // Never launched again on a doubt: a task must not run twice.
             Err(error) => Ok(Err(lost(format!("reattaching to the task: {error}")))),

@@ -61,11 +61,7 @@ pub(super) fn launch_of(
         })
         .collect();
     Launch {
-        run: runner
-            .tasks
-            .iter()
-            .find(|t| t.name == task.name)
-            .map_or(0, |t| u32::try_from(t.state.restarts).unwrap_or(u32::MAX)),
+        state: None,
         dir: dir.to_path_buf(),
         command: interpolate(&command, &env),
         args: args.iter().map(|arg| interpolate(arg, &env)).collect(),

@@ -146,8 +146,12 @@ impl EffectRules {
                              before that kill's signal"
                         ));
                     }
-                    // The forced exit follows in the same step.
-                    self.live.remove(&(alloc.clone(), task.clone()));
+                    // A stop's forced exit follows in the same step; a restart's is a
+                    // `TaskExit` of its own (until then the process is still there).
+                    let key = (alloc.clone(), task.clone());
+                    if !self.restarting.contains(&key) {
+                        self.live.remove(&key);
+                    }
                 }
             }
         }

@@ -96,21 +96,43 @@ pub struct Launch {
     /// Files to write into the task's directory before it starts (its templates): the path
     /// (relative, of normal components only: `spec` validates it), the contents, the mode.
     pub files: Vec<(PathBuf, Vec<u8>, u32)>,
-    /// Which run of the task this is: 0 first, one more for each restart. Each run has its
-    /// own supervisor state ([`run_dir`]), so a restart never reattaches to the run before.
-    pub run: u32,
+    /// Where this run's supervisor keeps its state — its control socket's name and its
+    /// `exit.json`: `None` for the task directory (the first run), else a restart's own
+    /// directory ([`new_run_dir`]), which the launch creates (0700, the agent's only). So a
+    /// restart never reattaches to the run before it. The task's logs and working directory
+    /// stay the task directory's, across runs.
+    pub state: Option<PathBuf>,
 }
 
-/// Where the supervisor of a task's `run` keeps its state — its control socket's name and
-/// its `exit.json`: the task directory for the first run, `run-N/` inside it (the agent's
-/// only, 0700) for a restart. The task's logs and working directory stay the task
-/// directory's, across runs.
-pub fn run_dir(task_dir: &Path, run: u32) -> PathBuf {
-    if run == 0 {
-        task_dir.to_path_buf()
-    } else {
-        task_dir.join(format!("run-{run}"))
+/// A new directory name for run `run` (≥ 1) of a task: `run-N-` and 64 random bits, so that
+/// the task — which knows its own directory — cannot tell the name its next run's
+/// supervisor socket will have (it is derived from the path) and take it first.
+pub fn new_run_dir(task_dir: &Path, run: u32) -> io::Result<PathBuf> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(task_dir.join(format!("run-{run}-{:016x}", u64::from_le_bytes(bytes))))
+}
+
+/// The directory of run `run` (≥ 1) of a task, if that run was launched (a daemon that
+/// crashed after launching it finds it again, and reattaches, never launching it twice).
+pub fn find_run_dir(task_dir: &Path, run: u32) -> io::Result<Option<PathBuf>> {
+    let prefix = format!("run-{run}-");
+    let entries = match fs::read_dir(task_dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| name.starts_with(&prefix))
+        {
+            return Ok(Some(entry.path()));
+        }
     }
+    Ok(None)
 }
 
 /// A running (or finished) supervised task, as the daemon holds it.
@@ -247,8 +269,9 @@ pub fn launch(
     launch: &Launch,
 ) -> io::Result<Result<Attached, ExitRecord>> {
     task_dir(launch)?;
-    let state = run_dir(&launch.dir, launch.run);
-    if launch.run > 0 {
+    let state = launch.state.clone().unwrap_or_else(|| launch.dir.clone());
+    if launch.state.is_some() {
+        // Created here, once: an existing one is a run launched before.
         fs::DirBuilder::new().mode(0o700).create(&state)?;
     }
     let listener = UnixListener::bind_addr(&socket_addr(&state)?)?;
