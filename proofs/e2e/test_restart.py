@@ -1,6 +1,7 @@
 """A `kill -9` of the agent in the middle of a stop: nothing stored is lost, the tasks are
 reattached, the stop completes with the flag honoured, and no hook's effect happens twice."""
 
+import http.client
 import time
 
 from conftest import model_job, validate_log
@@ -74,8 +75,14 @@ def test_kill_9_at_the_kill_signal_redoes_what_the_store_lost(agent, tmp_path):
     [alloc] = agent.running("web", 1)
     alloc_id = alloc["ID"]
     requested = time.monotonic()
-    status, _, _ = agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")
-    assert status == 200
+    try:
+        status, _, _ = agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")
+        assert status == 200
+    except (http.client.RemoteDisconnected, ConnectionResetError):
+        # The stop is durable before anything acts on it, so the task's signal — and the
+        # agent's death with it — may come before the answer is written: what follows
+        # checks that the stop survived.
+        pass
     agent.proc.wait(timeout=20)
     assert flag.exists(), "a task killed the agent"
     agent.start()
