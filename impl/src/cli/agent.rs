@@ -62,7 +62,9 @@ pub(super) fn agent(args: AgentArgs) -> Result<(), String> {
     config.serf_port = settings.serf_port;
     for key in &settings.ignored {
         if let Some((_, why)) = super::agent_config::IGNORED.iter().find(|(k, _)| k == key) {
-            eprintln!("==> config: {key} has no effect: {why}");
+            // One write for the line (stderr is unbuffered: `eprintln!` writes it in pieces).
+            let line = format!("==> config: {key} has no effect: {why}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         }
     }
     let agent = daemon::spawn(config)?;

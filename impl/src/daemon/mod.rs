@@ -114,7 +114,11 @@ pub(crate) fn say_line(line: std::fmt::Arguments) {
     // What a line quotes may come from a request or a peer: its control characters (a
     // newline that forges a line, a terminal escape) are written as escapes.
     let line = crate::cli::shown(&line.to_string());
-    let _ = writeln!(std::io::stderr().lock(), "quiesce agent: {line}");
+    // One write for the whole line: stderr is unbuffered, and a line written in pieces is
+    // cut into by whatever else shares the stream (a test harness reading both).
+    let _ = std::io::stderr()
+        .lock()
+        .write_all(format!("quiesce agent: {line}\n").as_bytes());
 }
 
 /// Unix time in nanoseconds.
