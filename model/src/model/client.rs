@@ -107,6 +107,13 @@ impl StopPathModel {
             task.service_registered = false;
         }
         let honours_flag = cancelled && !self.has(Fault::FlagHonouredAtGroupLevelOnly);
+        self.start_task_delay(alloc, ix, honours_flag);
+    }
+
+    /// After the task's pre-kill hooks (a stop's or a restart's): its delay starts, or —
+    /// none set, or the flag honoured — is skipped and the kill signal sent.
+    pub(super) fn start_task_delay(&self, alloc: &mut Alloc, ix: usize, honours_flag: bool) {
+        let task = &mut alloc.tasks[ix];
         if alloc.spec.task_shutdown_delay[ix] && !honours_flag {
             task.delay = Delay::Waiting;
             task.phase = TaskPhase::Delaying;

@@ -3,7 +3,7 @@
 
 use super::StopPathModel;
 use crate::config::{Fault, TaskKind};
-use crate::state::{Alloc, Delay, RestartMark, RunnerPhase, State, Task, TaskPhase};
+use crate::state::{Alloc, RestartMark, RunnerPhase, State, Task, TaskPhase};
 
 impl StopPathModel {
     /// `alloc restart`, accepted by the client: each targeted task's restart begins.
@@ -47,15 +47,7 @@ impl StopPathModel {
             task.service_registered = false;
         }
         let honours_flag = cancelled || (flag && !self.has(Fault::NomadInplaceRestartIgnoresFlag));
-        if alloc.spec.task_shutdown_delay[ix] && !honours_flag {
-            task.delay = Delay::Waiting;
-            task.phase = TaskPhase::Delaying;
-        } else {
-            if alloc.spec.task_shutdown_delay[ix] {
-                task.delay = Delay::Skipped;
-            }
-            self.end_task_delay(alloc, ix);
-        }
+        self.start_task_delay(alloc, ix, honours_flag);
     }
 
     /// The task starts again with a fresh record (its restart count kept) and its services
