@@ -547,3 +547,51 @@ fn a_blocked_evaluation_that_still_cannot_place_blocks_again_itself() {
     let placed = server.store.allocs_by_job("web").next().unwrap();
     assert_eq!(placed.ports[0].value, 28000);
 }
+
+/// Nomad's `TestOverlap` (#10440): an allocation in its shutdown delay — stopped by the
+/// server, still running on its client — keeps its static port, so another job's
+/// placement blocks until the client reports it terminal.
+#[test]
+fn a_stopping_allocation_keeps_its_static_port_until_its_client_ends_it() {
+    use quiesce::spec::{Network, Port};
+    let mut server = Server::new(Vec::new(), 3);
+    server.upsert_node(node("n1", "ready"));
+    let static_port = |job: &mut Job| {
+        job.task_groups[0].networks = Some(vec![Network {
+            reserved_ports: Some(vec![Port {
+                label: "held".into(),
+                value: 28001,
+                ..Port::default()
+            }]),
+            ..Network::default()
+        }]);
+    };
+    let mut old = job("service", 1);
+    old.id = "old".into();
+    static_port(&mut old);
+    server.register_job(old).unwrap();
+    server.process_next_eval().unwrap();
+    let old_alloc = server.store.allocs_by_job("old").next().unwrap().id.clone();
+    server.client_report(&old_alloc, report(ClientStatus::Running));
+    server.stop_job("old", StopJobOptions::default()).unwrap();
+    server.process_next_eval().unwrap();
+    let stopping = server.store.alloc(&old_alloc).unwrap();
+    assert_eq!(
+        (stopping.desired_status, stopping.client_status),
+        (DesiredStatus::Stop, ClientStatus::Running)
+    );
+    let mut new = job("service", 1);
+    static_port(&mut new);
+    server.register_job(new).unwrap();
+    assert!(
+        server.process_next_eval().unwrap().unwrap().blocked,
+        "the port is still held"
+    );
+    assert_eq!(server.store.allocs_by_job("web").count(), 0);
+    server.client_report(&old_alloc, report(ClientStatus::Complete));
+    assert!(!server.process_next_eval().unwrap().unwrap().blocked);
+    assert_eq!(
+        server.store.allocs_by_job("web").next().unwrap().ports[0].value,
+        28001
+    );
+}

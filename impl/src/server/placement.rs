@@ -98,16 +98,13 @@ pub fn feasible_anywhere<T>(
     nodes.keys().any(|node| feasible(store, node, job, group))
 }
 
-/// The group's ports on `node`: each reserved one if no allocation meant to run there holds
-/// it, and each dynamic one the lowest free in the dynamic range — free of every allocation
-/// whose tasks may still run there, a stopping one in its delay included, so that a
-/// replacement never listens where the allocation it replaces still does; `None` if any
-/// cannot be had. `taken` holds the ports placed in the same plan.
-///
-/// A reserved port held by an allocation being stopped goes to its replacement at once:
-/// Nomad's client waits for a previous allocation to end before it starts the next; this
-/// agent's does not yet, so the new task may find its static port still bound during the
-/// old one's delay.
+/// The group's ports on `node`, each free of every allocation whose tasks may still run
+/// there — a stopping one in its delay included (Nomad since #10440, its `TestOverlap`): a
+/// reserved one as asked, a dynamic one the lowest free in the dynamic range; `None` if any
+/// cannot be had, and the evaluation blocks until an allocation's end frees a port. So a
+/// new allocation never listens where a stopping one still does, and a flagged stop, which
+/// skips the delay, frees its ports at once. `taken` holds the ports placed in the same
+/// plan.
 pub fn assign_ports(
     store: &StateStore,
     node: &NodeId,
@@ -120,12 +117,6 @@ pub fn assign_ports(
         .collect();
     let planned = taken.iter().filter(|(n, _)| n == node).map(|(_, p)| *p);
     let held: BTreeSet<u16> = on_node
-        .iter()
-        .filter(|a| !a.is_terminal())
-        .flat_map(|a| a.ports.iter().map(|p| p.value))
-        .chain(planned.clone())
-        .collect();
-    let bound: BTreeSet<u16> = on_node
         .iter()
         .flat_map(|a| a.ports.iter().map(|p| p.value))
         .chain(planned)
@@ -148,7 +139,7 @@ pub fn assign_ports(
     for network in group.networks.iter().flatten() {
         for port in network.dynamic_ports.iter().flatten() {
             let value = (MIN_DYNAMIC_PORT..=MAX_DYNAMIC_PORT)
-                .find(|p| !bound.contains(p) && !held.contains(p) && !mine.contains(p))?;
+                .find(|p| !held.contains(p) && !mine.contains(p))?;
             mine.insert(value);
             ports.push(AllocatedPort {
                 label: port.label.clone(),

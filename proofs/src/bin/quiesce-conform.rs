@@ -46,6 +46,39 @@ enum Command {
         #[arg(long)]
         require_full: bool,
     },
+    /// Run scenarios against a Nomad-API cluster over its HTTP API alone, and judge the
+    /// invariants visible from outside: one line per scenario and invariant, then
+    /// `conforms` (exit 0) or `FAILED` (exit 1).
+    Probe {
+        /// The cluster's HTTP address.
+        #[arg(long, env = "NOMAD_ADDR")]
+        address: String,
+        /// Sent as X-Nomad-Token (needs submit-job, read-job, alloc-lifecycle, read-logs).
+        #[arg(long, env = "NOMAD_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        #[arg(long, env = "NOMAD_NAMESPACE")]
+        namespace: Option<String>,
+        /// Run only this scenario (repeatable); all by default.
+        #[arg(long = "scenario", value_name = "NAME")]
+        scenarios: Vec<String>,
+        /// The scenarios' shutdown delay (Go duration).
+        #[arg(long, default_value = "1s")]
+        delay: String,
+        /// The witness's path on the cluster's nodes (`quiesce-witness`): its record of the
+        /// signals and the services it saw is read back through /v1/client/fs/logs. Without
+        /// it the tasks run /bin/sleep and what only the witness shows is not observable.
+        #[arg(long)]
+        witness: Option<String>,
+        /// How long a wait may last beyond the delays it covers (Go duration).
+        #[arg(long, default_value = "60s")]
+        patience: String,
+        /// Also write the verdicts as JSON here.
+        #[arg(long, value_name = "FILE.json")]
+        report: Option<String>,
+        /// List the scenarios and the invariants, and exit.
+        #[arg(long)]
+        list: bool,
+    },
     /// Print a part's job as a register body (`{"Job": ...}`, mock_driver tasks), to run
     /// the model's job on a real agent and validate the agent's event log.
     Jobspec {
@@ -60,6 +93,33 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Some(Command::ValidateLog { file, require_full }) => validate_log(file, *require_full),
+        Some(Command::Probe {
+            address,
+            token,
+            namespace,
+            scenarios,
+            delay,
+            witness,
+            patience,
+            report,
+            list,
+        }) => {
+            if *list {
+                list_probe();
+                Ok(true)
+            } else {
+                probe(
+                    address,
+                    token,
+                    namespace,
+                    scenarios,
+                    delay,
+                    witness,
+                    patience,
+                    report.as_deref(),
+                )
+            }
+        }
         Some(Command::Jobspec { config, part }) => {
             config::named_part(config, part.as_deref()).map(|chosen| {
                 let job = quiesce_proofs::adapter::jobspec(&chosen);
@@ -77,6 +137,54 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn duration(flag: &str, text: &str) -> Result<i64, String> {
+    quiesce::spec::parse_go_duration(text)
+        .filter(|ns| *ns > 0 && *ns <= 600_000_000_000)
+        .ok_or_else(|| {
+            format!("{flag} {text:?}: not a duration between 1ns and 10m such as 500ms or 2s")
+        })
+}
+
+fn list_probe() {
+    use quiesce_proofs::probe::{scenarios::SCENARIOS, verdict::INVARIANTS};
+    println!("scenarios:");
+    for scenario in &SCENARIOS {
+        println!("  {:<20} {}", scenario.name, scenario.about);
+    }
+    println!("invariants:");
+    for (name, what) in INVARIANTS {
+        println!("  {name:<32} {what}");
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn probe(
+    address: &str,
+    token: &Option<String>,
+    namespace: &Option<String>,
+    scenarios: &[String],
+    delay: &str,
+    witness: &Option<String>,
+    patience: &str,
+    report: Option<&str>,
+) -> Result<bool, String> {
+    let options = quiesce_proofs::probe::Options {
+        address: address.to_string(),
+        token: token.clone(),
+        namespace: namespace.clone(),
+        scenarios: scenarios.to_vec(),
+        delay_ns: duration("--delay", delay)?,
+        witness: witness.clone(),
+        patience: std::time::Duration::from_nanos(duration("--patience", patience)? as u64),
+    };
+    let outcome = quiesce_proofs::probe::probe(&options, |line| println!("{line}"))?;
+    if let Some(file) = report {
+        let text = serde_json::to_string_pretty(&outcome.to_json()).map_err(|e| e.to_string())?;
+        std::fs::write(file, text + "\n").map_err(|e| format!("--report {file}: {e}"))?;
+    }
+    Ok(outcome.conforms())
 }
 
 fn conform(cli: &Cli) -> Result<bool, String> {

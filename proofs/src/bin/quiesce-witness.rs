@@ -21,8 +21,13 @@
 //! `exit.json` has it). `--exit-after D` ends it on its own after D with `--exit-code`.
 //! Other signals are recorded and otherwise ignored. Durations are Go's (`500ms`, `2s`).
 //!
+//! Every record also carries `unix_ns` (CLOCK_REALTIME, the clock of the task events the
+//! agent reports), so that a client with the API alone (the probe) can set what the task
+//! received against the events.
+//!
 //! `--agent URL` (default `$QUIESCE_AGENT`, then `$NOMAD_ADDR`) is the agent it asks for
-//! the services; its allocation is `$NOMAD_ALLOC_ID`.
+//! the services, in `--namespace` (default `$NOMAD_NAMESPACE`, which Nomad sets); its
+//! allocation is `$NOMAD_ALLOC_ID`.
 //!
 //! For crash tests, `--crash-agent PID:FILE` makes the first witness to get its kill signal
 //! (the one that creates FILE) `kill -9` the agent PID at that moment, before anything
@@ -142,6 +147,12 @@ fn monotonic_ns() -> i64 {
     now.tv_sec * 1_000_000_000 + now.tv_nsec
 }
 
+fn unix_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
 fn bits(mask: u64) -> Vec<u32> {
     (1..=64).filter(|n| mask & (1 << (n - 1)) != 0).collect()
 }
@@ -149,6 +160,7 @@ fn bits(mask: u64) -> Vec<u32> {
 struct Options {
     services: Vec<String>,
     agent: Option<String>,
+    namespace: Option<String>,
     kill_signal: libc::c_int,
     drain_ns: i64,
     ignore_kill_signal: bool,
@@ -157,14 +169,16 @@ struct Options {
     crash_agent: Option<(i32, std::path::PathBuf)>,
 }
 
-const USAGE: &str = "usage: quiesce-witness [--services A,B] [--agent URL] [--kill-signal SIG] \
+const USAGE: &str =
+    "usage: quiesce-witness [--services A,B] [--agent URL] [--namespace NS] [--kill-signal SIG] \
 [--drain DURATION] [--ignore-kill-signal] [--exit-after DURATION] [--exit-code N] \
 [--crash-agent PID:FILE]";
 
 const HELP: &str = "A raw_exec task that records, as JSON lines on its stdout, the signals it
 inherited blocked and ignored, every signal it receives (when, on CLOCK_MONOTONIC, and how
 many registrations of each --services name for its allocation, $NOMAD_ALLOC_ID, the agent
-at --agent ($QUIESCE_AGENT, $NOMAD_ADDR) listed), and how it ended.
+at --agent ($QUIESCE_AGENT, $NOMAD_ADDR) listed in --namespace ($NOMAD_NAMESPACE)), and
+how it ended. Every record also carries `unix_ns` (CLOCK_REALTIME).
   --kill-signal SIG       its kill signal (default SIGINT): it dies of it, at once or
                           after --drain; other signals are recorded and ignored
   --drain DURATION        keep running (and recording) this long after the kill signal
@@ -179,6 +193,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         agent: std::env::var("QUIESCE_AGENT")
             .or_else(|_| std::env::var("NOMAD_ADDR"))
             .ok(),
+        namespace: std::env::var("NOMAD_NAMESPACE").ok(),
         kill_signal: libc::SIGINT,
         drain_ns: 0,
         ignore_kill_signal: false,
@@ -207,6 +222,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                     .collect()
             }
             "--agent" => options.agent = Some(value("an address")?),
+            "--namespace" => options.namespace = Some(value("a namespace")?),
             "--kill-signal" => {
                 let name = value("a signal name")?;
                 options.kill_signal = quiesce::client::raw_exec::signal_number(&name)
@@ -239,7 +255,10 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
     Ok(options)
 }
 
-fn emit(record: serde_json::Value) {
+/// Writes one record, stamped with `unix_ns` (CLOCK_REALTIME, the clock of the agent's task
+/// event times, which the probe compares it with).
+fn emit(mut record: serde_json::Value) {
+    record["unix_ns"] = unix_ns().into();
     let mut line = record.to_string();
     line.push('\n');
     let mut out = std::io::stdout().lock();
@@ -292,7 +311,11 @@ fn services_now(options: &Options, alloc: &str) -> Result<serde_json::Value, Str
         .ok_or("no agent address (--agent, $QUIESCE_AGENT)")?;
     let mut counts = serde_json::Map::new();
     for name in &options.services {
-        let body = http_get(agent, &format!("/v1/service/{name}"))?;
+        let path = match &options.namespace {
+            Some(namespace) => format!("/v1/service/{name}?namespace={namespace}"),
+            None => format!("/v1/service/{name}"),
+        };
+        let body = http_get(agent, &path)?;
         let listed: Vec<serde_json::Value> =
             serde_json::from_str(&body).map_err(|e| format!("/v1/service/{name}: {e}"))?;
         let ours = listed

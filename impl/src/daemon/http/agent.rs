@@ -50,6 +50,10 @@ pub(super) fn join(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
     plain(json!({"num_joined": joined, "error": errors.join("; "), "warning": ""}))
 }
 
+/// quiesce's extensions of Nomad's API (DESIGN.md, "Where quiesce deliberately differs"):
+/// the group delay's task events, and `NoShutdownDelay` on an allocation's restart.
+pub const EXTENSIONS: [&str; 2] = ["group-shutdown-delay-events", "restart-no-shutdown-delay"];
+
 pub(super) fn agent_self(shared: &Shared) -> Result<Reply, ApiError> {
     let bind = shared.config.bind;
     let runners = shared.runner_count().to_string();
@@ -65,6 +69,9 @@ pub(super) fn agent_self(shared: &Shared) -> Result<Reply, ApiError> {
         "member": member(shared),
         "stats": {"nomad": {"server": "true", "leader": "true", "leader_addr": bind.to_string()},
                   "client": {"known_servers": bind.to_string(), "alloc_runners": runners}},
+        // What this agent offers beyond Nomad's API, for clients (the probe) that probe
+        // an extension only where a server advertises it. Nomad has no such key.
+        "quiesce": {"extensions": EXTENSIONS},
     }))
 }
 

@@ -1,0 +1,218 @@
+"""A deliberately faulty HTTP proxy for the probe's teeth tests: put between
+`quiesce-conform probe` and the reference agent, it forwards the Nomad API faithfully except
+for one fault, each of which breaks exactly one invariant the probe must catch and name:
+
+* `drop-flag` removes `no_shutdown_delay` from request URLs and `NoShutdownDelay` from JSON
+  request bodies — a server that ignores the flag (`flag_is_honoured`);
+* `rewrite-delay` adds 1 s to every group and task `ShutdownDelay` of a stopped job as read
+  from `/v1/job/:id` and `/v1/job/:id/versions` — a stop that changed the stored job
+  (`jobspec_unchanged`);
+* `strip-flag` deletes `DesiredTransition.NoShutdownDelay` from allocations as read — a server
+  that skips the delay without recording why (`delay_skipped_only_when_flagged`);
+* `none` changes nothing.
+
+Only JSON bodies on the named paths are touched; everything else passes byte for byte."""
+
+import http.client
+import http.server
+import json
+import threading
+import urllib.parse
+
+FAULTS = ("none", "drop-flag", "rewrite-delay", "strip-flag")
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+              "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade"}
+SECOND = 1_000_000_000
+
+
+def job_read(path):
+    """For `/v1/job/<id>` "job", for `/v1/job/<id>/versions` "versions", else None. On the raw
+    path, so an escaped `/` (`%2F`) stays inside the id."""
+    parts = path.split("/")[1:]
+    if len(parts) < 3 or parts[:2] != ["v1", "job"] or not parts[2]:
+        return None
+    return {(): "job", ("versions",): "versions"}.get(tuple(parts[3:]))
+
+
+def allocations_read(path):
+    """Whether `path` answers with an allocation or a list of them."""
+    parts = path.split("/")[1:]
+    if len(parts) == 3 and parts[:2] == ["v1", "allocation"]:
+        return bool(parts[2])
+    return parts == ["v1", "allocations"] or (
+        len(parts) == 4 and parts[0] == "v1" and parts[1] in ("job", "node", "evaluation")
+        and bool(parts[2]) and parts[3] == "allocations")
+
+
+def drop_flag_from_query(query):
+    """The query without `no_shutdown_delay` (None if it had none)."""
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    kept = [(k, v) for k, v in pairs if k != "no_shutdown_delay"]
+    return None if len(kept) == len(pairs) else urllib.parse.urlencode(kept)
+
+
+def delay_stopped_jobs(jobs):
+    """Adds a second to each group and task ShutdownDelay of every stopped job; whether any."""
+    changed = False
+    for job in jobs:
+        if not isinstance(job, dict) or job.get("Stop") is not True:
+            continue
+        for group in job.get("TaskGroups") or []:
+            if not isinstance(group, dict):
+                continue
+            for holder in [group, *(t for t in group.get("Tasks") or [] if isinstance(t, dict))]:
+                holder["ShutdownDelay"] = (holder.get("ShutdownDelay") or 0) + SECOND
+                changed = True
+    return changed
+
+
+def strip_flag_from_allocations(allocs):
+    """Deletes DesiredTransition.NoShutdownDelay from each allocation; whether any had it."""
+    changed = False
+    for alloc in allocs:
+        transition = alloc.get("DesiredTransition") if isinstance(alloc, dict) else None
+        if isinstance(transition, dict) and "NoShutdownDelay" in transition:
+            del transition["NoShutdownDelay"]
+            changed = True
+    return changed
+
+
+def as_json(body):
+    try:
+        return json.loads(body)
+    except ValueError:  # also UnicodeDecodeError
+        return None
+
+
+class FaultyProxy:
+    def __init__(self, upstream, fault):
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}: one of {', '.join(FAULTS)}")
+        split = urllib.parse.urlsplit(upstream)
+        if split.scheme != "http" or not split.hostname:
+            raise ValueError(f"upstream {upstream!r} is not an http:// URL")
+        self.upstream_host, self.upstream_port = split.hostname, split.port or 80
+        self.upstream_netloc = split.netloc
+        self.fault = fault
+        self.requests = []
+        self.rewritten = 0
+        self._lock = threading.Lock()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.proxy = self
+        self.address = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def record(self, method, target):
+        with self._lock:
+            self.requests.append((method, target))
+
+    def _count(self):
+        with self._lock:
+            self.rewritten += 1
+
+    def fault_request(self, target, body):
+        """The (target, body) to forward: under drop-flag, without the flag."""
+        if self.fault != "drop-flag":
+            return target, body
+        changed = False
+        path, _, query = target.partition("?")
+        kept = drop_flag_from_query(query) if query else None
+        if kept is not None:
+            target, changed = (f"{path}?{kept}" if kept else path), True
+        parsed = as_json(body) if body else None
+        if isinstance(parsed, dict) and "NoShutdownDelay" in parsed:
+            del parsed["NoShutdownDelay"]
+            body, changed = json.dumps(parsed).encode(), True
+        if changed:
+            self._count()
+        return target, body
+
+    def fault_response(self, method, target, body):
+        """The body to answer with: under rewrite-delay or strip-flag, the faulty one."""
+        path = target.partition("?")[0]
+        if method != "GET":
+            return body
+        if self.fault == "rewrite-delay" and job_read(path):
+            parsed = as_json(body)
+            if job_read(path) == "job":
+                jobs = [parsed]
+            else:
+                jobs = parsed.get("Versions") if isinstance(parsed, dict) else None
+            changed = isinstance(jobs, list) and delay_stopped_jobs(jobs)
+        elif self.fault == "strip-flag" and allocations_read(path):
+            parsed = as_json(body)
+            changed = strip_flag_from_allocations(parsed if isinstance(parsed, list) else [parsed])
+        else:
+            return body
+        if not changed:
+            return body
+        self._count()
+        return json.dumps(parsed).encode()
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 64  # the default 5 makes a burst of connections wait on SYN retries
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):
+        pass
+
+    def forward(self):
+        proxy = self.server.proxy
+        proxy.record(self.command, self.path)
+        length = self.headers.get("Content-Length")
+        body = self.rfile.read(int(length)) if length else None
+        target, body = proxy.fault_request(self.path, body)
+        try:
+            status, headers, answer = self.upstream(proxy, target, body)
+        except (OSError, http.client.HTTPException) as error:
+            text = f"faulty proxy: upstream {proxy.upstream_netloc} unreachable: {error}\n"
+            return self.answer(502, [("Content-Type", "text/plain; charset=utf-8")], text.encode())
+        self.answer(status, headers, proxy.fault_response(self.command, target, answer))
+
+    def upstream(self, proxy, target, body):
+        """Sends the request on to the upstream; its status, headers and body."""
+        dropped = HOP_BY_HOP | {"host", "content-length"} | {
+            name.strip().lower() for name in self.headers.get("Connection", "").split(",")}
+        conn = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=120)
+        try:
+            conn.putrequest(self.command, target, skip_host=True, skip_accept_encoding=True)
+            conn.putheader("Host", proxy.upstream_netloc)
+            for name, value in self.headers.items():
+                if name.lower() not in dropped:
+                    conn.putheader(name, value)
+            if body is not None:
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            response = conn.getresponse()
+            return response.status, response.getheaders(), response.read()
+        finally:
+            conn.close()
+
+    def answer(self, status, headers, body):
+        self.send_response(status)
+        length = str(len(body))
+        for name, value in headers:
+            if name.lower() == "content-length" and self.command == "HEAD":
+                length = value  # a HEAD answer has no body but announces the GET's length
+            elif name.lower() not in HOP_BY_HOP | {"content-length"}:
+                self.send_header(name, value)
+        if status not in (204, 304):
+            self.send_header("Content-Length", length)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = forward

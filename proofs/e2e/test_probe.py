@@ -1,0 +1,144 @@
+"""`quiesce-conform probe` against the reference agent: the whole probe conforms, with the
+witness and without it (then what only the witness shows is not observable, never
+holding); an interrupted probe purges its jobs; and the teeth — a faulty proxy between the
+probe and the agent, one fault per invariant, each caught and named."""
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import CONFORM, WITNESS, clean_env
+from faulty_proxy import FaultyProxy
+
+
+def probe(address, *args, witness=True, timeout=240):
+    """Runs the probe; its exit code, its output and its JSON report."""
+    report = f"/tmp/probe-{time.monotonic_ns()}.json"
+    command = [CONFORM, "probe", "--address", address, "--report", report, *args]
+    if witness:
+        command += ["--witness", WITNESS]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=clean_env())
+    try:
+        with open(report) as f:
+            parsed = json.load(f)
+    except FileNotFoundError:
+        parsed = None
+    return done.returncode, done.stdout + done.stderr, parsed
+
+
+def verdicts(report):
+    """{(scenario, invariant): verdict}"""
+    return {
+        (s["name"], j["invariant"]): j["verdict"]
+        for s in report["scenarios"]
+        for j in s["invariants"]
+    }
+
+
+def probe_jobs(agent):
+    return [j["ID"] for j in agent.get("/v1/jobs") if j["ID"].startswith("quiesce-probe-")]
+
+
+# What the probe must see hold on the reference agent with the witness: every scenario's
+# invariants (flag_is_honoured of an unflagged stop is not observable by design).
+MUST_HOLD = {
+    "job-stop-flagged": ["flag_is_honoured", "delay_skipped_only_when_flagged",
+                         "prestop_hooks_always_run", "jobspec_unchanged", "kill_order",
+                         "stops_complete", "stop_recorded"],
+    "job-stop": ["delay_skipped_only_when_flagged", "prestop_hooks_always_run",
+                 "jobspec_unchanged", "kill_order", "stops_complete"],
+    "alloc-stop-scoped": ["flag_is_honoured", "flag_scoped", "delay_skipped_only_when_flagged",
+                          "prestop_hooks_always_run", "stop_recorded", "stops_complete"],
+    "kill-timeout": ["kill_timeout_respected", "flag_is_honoured", "stops_complete"],
+    "nomad-alloc-stop": ["stop_recorded", "flag_scoped"],
+    "nomad-deregister": ["stop_recorded", "flag_is_honoured", "stops_complete"],
+    "flag-values": ["stop_recorded"],
+    "nomad-overlap": ["resources_held", "flag_is_honoured"],
+    "restart-flag": ["flag_is_honoured", "restart_flag_one_shot", "prestop_hooks_always_run"],
+}
+
+
+def test_the_probe_conforms_against_the_reference_agent(agent):
+    started = time.monotonic()
+    code, output, report = probe(agent.address)
+    took = time.monotonic() - started
+    assert code == 0, output
+    assert output.rstrip().splitlines()[-1].startswith("conforms"), output
+    assert report["result"] == "conforms" and report["server"].startswith("quiesce")
+    assert "restart-no-shutdown-delay" in report["extensions"]
+    seen = verdicts(report)
+    for scenario, invariants in MUST_HOLD.items():
+        for invariant in invariants:
+            assert seen.get((scenario, invariant)) == "holds", (scenario, invariant, output)
+    assert all(s["error"] is None for s in report["scenarios"]), output
+    # One line per scenario and invariant.
+    for (scenario, invariant), verdict in seen.items():
+        assert f"{scenario}  {invariant}  {verdict}" in output
+    assert probe_jobs(agent) == [], "every job the probe made is purged"
+    print(f"the probe against the reference agent: {took:.1f} s")
+
+
+def test_without_the_witness_what_only_it_shows_is_not_observable(agent):
+    code, output, report = probe(
+        agent.address, "--scenario", "job-stop-flagged", "--scenario", "kill-timeout", witness=False)
+    assert code == 0, output
+    seen = verdicts(report)
+    assert seen[("job-stop-flagged", "prestop_hooks_always_run")] == "not observable"
+    assert seen[("kill-timeout", "kill_timeout_respected")] == "not observable"
+    assert "give --witness PATH" in output
+    # What the events show still holds.
+    assert seen[("job-stop-flagged", "flag_is_honoured")] == "holds"
+    assert seen[("job-stop-flagged", "kill_order")] == "holds"
+
+
+@pytest.mark.parametrize("fault,scenarios,invariant", [
+    ("drop-flag", ["job-stop-flagged", "alloc-stop-scoped"], "flag_is_honoured"),
+    ("rewrite-delay", ["job-stop-flagged"], "jobspec_unchanged"),
+    ("strip-flag", ["job-stop-flagged"], "delay_skipped_only_when_flagged"),
+])
+def test_a_faulty_server_is_caught_and_the_broken_invariant_named(agent, fault, scenarios, invariant):
+    with FaultyProxy(agent.address, fault) as proxy:
+        args = [a for s in scenarios for a in ("--scenario", s)]
+        code, output, report = probe(proxy.address, *args)
+        assert proxy.rewritten > 0, f"the {fault} proxy changed nothing: {proxy.requests}"
+    assert code == 1, output
+    assert output.rstrip().splitlines()[-1].startswith("FAILED"), output
+    seen = verdicts(report)
+    for scenario in scenarios:
+        assert seen[(scenario, invariant)] == "VIOLATED", (scenario, output)
+    line = next(l for l in output.splitlines() if f"  {invariant}  VIOLATED" in l)
+    # The evidence names the request or the field that shows it.
+    assert any(word in line for word in ("DELETE /v1/job", "PUT /v1/allocation", "ShutdownDelay",
+                                         "NoShutdownDelay")), line
+    assert report["result"] == "FAILED"
+    assert probe_jobs(agent) == []
+
+
+def test_an_interrupted_probe_purges_its_jobs(agent):
+    process = subprocess.Popen(
+        [CONFORM, "probe", "--address", agent.address, "--scenario", "job-stop", "--delay", "20s"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
+    agent.wait_until("the probe's job", lambda: probe_jobs(agent), timeout=30)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1, output
+    assert "interrupted" in output and "FAILED" in output, output
+    assert probe_jobs(agent) == [], output
+
+
+def test_bad_arguments_are_named(agent):
+    for args, words in [
+        (["--scenario", "no-such"], "unknown scenario \"no-such\""),
+        (["--delay", "soon"], "--delay \"soon\""),
+        (["--delay", "0s"], "--delay \"0s\""),
+    ]:
+        done = subprocess.run([CONFORM, "probe", "--address", agent.address, *args],
+                              capture_output=True, text=True, env=clean_env())
+        assert done.returncode == 2 and words in done.stderr, (args, done.stderr)
+    done = subprocess.run([CONFORM, "probe", "--address", "https://x"],
+                          capture_output=True, text=True, env=clean_env())
+    assert done.returncode == 2 and "not an http:// URL" in done.stderr, done.stderr
+    assert probe_jobs(agent) == []

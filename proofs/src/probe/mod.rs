@@ -1,0 +1,278 @@
+//! `quiesce-conform probe`: the invariants taken to any Nomad-API cluster. Scenarios run
+//! over the HTTP API alone — no event log, no access to the host — each with its own
+//! uniquely named job, purged at the end (also when it fails or the probe is interrupted);
+//! each invariant a scenario observes is reported `holds`, `VIOLATED` with the evidence, or
+//! `not observable` with the reason. ARCHITECTURE.md, "The probe", says what each
+//! invariant's outside evidence is and where it is weaker than the model's.
+//!
+//! * [`api`]: the HTTP client, which remembers every request for the evidence;
+//! * [`observe`]: allocations, task events and witness records read into values;
+//! * [`jobs`]: the scenarios' jobs;
+//! * [`run`]: registering a job and waiting for it to run, waiting for a stop, purging;
+//! * [`judge`]: a stop judged from what it left (delays, pre-kill, kill order, completion,
+//!   the stored job);
+//! * [`scenarios`]: the scenarios (the stop path's in `stops.rs`, Nomad's tests in
+//!   `nomad.rs`);
+//! * [`verdict`]: verdicts and the pure rules behind them.
+
+pub mod api;
+pub mod jobs;
+pub mod judge;
+pub mod observe;
+pub mod run;
+pub mod scenarios;
+pub mod verdict;
+
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use verdict::{Judgement, Verdict, INVARIANTS};
+
+pub struct Options {
+    pub address: String,
+    pub token: Option<String>,
+    pub namespace: Option<String>,
+    pub scenarios: Vec<String>,
+    pub delay_ns: i64,
+    /// The witness's path on the cluster's nodes.
+    pub witness: Option<String>,
+    pub patience: Duration,
+}
+
+pub struct ScenarioReport {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub judgements: Vec<Judgement>,
+    pub error: Option<String>,
+    pub seconds: f64,
+}
+
+pub struct Report {
+    pub address: String,
+    pub server: String,
+    pub extensions: Vec<String>,
+    pub witness: Option<String>,
+    pub scenarios: Vec<ScenarioReport>,
+    pub interrupted: bool,
+    pub seconds: f64,
+}
+
+impl Report {
+    pub fn conforms(&self) -> bool {
+        !self.interrupted
+            && self.scenarios.iter().all(|s| {
+                s.error.is_none() && !s.judgements.iter().any(|j| j.verdict.is_violation())
+            })
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "address": self.address,
+            "server": self.server,
+            "extensions": self.extensions,
+            "witness": self.witness,
+            "scenarios": self.scenarios.iter().map(|s| json!({
+                "name": s.name,
+                "about": s.about,
+                "seconds": (s.seconds * 10.0).round() / 10.0,
+                "error": s.error,
+                "invariants": s.judgements.iter().map(Judgement::to_json).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "interrupted": self.interrupted,
+            "seconds": (self.seconds * 10.0).round() / 10.0,
+            "result": if self.conforms() { "conforms" } else { "FAILED" },
+        })
+    }
+}
+
+/// The names `--scenario` takes.
+pub fn scenario_names() -> Vec<&'static str> {
+    scenarios::SCENARIOS.iter().map(|s| s.name).collect()
+}
+
+/// Reads what the server is and offers: its version, and quiesce's extensions if it
+/// advertises them (`/v1/agent/self`, `quiesce.extensions`).
+fn server_facts(api: &api::Api) -> Result<(String, run::Extensions), String> {
+    let me = api.get("/v1/agent/self")?;
+    let version = me["config"]["Version"]["Version"]
+        .as_str()
+        .unwrap_or("unknown version");
+    let names: Vec<String> = me["quiesce"]["extensions"]
+        .as_array()
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(|n| n.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let server = if me["quiesce"].is_object() {
+        format!("quiesce {version}")
+    } else {
+        format!("Nomad {version}")
+    };
+    Ok((server, run::Extensions { names }))
+}
+
+/// Runs the chosen scenarios (all by default), printing each line as it is decided.
+pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, String> {
+    for name in &options.scenarios {
+        if !scenario_names().contains(&name.as_str()) {
+            return Err(format!(
+                "unknown scenario {name:?}; the scenarios are {}",
+                scenario_names().join(", ")
+            ));
+        }
+    }
+    install_interrupt_handler();
+    let started = Instant::now();
+    let api = api::Api::new(
+        &options.address,
+        options.token.clone(),
+        options.namespace.clone(),
+    )?;
+    let (server, extensions) = server_facts(&api)?;
+    print(&format!(
+        "probing {} ({server}) in namespace {}",
+        api.address(),
+        api.namespace()
+    ));
+    print(&match &options.witness {
+        Some(path) => format!("tasks: raw_exec, the witness at {path} on the nodes (evidence from inside the process)"),
+        None => "tasks: raw_exec /bin/sleep (no witness: give --witness PATH for evidence from inside the process)".into(),
+    });
+    print(&if extensions.names.is_empty() {
+        "quiesce extensions: none advertised (probing Nomad's documented API only)".to_string()
+    } else {
+        format!(
+            "quiesce extensions advertised and probed: {}",
+            extensions.names.join(", ")
+        )
+    });
+    let mut ctx = run::Ctx {
+        api: &api,
+        delay_ns: options.delay_ns,
+        witness: options.witness.clone(),
+        extensions,
+        run_id: run_id(),
+        created: Vec::new(),
+        patience: options.patience,
+    };
+    let mut reports = Vec::new();
+    for scenario in scenarios::SCENARIOS
+        .iter()
+        .filter(|s| options.scenarios.is_empty() || options.scenarios.iter().any(|n| n == s.name))
+    {
+        if run::INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        let began = Instant::now();
+        let outcome = (scenario.run)(&mut ctx);
+        let cleanup = ctx.clean_up();
+        let (judgements, mut error) = match outcome {
+            Ok(judgements) => (judgements, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        if !cleanup.is_empty() {
+            let left = cleanup.join("; ");
+            error = Some(error.map_or(left.clone(), |e| format!("{e}; {left}")));
+        }
+        let report = ScenarioReport {
+            name: scenario.name,
+            about: scenario.about,
+            judgements,
+            error,
+            seconds: began.elapsed().as_secs_f64(),
+        };
+        for line in lines(&report) {
+            print(&line);
+        }
+        reports.push(report);
+    }
+    let report = Report {
+        address: api.address().to_string(),
+        server,
+        extensions: ctx.extensions.names.clone(),
+        witness: options.witness.clone(),
+        scenarios: reports,
+        interrupted: run::INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed),
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    if report.interrupted {
+        print("interrupted: the jobs made so far were purged");
+    }
+    print(&format!(
+        "{} ({} scenarios, {:.1} s)",
+        if report.conforms() {
+            "conforms"
+        } else {
+            "FAILED"
+        },
+        report.scenarios.len(),
+        report.seconds
+    ));
+    Ok(report)
+}
+
+/// One line per invariant the scenario observes; an error is a line of its own.
+pub fn lines(report: &ScenarioReport) -> Vec<String> {
+    let mut out = vec![format!(
+        "== {} ({:.1} s): {}",
+        report.name, report.seconds, report.about
+    )];
+    let mut judgements: Vec<&Judgement> = report.judgements.iter().collect();
+    judgements.sort_by_key(|j| INVARIANTS.iter().position(|(n, _)| *n == j.invariant));
+    for judgement in judgements {
+        let detail = match &judgement.verdict {
+            Verdict::NotObservable(why) => format!(": {why}"),
+            Verdict::Holds(what) => format!(" — {}", summary(what)),
+            Verdict::Violated(what) => format!(" — {what}"),
+        };
+        out.push(format!(
+            "{}  {}  {}{detail}",
+            report.name,
+            judgement.invariant,
+            judgement.verdict.word()
+        ));
+    }
+    if let Some(error) = &report.error {
+        out.push(format!("{}  error: {error}", report.name));
+    }
+    out
+}
+
+/// The first two findings of a verdict that holds, and how many there were (the report
+/// file has them all).
+fn summary(findings: &str) -> String {
+    let parts: Vec<&str> = findings.split("; ").collect();
+    if parts.len() <= 2 {
+        findings.to_string()
+    } else {
+        format!("{}; {}; … ({} findings)", parts[0], parts[1], parts.len())
+    }
+}
+
+/// Eight hex digits from std's randomly seeded hasher: jobs of two probes never collide.
+fn run_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_i64(api::now_ns());
+    hasher.write_u32(std::process::id());
+    format!("{:08x}", hasher.finish() as u32)
+}
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    run::INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// SIGINT and SIGTERM end the waits, so that the jobs are purged before the probe exits.
+fn install_interrupt_handler() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(
+                signal,
+                on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            )
+        };
+    }
+}

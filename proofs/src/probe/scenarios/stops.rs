@@ -1,0 +1,357 @@
+//! The stop path's scenarios: a flagged and an unflagged job stop over the whole kill
+//! order, alloc stops of two allocations (the flag scoped), a task that ignores its kill
+//! signal, and (where advertised) the restart flag.
+
+use super::super::api::{escape, now_ns, Answer};
+use super::super::judge;
+use super::super::judge::short;
+use super::super::observe::{self, kinds, AllocView};
+use super::super::run::{Ctx, Extensions, Running};
+use super::super::verdict::{self, ms, Delay, DelaySeen, Judgement, Verdict};
+use super::*;
+
+/// Judges a stop of `running` (flagged or not) from what it left behind.
+pub(super) fn judge_stop(
+    ctx: &Ctx,
+    running: &Running,
+    sent: i64,
+    flag: bool,
+    request: &str,
+) -> Result<Vec<Judgement>, String> {
+    let ids: Vec<String> = running.allocs.iter().map(|a| a.id.clone()).collect();
+    let limit = ctx.stop_limit(&running.spec);
+    let (allocs, done) = ctx.wait_terminal(&ids, limit)?;
+    let mut delays = Vec::new();
+    let mut unseen = Vec::new();
+    let mut prestop = Vec::new();
+    let mut order = Vec::new();
+    for alloc in &allocs {
+        let witnessed = ctx.witnessed(&running.spec, &alloc.id);
+        let (seen, missing) =
+            judge::stop_delays(&running.spec, alloc, sent, running.skew, &witnessed);
+        delays.extend(seen);
+        unseen.extend(missing);
+        prestop.push(judge::prestop(&running.spec, alloc, sent, &witnessed, true));
+        order.push(judge::kill_order(&running.spec, alloc));
+    }
+    let with_unseen = |v: Verdict| {
+        let mut parts = vec![v];
+        parts.extend(unseen.iter().cloned());
+        Verdict::all(parts)
+    };
+    let mut out = Vec::new();
+    if flag {
+        out.push(judged(
+            "flag_is_honoured",
+            with_unseen(verdict::flag_is_honoured(&delays, request)),
+        ));
+        let recorded: Vec<Verdict> = allocs
+            .iter()
+            .map(|a| {
+                if a.flagged() {
+                    Verdict::Holds(format!("alloc {} shows NoShutdownDelay=true", short(&a.id)))
+                } else {
+                    Verdict::Violated(format!(
+                        "after {request}, alloc {} shows DesiredTransition.NoShutdownDelay={}",
+                        short(&a.id),
+                        observe::shown(a.no_shutdown_delay)
+                    ))
+                }
+            })
+            .collect();
+        out.push(judged("stop_recorded", Verdict::all(recorded)));
+    } else {
+        out.push(no("flag_is_honoured", "this stop carries no flag"));
+    }
+    out.push(judged(
+        "delay_skipped_only_when_flagged",
+        with_unseen(verdict::delay_skipped_only_when_flagged(&delays)),
+    ));
+    out.push(judged("prestop_hooks_always_run", Verdict::all(prestop)));
+    out.push(judged("kill_order", Verdict::all(order)));
+    out.push(judged(
+        "stops_complete",
+        judge::stops_complete(ctx.api, &running.spec, &allocs, done, limit)?,
+    ));
+    Ok(out)
+}
+
+pub(super) fn job_stop_flagged(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
+    let spec = stop_path_job(ctx, ctx.job_id("job-stop-flagged", ""), 2);
+    let running = ctx.run_job(spec)?;
+    let (sent, answer) = job_stop(ctx, &running.spec.id, true)?;
+    let mut out = judge_stop(ctx, &running, sent, true, &answer.sent.to_string())?;
+    let (after, latest) = stored_after(ctx, &running.spec.id)?;
+    out.push(judged(
+        "jobspec_unchanged",
+        jobspec_unchanged_by_stop(&running.stored, &after, latest.as_ref()),
+    ));
+    Ok(out)
+}
+
+pub(super) fn job_stop_then_start(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
+    let spec = stop_path_job(ctx, ctx.job_id("job-stop", ""), 1);
+    let running = ctx.run_job(spec)?;
+    let (sent, answer) = job_stop(ctx, &running.spec.id, false)?;
+    let mut out = judge_stop(ctx, &running, sent, false, &answer.sent.to_string())?;
+    let (after, latest) = stored_after(ctx, &running.spec.id)?;
+    let mut spec_verdicts = vec![jobspec_unchanged_by_stop(
+        &running.stored,
+        &after,
+        latest.as_ref(),
+    )];
+    // A start: the job registered again as it was, as `nomad job start` does.
+    ctx.register(&running.spec)?;
+    let started = ctx
+        .api
+        .get(&format!("/v1/job/{}", escape(&running.spec.id)))?;
+    let differ = judge::spec_differences(&running.stored, &started);
+    spec_verdicts.push(if started["Stop"].as_bool() == Some(true) {
+        Verdict::Violated("after the start, GET /v1/job still shows Stop=true".into())
+    } else if !differ.is_empty() {
+        Verdict::Violated(format!(
+            "after the start the job differs from the job first run: {}",
+            differ.join("; ")
+        ))
+    } else {
+        Verdict::Holds(format!(
+            "started again as version {}, the spec as first run",
+            started["Version"]
+        ))
+    });
+    out.push(judged("jobspec_unchanged", Verdict::all(spec_verdicts)));
+    Ok(out)
+}
+
+pub(super) fn alloc_stop_scoped(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
+    let spec = single_task_job(ctx.job_id("alloc-stop-scoped", ""), 2, ctx.delay_ns * 2);
+    let running = ctx.run_job(spec)?;
+    let (a, b) = (running.allocs[0].id.clone(), running.allocs[1].id.clone());
+    let (sent_a, answer_a) = alloc_stop(ctx, &a, "?no_shutdown_delay=true")?;
+    let (sent_b, answer_b) = alloc_stop(ctx, &b, "")?;
+    for answer in [&answer_a, &answer_b] {
+        if !answer.ok() {
+            return Err(format!(
+                "the stop was refused: {}",
+                answer.clone().into_ok().unwrap_err()
+            ));
+        }
+    }
+    let limit = ctx.stop_limit(&running.spec);
+    let (allocs, done) = ctx.wait_terminal(&[a.clone(), b.clone()], limit)?;
+    let delays_of = |alloc: &AllocView, sent: i64| {
+        let witnessed = ctx.witnessed(&running.spec, &alloc.id);
+        let (seen, unseen) =
+            judge::stop_delays(&running.spec, alloc, sent, running.skew, &witnessed);
+        let prestop = judge::prestop(&running.spec, alloc, sent, &witnessed, false);
+        (seen, unseen, prestop)
+    };
+    let (seen_a, unseen_a, prestop_a) = delays_of(&allocs[0], sent_a);
+    let (seen_b, unseen_b, prestop_b) = delays_of(&allocs[1], sent_b);
+    let with = |v: Verdict, unseen: &[Verdict]| {
+        let mut parts = vec![v];
+        parts.extend(unseen.iter().cloned());
+        Verdict::all(parts)
+    };
+    let recorded = Verdict::all(
+        allocs
+            .iter()
+            .map(|alloc| {
+                if alloc.migrate {
+                    Verdict::Holds(format!("alloc {} shows Migrate=true", short(&alloc.id)))
+                } else {
+                    Verdict::Violated(format!(
+                        "alloc {} was stopped, yet shows DesiredTransition.Migrate=false",
+                        short(&alloc.id)
+                    ))
+                }
+            })
+            .chain([if allocs[0].flagged() {
+                Verdict::Holds(format!("alloc {} shows NoShutdownDelay=true", short(&a)))
+            } else {
+                Verdict::Violated(format!(
+                    "after {}, alloc {} shows NoShutdownDelay={}",
+                    answer_a.sent,
+                    short(&a),
+                    observe::shown(allocs[0].no_shutdown_delay)
+                ))
+            }])
+            .collect(),
+    );
+    let mut skipped = seen_a.clone();
+    skipped.extend(seen_b.iter().cloned());
+    Ok(vec![
+        judged(
+            "flag_is_honoured",
+            with(
+                verdict::flag_is_honoured(&seen_a, &answer_a.sent.to_string()),
+                &unseen_a,
+            ),
+        ),
+        judged(
+            "flag_scoped",
+            with(
+                verdict::flag_scoped(short(&b), allocs[1].flagged(), &seen_b),
+                &unseen_b,
+            ),
+        ),
+        judged(
+            "delay_skipped_only_when_flagged",
+            verdict::delay_skipped_only_when_flagged(&skipped),
+        ),
+        judged(
+            "prestop_hooks_always_run",
+            Verdict::all(vec![prestop_a, prestop_b]),
+        ),
+        judged("stop_recorded", recorded),
+        judged(
+            "stops_complete",
+            judge::stops_complete(ctx.api, &running.spec, &allocs, done, limit)?,
+        ),
+    ])
+}
+
+pub(super) fn kill_timeout(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
+    let Some(_) = ctx.witness else {
+        return Ok(vec![
+            no(
+                "kill_timeout_respected",
+                "needs the witness (--witness PATH): /bin/sleep cannot ignore its kill signal",
+            ),
+            no("flag_is_honoured", "needs the witness (--witness PATH)"),
+        ]);
+    };
+    let timeout = (ctx.delay_ns * 2).max(1_000_000_000);
+    let mut spec = single_task_job(ctx.job_id("kill-timeout", ""), 1, ctx.delay_ns);
+    spec.tasks[0].ignores_signal = true;
+    spec.tasks[0].kill_timeout_ns = Some(timeout);
+    let running = ctx.run_job(spec)?;
+    let (sent, answer) = job_stop(ctx, &running.spec.id, true)?;
+    let mut out = judge_stop(ctx, &running, sent, true, &answer.sent.to_string())?;
+    out.retain(|j| matches!(j.invariant, "flag_is_honoured" | "stops_complete"));
+    let alloc =
+        observe::alloc(ctx.api, &running.allocs[0].id)?.ok_or("the allocation disappeared")?;
+    let witnessed = ctx.witnessed(&running.spec, &alloc.id);
+    let task = alloc.tasks.get("leader").and_then(|t| t.kill());
+    let verdict = match (witnessed.get("leader"), task) {
+        (Some(Ok(records)), Some(kill)) => {
+            match (judge::signal_after(records, kill.killing), kill.end) {
+                (Some(observe::Witnessed::Signal { unix_ns, name, .. }), Some(end)) => {
+                    let gap = end - unix_ns;
+                    let killed = kill.end_signal == Some(9);
+                    if gap < timeout {
+                        Verdict::Violated(format!(
+                        "the task received {name} and ended (signal {:?}) {} later, within its {} kill timeout",
+                        kill.end_signal,
+                        ms(gap),
+                        ms(timeout)
+                    ))
+                    } else if !killed {
+                        Verdict::NotObservable(format!("the task ended {} after {name}, but its Terminated event shows signal {:?}, not SIGKILL", ms(gap), kill.end_signal))
+                    } else {
+                        Verdict::Holds(format!(
+                            "{name} received, SIGKILL's end {} later (kill timeout {})",
+                            ms(gap),
+                            ms(timeout)
+                        ))
+                    }
+                }
+                _ => Verdict::NotObservable(
+                    "the witness recorded no kill signal, or the task no end".into(),
+                ),
+            }
+        }
+        (Some(Err(why)), _) => Verdict::NotObservable(why.clone()),
+        _ => Verdict::NotObservable("the task has no Killing event".into()),
+    };
+    out.push(judged("kill_timeout_respected", verdict));
+    Ok(out)
+}
+
+pub(super) fn restart(ctx: &Ctx, alloc: &str, flag: bool) -> Result<(i64, Answer), String> {
+    let body = serde_json::json!({"TaskName": "leader", "NoShutdownDelay": flag});
+    let sent = now_ns();
+    let answer = ctx.api.send(
+        "PUT",
+        &format!("/v1/client/allocation/{}/restart", escape(alloc)),
+        Some(&body),
+    )?;
+    if !answer.ok() {
+        return Err(format!(
+            "the restart was refused: {}",
+            answer.into_ok().unwrap_err()
+        ));
+    }
+    Ok((sent, answer))
+}
+
+pub(super) fn restart_flag(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
+    if !ctx.extensions.has(Extensions::RESTART_FLAG) {
+        let why = "the server does not advertise quiesce's restart flag (Nomad's restart request has no NoShutdownDelay)";
+        return Ok(vec![
+            no("restart_flag_one_shot", why),
+            no("flag_is_honoured", why),
+        ]);
+    }
+    let delay = ctx.delay_ns * 2;
+    let mut spec = single_task_job(ctx.job_id("restart-flag", ""), 1, delay);
+    spec.group_service = true;
+    let running = ctx.run_job(spec)?;
+    let alloc = running.allocs[0].id.clone();
+    let mut gaps = Vec::new();
+    let mut prestop = Vec::new();
+    for (round, flag) in [(1u64, true), (2, false)] {
+        let (sent, answer) = restart(ctx, &alloc, flag)?;
+        let view = ctx.wait_until(
+            &format!("restart {round} to run the task again"),
+            ctx.stop_limit(&running.spec),
+            || {
+                let view = read_alloc(ctx, &alloc)?;
+                let task = view.tasks.get("leader").cloned().unwrap_or_default();
+                Ok((task.restarts >= round && task.state == "running").then_some(view))
+            },
+        )?;
+        let task = &view.tasks["leader"];
+        let signaled = task
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.kind == kinds::RESTART_SIGNALED)
+            .map(|e| e.time);
+        let end = signaled
+            .and_then(|s| task.first_after(kinds::TERMINATED, s))
+            .map(|e| e.time);
+        let witnessed = ctx.witnessed(&running.spec, &alloc);
+        prestop.push(judge::prestop(
+            &running.spec,
+            &view,
+            sent,
+            &witnessed,
+            false,
+        ));
+        let what = format!("restart {round} ({})", answer.sent);
+        gaps.push(match (signaled, end) {
+            (Some(s), Some(e)) => Ok(DelaySeen::new(
+                format!("{what}: Restart Signaled → Terminated"),
+                delay,
+                e - s,
+                e - s,
+                flag,
+            )),
+            _ => Err(Verdict::NotObservable(format!(
+                "{what}: no Restart Signaled and Terminated events"
+            ))),
+        });
+    }
+    let verdict_of = |seen: &Result<DelaySeen, Verdict>, want: Delay| match seen {
+        Ok(seen) if seen.how == want => Verdict::Holds(seen.told()),
+        Ok(seen) if seen.how == Delay::Unclear => Verdict::NotObservable(seen.told()),
+        Ok(seen) => Verdict::Violated(seen.told()),
+        Err(v) => v.clone(),
+    };
+    Ok(vec![
+        judged("flag_is_honoured", verdict_of(&gaps[0], Delay::Skipped)),
+        judged("restart_flag_one_shot", verdict_of(&gaps[1], Delay::Waited)),
+        judged("prestop_hooks_always_run", Verdict::all(prestop)),
+    ])
+}

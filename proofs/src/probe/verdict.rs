@@ -1,0 +1,297 @@
+//! Verdicts: `holds`, `VIOLATED` with the evidence, or `not observable` with the reason —
+//! and the rules that turn what was seen into them. Pure functions, tested below.
+
+use serde_json::{json, Value};
+
+/// The invariants the probe can see from outside, with what it checks for each
+/// (ARCHITECTURE.md, "The probe", says what the evidence is and where it is weaker than the
+/// model's).
+pub const INVARIANTS: [(&str, &str); 11] = [
+    ("flag_is_honoured", "no shutdown delay is waited once a flagged request reached the allocation"),
+    ("delay_skipped_only_when_flagged", "a delay is skipped or cut short only on an allocation that shows the flag"),
+    ("flag_scoped", "an allocation nobody flagged neither shows the flag nor skips a delay"),
+    ("prestop_hooks_always_run", "each kill signal finds the task's and its group's services deregistered"),
+    ("jobspec_unchanged", "a stop stores the job unchanged but for Stop; a start restores it"),
+    ("kill_order", "the leader dies first, then other main tasks, then sidecars; poststop tasks start last"),
+    ("kill_timeout_respected", "SIGKILL comes no sooner than the kill timeout after the kill signal"),
+    ("stops_complete", "every stopped allocation ends client-terminal, its services gone"),
+    ("restart_flag_one_shot", "a flagged restart skips its delay; the next, unflagged one waits it"),
+    ("resources_held", "an allocation in its delay keeps its ports; a flagged stop frees them at once"),
+    ("stop_recorded", "a stop answers and records what was asked (Migrate, Reschedule, the flag, a new evaluation)"),
+];
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    Holds(String),
+    Violated(String),
+    NotObservable(String),
+}
+
+impl Verdict {
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Holds(_) => "holds",
+            Verdict::Violated(_) => "VIOLATED",
+            Verdict::NotObservable(_) => "not observable",
+        }
+    }
+
+    pub fn detail(&self) -> &str {
+        match self {
+            Verdict::Holds(s) | Verdict::Violated(s) | Verdict::NotObservable(s) => s,
+        }
+    }
+
+    pub fn is_violation(&self) -> bool {
+        matches!(self, Verdict::Violated(_))
+    }
+
+    /// Several findings about one invariant as one verdict: violated if any is, holding only
+    /// if all hold (a part not observable is never reported as holding).
+    pub fn all(parts: Vec<Verdict>) -> Verdict {
+        if parts.is_empty() {
+            return Verdict::NotObservable("nothing in this scenario shows it".into());
+        }
+        let texts = |pick: fn(&Verdict) -> bool| {
+            parts
+                .iter()
+                .filter(|v| pick(v))
+                .map(|v| v.detail().to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        if parts.iter().any(Verdict::is_violation) {
+            Verdict::Violated(texts(Verdict::is_violation))
+        } else if parts.iter().all(|v| matches!(v, Verdict::Holds(_))) {
+            Verdict::Holds(texts(|_| true))
+        } else {
+            let held = texts(|v| matches!(v, Verdict::Holds(_)));
+            let missing = texts(|v| matches!(v, Verdict::NotObservable(_)));
+            Verdict::NotObservable(if held.is_empty() {
+                missing
+            } else {
+                format!("{missing} (seen to hold: {held})")
+            })
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Judgement {
+    pub invariant: &'static str,
+    pub verdict: Verdict,
+}
+
+impl Judgement {
+    pub fn new(invariant: &'static str, verdict: Verdict) -> Judgement {
+        debug_assert!(
+            INVARIANTS.iter().any(|(name, _)| *name == invariant),
+            "{invariant}"
+        );
+        Judgement { invariant, verdict }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let key = if matches!(self.verdict, Verdict::NotObservable(_)) {
+            "reason"
+        } else {
+            "evidence"
+        };
+        json!({"invariant": self.invariant, "verdict": self.verdict.word(), key: self.verdict.detail()})
+    }
+}
+
+/// How one delay ended, judged by the time the probe saw pass across it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Delay {
+    Waited,
+    Skipped,
+    /// The times cannot tell (between half the delay and 90% of it, or bounds too wide).
+    Unclear,
+}
+
+/// A delay of `delay_ns` across a gap known to lie in `[low, high]`: waited if even the
+/// shortest reading is 90% of the delay, skipped if even the longest is under half of it.
+pub fn classify(low: i64, high: i64, delay_ns: i64) -> Delay {
+    if low >= delay_ns / 10 * 9 {
+        Delay::Waited
+    } else if high < delay_ns / 2 {
+        Delay::Skipped
+    } else {
+        Delay::Unclear
+    }
+}
+
+/// One delay the probe watched: where (`alloc 1a2b… task leader`), the gap, how it ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DelaySeen {
+    pub what: String,
+    pub delay_ns: i64,
+    pub low: i64,
+    pub high: i64,
+    pub how: Delay,
+    /// The allocation showed `NoShutdownDelay=true` when the probe read it after the stop.
+    pub alloc_flagged: bool,
+}
+
+impl DelaySeen {
+    pub fn new(what: String, delay_ns: i64, low: i64, high: i64, alloc_flagged: bool) -> DelaySeen {
+        DelaySeen {
+            what,
+            delay_ns,
+            low,
+            high,
+            how: classify(low, high, delay_ns),
+            alloc_flagged,
+        }
+    }
+
+    pub fn told(&self) -> String {
+        let span = if self.low == self.high {
+            ms(self.low)
+        } else {
+            format!("{}–{}", ms(self.low), ms(self.high))
+        };
+        let how = match self.how {
+            Delay::Waited => "waited",
+            Delay::Skipped => "skipped",
+            Delay::Unclear => "unclear",
+        };
+        format!(
+            "{}: {how} ({span} of a {} delay)",
+            self.what,
+            ms(self.delay_ns)
+        )
+    }
+}
+
+pub fn ms(ns: i64) -> String {
+    if ns.abs() >= 10_000_000 {
+        format!("{} ms", ns / 1_000_000)
+    } else {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    }
+}
+
+/// The flag reached these allocations (a flagged request was answered): no delay of theirs
+/// may have been waited.
+pub fn flag_is_honoured(delays: &[DelaySeen], request: &str) -> Verdict {
+    Verdict::all(
+        delays
+            .iter()
+            .map(|d| match d.how {
+                Delay::Waited => Verdict::Violated(format!("after {request}, {}", d.told())),
+                Delay::Skipped => Verdict::Holds(d.told()),
+                Delay::Unclear => Verdict::NotObservable(d.told()),
+            })
+            .collect(),
+    )
+}
+
+/// A delay skipped (or cut short) on an allocation that did not show the flag.
+pub fn delay_skipped_only_when_flagged(delays: &[DelaySeen]) -> Verdict {
+    Verdict::all(
+        delays
+            .iter()
+            .map(|d| match (&d.how, d.alloc_flagged) {
+                (Delay::Skipped, false) => Verdict::Violated(format!(
+                    "{}, but the allocation never showed DesiredTransition.NoShutdownDelay=true",
+                    d.told()
+                )),
+                (Delay::Unclear, _) => Verdict::NotObservable(d.told()),
+                _ => Verdict::Holds(d.told()),
+            })
+            .collect(),
+    )
+}
+
+/// An allocation no request flagged: it must not show the flag and must wait its delays.
+pub fn flag_scoped(alloc: &str, shows_flag: bool, delays: &[DelaySeen]) -> Verdict {
+    let mut parts = vec![if shows_flag {
+        Verdict::Violated(format!(
+            "allocation {alloc}, never flagged, shows DesiredTransition.NoShutdownDelay=true"
+        ))
+    } else {
+        Verdict::Holds(format!("allocation {alloc} shows no flag"))
+    }];
+    parts.extend(delays.iter().map(|d| match d.how {
+        Delay::Skipped => Verdict::Violated(format!("{} though no request flagged it", d.told())),
+        Delay::Waited => Verdict::Holds(d.told()),
+        Delay::Unclear => Verdict::NotObservable(d.told()),
+    }));
+    Verdict::all(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: i64 = 1_000_000_000;
+
+    #[test]
+    fn a_delay_is_waited_skipped_or_unclear_with_a_margin_each_way() {
+        assert_eq!(classify(SECOND, SECOND, SECOND), Delay::Waited);
+        assert_eq!(classify(SECOND / 10 * 9, 2 * SECOND, SECOND), Delay::Waited);
+        assert_eq!(classify(0, SECOND / 2 - 1, SECOND), Delay::Skipped);
+        assert_eq!(classify(0, SECOND / 2, SECOND), Delay::Unclear);
+        assert_eq!(
+            classify(SECOND / 10 * 8, SECOND / 10 * 8, SECOND),
+            Delay::Unclear
+        );
+    }
+
+    fn seen(how_ns: i64, flagged: bool) -> DelaySeen {
+        DelaySeen::new("task leader".into(), SECOND, how_ns, how_ns, flagged)
+    }
+
+    #[test]
+    fn a_waited_delay_after_the_flag_violates_flag_is_honoured_and_names_the_request() {
+        let verdict = flag_is_honoured(
+            &[seen(3_000_000, true), seen(SECOND, true)],
+            "DELETE /v1/job/x",
+        );
+        assert!(verdict.is_violation(), "{verdict:?}");
+        assert!(
+            verdict.detail().contains("DELETE /v1/job/x") && verdict.detail().contains("waited")
+        );
+        assert_eq!(
+            flag_is_honoured(&[seen(3_000_000, true)], "r").word(),
+            "holds"
+        );
+    }
+
+    #[test]
+    fn a_part_not_observable_is_never_reported_as_holding() {
+        let verdict = flag_is_honoured(&[seen(3_000_000, true), seen(SECOND * 7 / 10, true)], "r");
+        assert_eq!(verdict.word(), "not observable");
+        assert!(verdict.detail().contains("seen to hold"));
+        assert_eq!(Verdict::all(vec![]).word(), "not observable");
+    }
+
+    #[test]
+    fn a_skip_on_an_allocation_without_the_flag_is_named() {
+        let verdict = delay_skipped_only_when_flagged(&[seen(3_000_000, false)]);
+        assert!(
+            verdict.is_violation() && verdict.detail().contains("NoShutdownDelay"),
+            "{verdict:?}"
+        );
+        assert_eq!(
+            delay_skipped_only_when_flagged(&[seen(3_000_000, true)]).word(),
+            "holds"
+        );
+        assert_eq!(
+            delay_skipped_only_when_flagged(&[seen(SECOND, false)]).word(),
+            "holds"
+        );
+    }
+
+    #[test]
+    fn an_unflagged_allocation_that_shows_the_flag_or_skips_breaks_scoping() {
+        assert!(flag_scoped("b", true, &[seen(SECOND, false)]).is_violation());
+        assert!(flag_scoped("b", false, &[seen(1_000_000, false)]).is_violation());
+        assert_eq!(
+            flag_scoped("b", false, &[seen(SECOND, false)]).word(),
+            "holds"
+        );
+    }
+}
