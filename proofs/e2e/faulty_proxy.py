@@ -202,7 +202,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             conn.close()
 
     def answer(self, status, headers, body):
-        self.send_response(status)
+        self.send_response_only(status)  # the upstream's own Date and Server go through
         length = str(len(body))
         for name, value in headers:
             if name.lower() == "content-length" and self.command == "HEAD":

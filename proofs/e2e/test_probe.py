@@ -94,12 +94,18 @@ def test_without_the_witness_what_only_it_shows_is_not_observable(agent):
     assert seen[("job-stop-flagged", "kill_order")] == "holds"
 
 
-@pytest.mark.parametrize("fault,scenarios,invariant", [
-    ("drop-flag", ["job-stop-flagged", "alloc-stop-scoped"], "flag_is_honoured"),
-    ("rewrite-delay", ["job-stop-flagged"], "jobspec_unchanged"),
-    ("strip-flag", ["job-stop-flagged"], "delay_skipped_only_when_flagged"),
+# Each fault, the scenarios that meet it, the invariant it breaks, and every invariant the
+# probe must then report violated — no more: the flag missing from what the API shows is
+# also `stop_recorded`, the API contract.
+@pytest.mark.parametrize("fault,scenarios,invariant,violated", [
+    ("drop-flag", ["job-stop-flagged", "alloc-stop-scoped"], "flag_is_honoured",
+     {"flag_is_honoured", "stop_recorded"}),
+    ("rewrite-delay", ["job-stop-flagged"], "jobspec_unchanged", {"jobspec_unchanged"}),
+    ("strip-flag", ["job-stop-flagged"], "delay_skipped_only_when_flagged",
+     {"delay_skipped_only_when_flagged", "stop_recorded"}),
 ])
-def test_a_faulty_server_is_caught_and_the_broken_invariant_named(agent, fault, scenarios, invariant):
+def test_a_faulty_server_is_caught_and_the_broken_invariant_named(agent, fault, scenarios,
+                                                                  invariant, violated):
     with FaultyProxy(agent.address, fault) as proxy:
         args = [a for s in scenarios for a in ("--scenario", s)]
         code, output, report = probe(proxy.address, *args)
@@ -109,6 +115,8 @@ def test_a_faulty_server_is_caught_and_the_broken_invariant_named(agent, fault, 
     seen = verdicts(report)
     for scenario in scenarios:
         assert seen[(scenario, invariant)] == "VIOLATED", (scenario, output)
+        named = {i for (s, i), v in seen.items() if s == scenario and v == "VIOLATED"}
+        assert named == violated, (scenario, named, output)
     line = next(l for l in output.splitlines() if f"  {invariant}  VIOLATED" in l)
     # The evidence names the request or the field that shows it.
     assert any(word in line for word in ("DELETE /v1/job", "PUT /v1/allocation", "ShutdownDelay",

@@ -103,8 +103,9 @@ pub fn feasible_anywhere<T>(
 /// reserved one as asked, a dynamic one the lowest free in the dynamic range; `None` if any
 /// cannot be had, and the evaluation blocks until an allocation's end frees a port. So a
 /// new allocation never listens where a stopping one still does, and a flagged stop, which
-/// skips the delay, frees its ports at once. `taken` holds the ports placed in the same
-/// plan.
+/// skips the delay, frees its ports at once. Unlike Nomad, which hands a replacement its
+/// predecessor's static port in the stop's own plan, a replacement on the same node waits
+/// for its predecessor to end. `taken` holds the ports placed in the same plan.
 pub fn assign_ports(
     store: &StateStore,
     node: &NodeId,

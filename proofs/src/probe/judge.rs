@@ -4,8 +4,8 @@
 
 use super::api::{escape, Api};
 use super::jobs::{JobSpec, Role};
-use super::observe::{kinds, AllocView, Skew, Witnessed};
-use super::verdict::{ms, DelaySeen, Verdict};
+use super::observe::{kinds, AllocView, Kill, Skew, Witnessed};
+use super::verdict::{ms, Delay, DelaySeen, Verdict};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,15 +17,19 @@ pub fn signal_after(records: &[Witnessed], from: i64) -> Option<&Witnessed> {
         .find(|r| matches!(r, Witnessed::Signal { unix_ns, .. } if *unix_ns >= from))
 }
 
-/// The delays of one allocation's stop, as the times show them: the group delay (from the
-/// stop request, on the probe's clock, to the first task's `Killing`, on the client's,
-/// through `skew`), and each task's (from its `Killing` to its kill signal as the witness
-/// recorded it, else to its end).
+/// The delays of one allocation's stop, as the times show them. The group delay: with
+/// quiesce's group-delay events (`group_events`), from the last `Waiting for`/`Skipping
+/// group shutdown delay` to the first task's `Killing`, on the client's clock alone;
+/// otherwise from the stop request, on the probe's clock, to the first `Killing`, through
+/// `skew`, the bound on that node's clock. Each task's: from its `Killing` to its kill
+/// signal as the witness recorded it, else to its end. Where a delay's events say
+/// otherwise than its times, it is unclear.
 pub fn stop_delays(
     spec: &JobSpec,
     alloc: &AllocView,
     stop_sent_ns: i64,
     skew: Option<Skew>,
+    group_events: bool,
     witnessed: &BTreeMap<&'static str, Result<Vec<Witnessed>, String>>,
 ) -> (Vec<DelaySeen>, Vec<Verdict>) {
     let short = short(&alloc.id);
@@ -38,8 +42,43 @@ pub fn stop_delays(
             .filter_map(|t| t.kill())
             .map(|k| k.killing)
             .min();
-        match (first_killing, skew) {
-            (Some(killing), Some(skew)) if skew.width() < spec.group_delay_ns / 4 => {
+        let group_event = |kinds: &[&str]| {
+            alloc
+                .tasks
+                .values()
+                .filter_map(|t| {
+                    t.events
+                        .iter()
+                        .rev()
+                        .find(|e| kinds.contains(&e.kind.as_str()))
+                })
+                .map(|e| (e.time, e.kind.clone()))
+                .min()
+        };
+        let began = group_events
+            .then(|| group_event(&[kinds::GROUP_WAITING, kinds::GROUP_SKIPPING]))
+            .flatten()
+            .filter(|(time, _)| first_killing.is_some_and(|k| *time <= k));
+        match (first_killing, began, skew) {
+            (Some(killing), Some((time, kind)), _) => {
+                let gap = killing - time;
+                let told = if kind == kinds::GROUP_SKIPPING {
+                    Some(Delay::Skipped)
+                } else if group_event(&[kinds::GROUP_CUT_SHORT]).is_some_and(|(t, _)| t >= time) {
+                    None
+                } else {
+                    Some(Delay::Waited)
+                };
+                let delay = DelaySeen::new(
+                    format!("alloc {short} group delay ({kind} → first Killing)"),
+                    spec.group_delay_ns,
+                    gap,
+                    gap,
+                    alloc.flagged(),
+                );
+                seen.push(agreeing(delay, told));
+            }
+            (Some(killing), None, Some(skew)) if skew.width() < spec.group_delay_ns / 4 => {
                 let (low, high) = skew.gap(stop_sent_ns, killing);
                 seen.push(DelaySeen::new(
                     format!("alloc {short} group delay (stop request → first Killing)"),
@@ -49,11 +88,16 @@ pub fn stop_delays(
                     alloc.flagged(),
                 ));
             }
-            (Some(_), Some(skew)) => unseen.push(Verdict::NotObservable(format!(
-                "alloc {short} group delay: the client's clock is known to within {} only",
+            (Some(_), None, Some(skew)) => unseen.push(Verdict::NotObservable(format!(
+                "alloc {short} group delay: the clock of node {} is known to within {} only",
+                short_node(&alloc.node),
                 ms(skew.width())
             ))),
-            _ => unseen.push(Verdict::NotObservable(format!(
+            (Some(_), None, None) => unseen.push(Verdict::NotObservable(format!(
+                "alloc {short} group delay: node {}'s clock is not known",
+                short_node(&alloc.node)
+            ))),
+            (None, _, _) => unseen.push(Verdict::NotObservable(format!(
                 "alloc {short}: no Killing event to time the group delay by"
             ))),
         }
@@ -78,31 +122,27 @@ pub fn stop_delays(
         match (signal, kill.end) {
             (Some(Witnessed::Signal { unix_ns, .. }), _) => {
                 let gap = unix_ns - kill.killing;
-                seen.push(DelaySeen::new(
-                    format!("{what} (Killing → signal received)"),
-                    task.delay_ns,
-                    gap,
-                    gap,
-                    alloc.flagged(),
+                seen.push(agreeing(
+                    DelaySeen::new(
+                        format!("{what} (Killing → signal received)"),
+                        task.delay_ns,
+                        gap,
+                        gap,
+                        alloc.flagged(),
+                    ),
+                    told_by_events(&kill),
                 ));
             }
             (_, Some(end)) if !task.ignores_signal => {
                 let gap = end - kill.killing;
-                let mut delay = DelaySeen::new(
+                let delay = DelaySeen::new(
                     format!("{what} (Killing → Terminated)"),
                     task.delay_ns,
                     gap,
                     gap,
                     alloc.flagged(),
                 );
-                // Nomad's events say it too: a wait begun and not cut short was waited.
-                if kill.waiting_event
-                    && !kill.cut_short_event
-                    && delay.how == super::verdict::Delay::Skipped
-                {
-                    delay.how = super::verdict::Delay::Waited;
-                }
-                seen.push(delay);
+                seen.push(agreeing(delay, told_by_events(&kill)));
             }
             _ => unseen.push(Verdict::NotObservable(format!(
                 "{what}: its kill signal's time is not known"
@@ -110,6 +150,34 @@ pub fn stop_delays(
         }
     }
     (seen, unseen)
+}
+
+/// What a task's own events say of its delay: `Skipping shutdown delay`, skipped; a wait
+/// begun and not cut short (quiesce's `Shutdown delay cut short`), waited; else nothing.
+/// Nomad has no cut-short event, so a flag that ends its wait midway says nothing here.
+fn told_by_events(kill: &Kill) -> Option<Delay> {
+    if kill.skipping_event {
+        Some(Delay::Skipped)
+    } else if kill.waiting_event && !kill.cut_short_event {
+        Some(Delay::Waited)
+    } else {
+        None
+    }
+}
+
+/// A delay whose events and times disagree is unclear: neither is trusted over the other.
+fn agreeing(mut delay: DelaySeen, told: Option<Delay>) -> DelaySeen {
+    if let Some(told) = told {
+        if delay.how != Delay::Unclear && delay.how != told {
+            delay.what = format!("{} (its events say {told:?})", delay.what);
+            delay.how = Delay::Unclear;
+        }
+    }
+    delay
+}
+
+fn short_node(node: &str) -> &str {
+    short(node)
 }
 
 /// Each kill signal the witnesses received found the task's services and its group's
@@ -509,6 +577,99 @@ mod tests {
         assert_eq!(
             spec_differences(&before, &rewritten),
             [".TaskGroups[0].Tasks[0].ShutdownDelay: 1 became 2"]
+        );
+    }
+
+    fn delayed_job(group_delay_ns: i64, task_delay_ns: i64) -> JobSpec {
+        use crate::probe::jobs::TaskSpec;
+        let mut spec = JobSpec::new(
+            "j".into(),
+            1,
+            vec![TaskSpec::new("leader", Role::Leader, task_delay_ns)],
+        );
+        spec.group_delay_ns = group_delay_ns;
+        spec
+    }
+
+    fn one_task(events: &[(&str, i64)]) -> AllocView {
+        AllocView {
+            id: "abcdef0123".into(),
+            node: "n1".into(),
+            tasks: [("leader".to_string(), task(events))].into(),
+            ..AllocView::default()
+        }
+    }
+
+    const S: i64 = 1_000_000_000;
+
+    #[test]
+    fn a_delay_whose_events_and_times_disagree_is_unclear() {
+        let spec = delayed_job(0, S);
+        let none = BTreeMap::new();
+        // The times say skipped, the events say a wait began and was not cut short.
+        let alloc = one_task(&[
+            ("Killing", 0),
+            ("Waiting for shutdown delay", 1),
+            ("Terminated", 5_000_000),
+        ]);
+        let (seen, _) = stop_delays(&spec, &alloc, 0, None, false, &none);
+        assert_eq!(seen[0].how, Delay::Unclear, "{seen:?}");
+        // Both say waited.
+        let alloc = one_task(&[
+            ("Killing", 0),
+            ("Waiting for shutdown delay", 1),
+            ("Terminated", S + 3),
+        ]);
+        assert_eq!(
+            stop_delays(&spec, &alloc, 0, None, false, &none).0[0].how,
+            Delay::Waited
+        );
+        // The times say waited, the events say skipped.
+        let alloc = one_task(&[
+            ("Killing", 0),
+            ("Skipping shutdown delay", 1),
+            ("Terminated", S + 3),
+        ]);
+        assert_eq!(
+            stop_delays(&spec, &alloc, 0, None, false, &none).0[0].how,
+            Delay::Unclear
+        );
+    }
+
+    #[test]
+    fn the_group_delay_is_timed_by_its_events_where_offered_else_across_the_clocks() {
+        let spec = delayed_job(S, 0);
+        let none = BTreeMap::new();
+        let alloc = one_task(&[
+            ("Waiting for group shutdown delay", 10 * S),
+            ("Killing", 11 * S),
+            ("Terminated", 11 * S + 5),
+        ]);
+        // With the extension, on the client's clock alone, whatever the probe's.
+        let (seen, unseen) = stop_delays(&spec, &alloc, 0, None, true, &none);
+        assert!(unseen.is_empty(), "{unseen:?}");
+        assert_eq!((seen[0].how.clone(), seen[0].low), (Delay::Waited, S));
+        // Without it, through the node's clock bound: the stop sent at 9.9 s probe time,
+        // the client 0.1 s ahead, known within 20 ms.
+        let skew = Skew {
+            low: S / 10 - 10_000_000,
+            high: S / 10 + 10_000_000,
+        };
+        let (seen, _) = stop_delays(
+            &spec,
+            &alloc,
+            10 * S - S / 10 - S / 10,
+            Some(skew),
+            false,
+            &none,
+        );
+        assert_eq!(seen[0].how, Delay::Waited, "{seen:?}");
+        // A bound too wide to tell is not observable.
+        let wide = Skew { low: 0, high: S };
+        let (seen, unseen) = stop_delays(&spec, &alloc, 9 * S, Some(wide), false, &none);
+        assert!(
+            seen.is_empty() && unseen[0].word() == "not observable",
+            "{unseen:?}"
         );
     }
 

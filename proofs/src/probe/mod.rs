@@ -89,10 +89,26 @@ pub fn scenario_names() -> Vec<&'static str> {
     scenarios::SCENARIOS.iter().map(|s| s.name).collect()
 }
 
-/// Reads what the server is and offers: its version, and quiesce's extensions if it
-/// advertises them (`/v1/agent/self`, `quiesce.extensions`).
-fn server_facts(api: &api::Api) -> Result<(String, run::Extensions), String> {
-    let me = api.get("/v1/agent/self")?;
+/// What the server is and offers, as `/v1/agent/self` says: its name and version, and
+/// quiesce's extensions if it advertises them (`quiesce.extensions`).
+pub struct ServerFacts {
+    pub told: String,
+    pub nomad_version: Option<(u64, u64)>,
+    pub extensions: run::Extensions,
+}
+
+/// Reads the server's facts. A token that may not read the agent (`agent:read`) gets none:
+/// the server is taken for a Nomad of unknown version, offering no extension.
+fn server_facts(api: &api::Api) -> Result<ServerFacts, String> {
+    let answer = api.send("GET", "/v1/agent/self", None)?;
+    if answer.status == 403 {
+        return Ok(ServerFacts {
+            told: "a Nomad-API server; /v1/agent/self refused (403): no extensions assumed".into(),
+            nomad_version: None,
+            extensions: run::Extensions::default(),
+        });
+    }
+    let me = answer.into_ok()?;
     let version = me["config"]["Version"]["Version"]
         .as_str()
         .unwrap_or("unknown version");
@@ -105,12 +121,23 @@ fn server_facts(api: &api::Api) -> Result<(String, run::Extensions), String> {
                 .collect()
         })
         .unwrap_or_default();
-    let server = if me["quiesce"].is_object() {
-        format!("quiesce {version}")
-    } else {
-        format!("Nomad {version}")
-    };
-    Ok((server, run::Extensions { names }))
+    let quiesce = me["quiesce"].is_object();
+    let nomad_version = if quiesce { None } else { major_minor(version) };
+    Ok(ServerFacts {
+        told: if quiesce {
+            format!("quiesce {version}")
+        } else {
+            format!("Nomad {version}")
+        },
+        nomad_version,
+        extensions: run::Extensions { names },
+    })
+}
+
+/// `1.10.3` (or `1.10.3-dev`, `v1.10`) as (1, 10).
+pub fn major_minor(version: &str) -> Option<(u64, u64)> {
+    let mut parts = version.trim_start_matches('v').split(['.', '-', '+']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
 /// Runs the chosen scenarios (all by default), printing each line as it is decided.
@@ -130,7 +157,11 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
         options.token.clone(),
         options.namespace.clone(),
     )?;
-    let (server, extensions) = server_facts(&api)?;
+    let ServerFacts {
+        told: server,
+        nomad_version,
+        extensions,
+    } = server_facts(&api)?;
     print(&format!(
         "probing {} ({server}) in namespace {}",
         api.address(),
@@ -144,12 +175,13 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
         "quiesce extensions: none advertised (probing Nomad's documented API only)".to_string()
     } else {
         format!(
-            "quiesce extensions advertised and probed: {}",
+            "quiesce extensions advertised, and used: {}",
             extensions.names.join(", ")
         )
     });
     let mut ctx = run::Ctx {
         api: &api,
+        nomad_version,
         delay_ns: options.delay_ns,
         witness: options.witness.clone(),
         extensions,
@@ -274,5 +306,16 @@ fn install_interrupt_handler() {
                 on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
             )
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn nomad_versions_read_as_major_and_minor() {
+        assert_eq!(super::major_minor("1.10.3"), Some((1, 10)));
+        assert_eq!(super::major_minor("2.0.1-dev"), Some((2, 0)));
+        assert_eq!(super::major_minor("v1.6"), Some((1, 6)));
+        assert_eq!(super::major_minor("unknown version"), None);
     }
 }

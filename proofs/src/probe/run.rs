@@ -30,6 +30,8 @@ impl Extensions {
 
 pub struct Ctx<'a> {
     pub api: &'a Api,
+    /// Nomad's version (major, minor), if the server is Nomad and says it.
+    pub nomad_version: Option<(u64, u64)>,
     pub delay_ns: i64,
     pub witness: Option<String>,
     pub extensions: Extensions,
@@ -49,8 +51,15 @@ pub struct Running {
     /// The job as the server stored it, read once it ran.
     pub stored: Value,
     pub allocs: Vec<AllocView>,
-    /// The client's clock against the probe's, from the allocations' first events.
-    pub skew: Option<Skew>,
+    /// Each node's clock against the probe's, from its allocations' first events (the
+    /// narrowest bound of each node).
+    pub skews: BTreeMap<String, Skew>,
+}
+
+impl Running {
+    pub fn skew(&self, alloc: &AllocView) -> Option<Skew> {
+        self.skews.get(&alloc.node).copied()
+    }
 }
 
 impl Ctx<'_> {
@@ -133,24 +142,29 @@ impl Ctx<'_> {
                 Ok((ours >= allocs.len()).then_some(()))
             })?;
         }
-        let skew = allocs
-            .iter()
-            .filter_map(|a| {
-                let first = a
-                    .tasks
-                    .values()
-                    .flat_map(|t| t.events.first())
-                    .map(|e| e.time)
-                    .min()?;
-                Some(Skew::from_event(first, sent, *first_seen.get(&a.id)?))
-            })
-            .min_by_key(Skew::width);
+        let mut skews: BTreeMap<String, Skew> = BTreeMap::new();
+        for alloc in &allocs {
+            let first = alloc
+                .tasks
+                .values()
+                .flat_map(|t| t.events.first())
+                .map(|e| e.time)
+                .min();
+            let (Some(first), Some(seen)) = (first, first_seen.get(&alloc.id)) else {
+                continue;
+            };
+            let skew = Skew::from_event(first, sent, *seen);
+            let narrowest = skews.entry(alloc.node.clone()).or_insert(skew);
+            if skew.width() < narrowest.width() {
+                *narrowest = skew;
+            }
+        }
         let stored = self.api.get(&format!("/v1/job/{}", escape(&spec.id)))?;
         Ok(Running {
             spec,
             stored,
             allocs,
-            skew,
+            skews,
         })
     }
 

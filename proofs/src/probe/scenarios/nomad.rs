@@ -49,13 +49,25 @@ pub(super) fn nomad_alloc_stop(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> 
         false,
         true,
     ));
-    parts.push(transition_is(
-        "batch alloc stopped with reschedule",
-        &read_alloc(ctx, c)?,
-        true,
-        true,
-        false,
-    ));
+    let batch_view = read_alloc(ctx, c)?;
+    // `reschedule` on an alloc stop is Nomad 1.11's (#26961; 1.10.6 and 1.8.18 Enterprise).
+    let before_reschedule = ctx.nomad_version.is_some_and(|v| v < (1, 11));
+    parts.push(if before_reschedule && !batch_view.reschedule {
+        Verdict::NotObservable(format!(
+            "batch alloc stopped with reschedule: Reschedule not shown, and Nomad {}.{} predates \
+             alloc stop's reschedule (1.11)",
+            ctx.nomad_version.unwrap_or_default().0,
+            ctx.nomad_version.unwrap_or_default().1
+        ))
+    } else {
+        transition_is(
+            "batch alloc stopped with reschedule",
+            &batch_view,
+            true,
+            true,
+            false,
+        )
+    });
     let missing = "5bd3e4c1-0000-4000-8000-000000000000";
     let (_, unknown) = alloc_stop(ctx, missing, "")?;
     parts.push(if unknown.ok() {
@@ -150,35 +162,50 @@ pub(super) fn nomad_deregister(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> 
     let view = &allocs[0];
     let honoured = match (
         view.tasks.get("leader").and_then(|t| t.kill()),
-        running.skew,
+        running.skew(view),
     ) {
-        (Some(kill), Some(skew)) if kill.end.is_some() => {
-            let (low, high) = skew.gap(second_sent, kill.end.unwrap_or(0));
-            let rest = long - (second_sent + skew.low - kill.killing).max(0);
-            let seen = DelaySeen::new(
-                format!(
-                    "alloc {} task leader, from the flagged stop to its end",
-                    short(&alloc)
-                ),
-                rest.max(1),
-                low.max(0),
-                high.max(0),
-                view.flagged(),
-            );
-            match seen.how {
-                Delay::Waited => Verdict::Violated(format!(
-                    "after {}, the rest of the delay was waited: {}",
-                    second.sent,
-                    seen.told()
-                )),
-                Delay::Skipped => Verdict::Holds(format!(
-                    "the delay in progress was cut short: {}",
-                    seen.told()
-                )),
-                Delay::Unclear => Verdict::NotObservable(seen.told()),
+        (Some(kill), Some(skew)) => match kill.end {
+            None => Verdict::NotObservable("the task has no end event".into()),
+            // The latest the flagged stop can have been sent, on the client's clock.
+            Some(end) if end <= second_sent + skew.high => Verdict::NotObservable(
+                "the task may have ended before the flagged stop was sent".into(),
+            ),
+            Some(end) => {
+                let rest = long - (second_sent + skew.high - kill.killing);
+                if rest < long / 2 || rest < 4 * skew.width() {
+                    Verdict::NotObservable(format!(
+                        "too little of the delay was left when the flagged stop was sent ({} of {})",
+                        ms(rest),
+                        ms(long)
+                    ))
+                } else {
+                    let (low, high) = skew.gap(second_sent, end);
+                    let seen = DelaySeen::new(
+                        format!(
+                            "alloc {} task leader, from the flagged stop to its end, the rest of its delay",
+                            short(&alloc)
+                        ),
+                        rest,
+                        low.max(0),
+                        high.max(0),
+                        view.flagged(),
+                    );
+                    match seen.how {
+                        Delay::Waited => Verdict::Violated(format!(
+                            "after {}, the rest of the delay was waited: {}",
+                            second.sent,
+                            seen.told()
+                        )),
+                        Delay::Skipped => Verdict::Holds(format!(
+                            "the delay in progress was cut short: {}",
+                            seen.told()
+                        )),
+                        Delay::Unclear => Verdict::NotObservable(seen.told()),
+                    }
+                }
             }
-        }
-        _ => Verdict::NotObservable("no end event, or the client's clock unknown".into()),
+        },
+        _ => Verdict::NotObservable("no Killing event, or the node's clock not known".into()),
     };
     let flag_shown = if view.flagged() {
         Verdict::Holds("the flag reached the allocation".into())
@@ -287,13 +314,14 @@ pub(super) fn overlap(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
         let alloc = running.allocs[0].id.clone();
         let (sent, answer) = job_stop(ctx, &running.spec.id, flag)?;
         if !flag {
-            // TestOverlap: the old allocation is stopped but its client still runs it.
+            // TestOverlap: the old allocation is stopped but its client still runs it (in
+            // its delay Nomad shows the task, and so the allocation, as pending).
             ctx.wait_until(
-                "the allocation desired stop, still running",
+                "the allocation desired stop, not yet ended",
                 ctx.patience,
                 || {
                     let view = read_alloc(ctx, &alloc)?;
-                    Ok((view.desired == "stop" && view.client == "running").then_some(()))
+                    Ok((view.desired == "stop" && !view.client_terminal()).then_some(()))
                 },
             )?;
         }
@@ -301,48 +329,62 @@ pub(super) fn overlap(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
         second.tasks[0].service = false;
         second.static_port = Some(port);
         second.node = Some(running.allocs[0].node.clone());
-        let registered_at = now_ns();
         ctx.register(&second)?;
+        let ended_before = read_alloc(ctx, &alloc)?.client_terminal();
         let limit = ctx.stop_limit(&running.spec);
-        // Until the replacement runs: was it ever placed while the old allocation ran?
+        // Until the second job runs: was it ever placed while the old allocation ran? The
+        // new job is read first: an old allocation, once ended, stays ended.
         let mut overlapped = None;
-        let placed_at = ctx.wait_until(
-            &format!("job {} placed once port {port} is free", second.id),
+        let mut placed: Option<(i64, i64)> = None;
+        let mut last_unplaced = sent;
+        ctx.wait_until(
+            &format!("job {} running once port {port} is free", second.id),
             limit,
             || {
-                let old = read_alloc(ctx, &alloc)?;
+                let polled = now_ns();
                 let new = observe::job_allocs(ctx.api, &second.id)?;
-                if let Some(placed) = new.iter().find(|a| a.desired == "run") {
-                    if !old.client_terminal() && overlapped.is_none() {
-                        overlapped = Some(format!(
-                        "alloc {} of {} was placed on port {port} while alloc {} still ran ({})",
-                        short(&placed.id), second.id, short(&alloc), old.client
-                    ));
-                    }
-                    if placed.client == "running" {
-                        return Ok(Some(now_ns()));
-                    }
+                let old = read_alloc(ctx, &alloc)?;
+                let Some(new_alloc) = new.iter().find(|a| a.desired == "run") else {
+                    last_unplaced = polled;
+                    return Ok(None);
+                };
+                placed.get_or_insert((last_unplaced, polled));
+                if !old.client_terminal() && overlapped.is_none() {
+                    overlapped = Some(format!(
+                    "alloc {} of {} was placed on port {port} while alloc {} had not ended ({})",
+                    short(&new_alloc.id),
+                    second.id,
+                    short(&alloc),
+                    old.client
+                ));
                 }
-                Ok(None)
+                Ok((new_alloc.client == "running").then_some(()))
             },
         )?;
+        let (not_yet, seen_placed) = placed.unwrap_or((sent, sent));
         let verdict = match (overlapped, flag) {
-            (Some(what), false) => Verdict::Violated(what),
-            (_, false) => Verdict::Holds(format!(
-                "port {port}: the second job waited for the stopping allocation to end"
+            (Some(what), _) => Verdict::Violated(what),
+            (None, false) if ended_before => Verdict::NotObservable(format!(
+                "port {port}: the stopping allocation had ended before the second job was registered"
             )),
-            (_, true) => Verdict::Holds(format!(
-                "port {port}: the second job ran {} after the flagged stop",
-                ms(placed_at - sent)
+            (None, false) => Verdict::Holds(format!(
+                "port {port}: the second job was placed only once the stopping allocation had ended"
+            )),
+            (None, true) => Verdict::Holds(format!(
+                "port {port}: the second job was placed {} after the flagged stop",
+                ms(seen_placed - sent)
             )),
         };
         halves.push(verdict);
         if flag {
             let seen = DelaySeen::new(
-                format!("port {port} held after {}", answer.sent),
+                format!(
+                    "port {port} held after {} (until the second job was placed)",
+                    answer.sent
+                ),
                 held,
-                placed_at - registered_at,
-                placed_at - sent,
+                (not_yet - sent).max(0),
+                seen_placed - sent,
                 true,
             );
             honoured.push(match seen.how {

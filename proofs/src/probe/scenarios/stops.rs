@@ -27,8 +27,14 @@ pub(super) fn judge_stop(
     let mut order = Vec::new();
     for alloc in &allocs {
         let witnessed = ctx.witnessed(&running.spec, &alloc.id);
-        let (seen, missing) =
-            judge::stop_delays(&running.spec, alloc, sent, running.skew, &witnessed);
+        let (seen, missing) = judge::stop_delays(
+            &running.spec,
+            alloc,
+            sent,
+            running.skew(alloc),
+            ctx.extensions.has(Extensions::GROUP_DELAY_EVENTS),
+            &witnessed,
+        );
         delays.extend(seen);
         unseen.extend(missing);
         prestop.push(judge::prestop(&running.spec, alloc, sent, &witnessed, true));
@@ -100,8 +106,23 @@ pub(super) fn job_stop_then_start(ctx: &mut Ctx) -> Result<Vec<Judgement>, Strin
         &after,
         latest.as_ref(),
     )];
-    // A start: the job registered again as it was, as `nomad job start` does.
-    ctx.register(&running.spec)?;
+    // A start, as `nomad job start` makes it: the stored stopped job, `Stop=false`,
+    // registered again over the index it was read at.
+    let mut job = after.clone();
+    job["Stop"] = false.into();
+    let body = serde_json::json!({
+        "Job": job,
+        "EnforceIndex": true,
+        "JobModifyIndex": after["JobModifyIndex"],
+    });
+    let path = format!("/v1/job/{}", escape(&running.spec.id));
+    let answer = ctx.api.send("PUT", &path, Some(&body))?;
+    if !answer.ok() {
+        return Err(format!(
+            "the start was refused: {}",
+            answer.into_ok().unwrap_err()
+        ));
+    }
     let started = ctx
         .api
         .get(&format!("/v1/job/{}", escape(&running.spec.id)))?;
@@ -141,8 +162,14 @@ pub(super) fn alloc_stop_scoped(ctx: &mut Ctx) -> Result<Vec<Judgement>, String>
     let (allocs, done) = ctx.wait_terminal(&[a.clone(), b.clone()], limit)?;
     let delays_of = |alloc: &AllocView, sent: i64| {
         let witnessed = ctx.witnessed(&running.spec, &alloc.id);
-        let (seen, unseen) =
-            judge::stop_delays(&running.spec, alloc, sent, running.skew, &witnessed);
+        let (seen, unseen) = judge::stop_delays(
+            &running.spec,
+            alloc,
+            sent,
+            running.skew(alloc),
+            ctx.extensions.has(Extensions::GROUP_DELAY_EVENTS),
+            &witnessed,
+        );
         let prestop = judge::prestop(&running.spec, alloc, sent, &witnessed, false);
         (seen, unseen, prestop)
     };
@@ -211,6 +238,13 @@ pub(super) fn alloc_stop_scoped(ctx: &mut Ctx) -> Result<Vec<Judgement>, String>
     ])
 }
 
+/// How much earlier than the kill timeout after the witness received its signal the task's
+/// `Terminated` event may be stamped and still count as respecting it. A client may stamp
+/// the event with its kill timer's deadline, counted from when it *sent* the signal, a few
+/// milliseconds before the task received it (the reference agent does: measured 1–2 ms).
+/// A SIGKILL sent with the signal, or at any point well inside the timeout, still shows.
+const KILL_TIMEOUT_SLACK_NS: i64 = 50_000_000;
+
 pub(super) fn kill_timeout(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
     let Some(_) = ctx.witness else {
         return Ok(vec![
@@ -239,7 +273,7 @@ pub(super) fn kill_timeout(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
                 (Some(observe::Witnessed::Signal { unix_ns, name, .. }), Some(end)) => {
                     let gap = end - unix_ns;
                     let killed = kill.end_signal == Some(9);
-                    if gap < timeout {
+                    if gap < timeout - KILL_TIMEOUT_SLACK_NS {
                         Verdict::Violated(format!(
                         "the task received {name} and ended (signal {:?}) {} later, within its {} kill timeout",
                         kill.end_signal,
