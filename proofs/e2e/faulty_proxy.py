@@ -9,6 +9,14 @@ for one fault, each of which breaks exactly one invariant the probe must catch a
   (`jobspec_unchanged`);
 * `strip-flag` deletes `DesiredTransition.NoShutdownDelay` from allocations as read — a server
   that skips the delay without recording why (`delay_skipped_only_when_flagged`);
+* `stale-services` keeps answering `/v1/service/:name` with the registrations it last saw
+  once the server's list has emptied — a server that deregisters only after the kill
+  (`prestop_hooks_always_run`; the services outlive the stop too: `stops_complete`);
+* `late-leader` moves the `Terminated` and `Killed` events of each allocation's `leader`
+  task 10 s later — a client that killed the other tasks before the leader had ended
+  (`kill_order`);
+* `hide-raw-exec` is no fault: it hides the raw_exec driver from `/v1/nodes`, so that the
+  probe falls back to mock_driver tasks;
 * `none` changes nothing.
 
 Only JSON bodies on the named paths are touched; everything else passes byte for byte."""
@@ -19,7 +27,8 @@ import json
 import threading
 import urllib.parse
 
-FAULTS = ("none", "drop-flag", "rewrite-delay", "strip-flag")
+FAULTS = ("none", "drop-flag", "rewrite-delay", "strip-flag", "stale-services", "late-leader",
+          "hide-raw-exec")
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
               "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade"}
 SECOND = 1_000_000_000
@@ -77,6 +86,25 @@ def strip_flag_from_allocations(allocs):
     return changed
 
 
+def service_read(path):
+    """Whether `path` lists one service's registrations."""
+    parts = path.split("/")[1:]
+    return len(parts) == 3 and parts[:2] == ["v1", "service"] and bool(parts[2])
+
+
+def delay_leader_end(allocs):
+    """Moves the leader task's Terminated and Killed events 10 s later; whether any."""
+    changed = False
+    for alloc in allocs:
+        states = alloc.get("TaskStates") if isinstance(alloc, dict) else None
+        leader = states.get("leader") if isinstance(states, dict) else None
+        for event in (leader or {}).get("Events") or []:
+            if isinstance(event, dict) and event.get("Type") in ("Terminated", "Killed"):
+                event["Time"] = event.get("Time", 0) + 10 * SECOND
+                changed = True
+    return changed
+
+
 def as_json(body):
     try:
         return json.loads(body)
@@ -96,6 +124,7 @@ class FaultyProxy:
         self.fault = fault
         self.requests = []
         self.rewritten = 0
+        self._services = {}
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.proxy = self
@@ -151,6 +180,25 @@ class FaultyProxy:
         elif self.fault == "strip-flag" and allocations_read(path):
             parsed = as_json(body)
             changed = strip_flag_from_allocations(parsed if isinstance(parsed, list) else [parsed])
+        elif self.fault == "hide-raw-exec" and path == "/v1/nodes":
+            parsed = as_json(body)
+            changed = False
+            for node in parsed if isinstance(parsed, list) else []:
+                drivers = node.get("Drivers") if isinstance(node, dict) else None
+                if isinstance(drivers, dict) and drivers.pop("raw_exec", None) is not None:
+                    changed = True
+        elif self.fault == "late-leader" and allocations_read(path):
+            parsed = as_json(body)
+            changed = delay_leader_end(parsed if isinstance(parsed, list) else [parsed])
+        elif self.fault == "stale-services" and service_read(path):
+            parsed = as_json(body)
+            with self._lock:
+                if isinstance(parsed, list) and parsed:
+                    self._services[path] = parsed
+                    return body
+                changed = parsed == [] and path in self._services
+                if changed:
+                    parsed = self._services[path]
         else:
             return body
         if not changed:

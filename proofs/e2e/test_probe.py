@@ -103,6 +103,9 @@ def test_without_the_witness_what_only_it_shows_is_not_observable(agent):
     ("rewrite-delay", ["job-stop-flagged"], "jobspec_unchanged", {"jobspec_unchanged"}),
     ("strip-flag", ["job-stop-flagged"], "delay_skipped_only_when_flagged",
      {"delay_skipped_only_when_flagged", "stop_recorded"}),
+    ("stale-services", ["job-stop-flagged"], "prestop_hooks_always_run",
+     {"prestop_hooks_always_run", "stops_complete"}),
+    ("late-leader", ["job-stop-flagged"], "kill_order", {"kill_order"}),
 ])
 def test_a_faulty_server_is_caught_and_the_broken_invariant_named(agent, fault, scenarios,
                                                                   invariant, violated):
@@ -120,8 +123,24 @@ def test_a_faulty_server_is_caught_and_the_broken_invariant_named(agent, fault, 
     line = next(l for l in output.splitlines() if f"  {invariant}  VIOLATED" in l)
     # The evidence names the request or the field that shows it.
     assert any(word in line for word in ("DELETE /v1/job", "PUT /v1/allocation", "ShutdownDelay",
-                                         "NoShutdownDelay")), line
+                                         "NoShutdownDelay", "still listed", "before task")), line
     assert report["result"] == "FAILED"
+    assert probe_jobs(agent) == []
+
+
+def test_where_no_node_offers_raw_exec_the_probe_runs_mock_tasks(agent):
+    with FaultyProxy(agent.address, "hide-raw-exec") as proxy:
+        code, output, report = probe(proxy.address, "--scenario", "job-stop-flagged",
+                                     "--scenario", "kill-timeout")
+        assert proxy.rewritten > 0
+    assert code == 0, output
+    assert report["driver"] == "mock_driver" and report["witness"] is None, report
+    assert "tasks: mock_driver" in output
+    seen = verdicts(report)
+    assert seen[("job-stop-flagged", "flag_is_honoured")] == "holds", output
+    assert seen[("job-stop-flagged", "kill_order")] == "holds", output
+    assert seen[("job-stop-flagged", "prestop_hooks_always_run")] == "not observable"
+    assert seen[("kill-timeout", "kill_timeout_respected")] == "not observable"
     assert probe_jobs(agent) == []
 
 

@@ -116,7 +116,8 @@ def test_a_real_program_dies_of_its_kill_signal_under_the_flag(agent, program, s
         assert (start["blocked"], start["ignored"]) == ([], []), start
         assert received["name"] == f"SIG{signal}" and received["services"] == {"real-group": 0, "real-main": 0}
         assert received["monotonic_ns"] >= record["delivered"][0]["monotonic_ns"]
-        assert end == {"event": "exit", "monotonic_ns": end["monotonic_ns"], "signal": SIGNALS[signal]}
+        assert end == {"event": "exit", "monotonic_ns": end["monotonic_ns"],
+                       "unix_ns": end["unix_ns"], "signal": SIGNALS[signal]}
 
 
 def test_a_draining_witness_runs_its_drain_and_gets_one_signal(agent):

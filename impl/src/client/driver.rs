@@ -33,7 +33,8 @@ pub trait Driver {
 /// SIGKILL's number, reported in the `Terminated` event after a forced kill.
 pub const SIGKILL: i32 = 9;
 
-/// How a `mock_driver` task behaves, from its `Config` (durations in nanoseconds):
+/// How a `mock_driver` task behaves, from its `Config` (durations in nanoseconds, or Go
+/// duration strings as Nomad's mock driver takes them):
 /// `run_for` (absent: until killed), `exit_code`, `ignore_signal`, `exit_after_signal`, and
 /// `lost` (the end of its run is an error the driver reports: the process was lost).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -70,12 +71,27 @@ impl MockBehaviour {
                 }),
             }
         };
+        // A duration: nanoseconds, or a Go duration string as Nomad's mock driver takes.
+        let duration = |key: &str| -> Result<Option<i64>, DriverError> {
+            match config.get(key) {
+                Some(serde_json::Value::String(text)) => crate::spec::parse_go_duration(text)
+                    .filter(|ns| *ns >= 0)
+                    .map(Some)
+                    .ok_or_else(|| {
+                        DriverError(format!(
+                            "task {:?}: mock_driver Config.{key} {text:?} is not a duration such as 500ms or 2s",
+                            task.name
+                        ))
+                    }),
+                _ => int(key),
+            }
+        };
         let ignore_signal = boolean("ignore_signal")?;
         Ok(MockBehaviour {
-            run_for_ns: int("run_for")?,
+            run_for_ns: duration("run_for")?,
             exit_code: int("exit_code")?.unwrap_or(0) as i32,
             ignore_signal,
-            exit_after_signal_ns: int("exit_after_signal")?.unwrap_or(0),
+            exit_after_signal_ns: duration("exit_after_signal")?.unwrap_or(0),
             lost: boolean("lost")?,
         })
     }
@@ -176,5 +192,46 @@ impl Driver for MockDriver {
             ));
         }
         exits.into_iter().min_by_key(|(at, _)| *at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MockBehaviour;
+    use crate::spec::Task;
+
+    fn behaviour(config: serde_json::Value) -> Result<MockBehaviour, String> {
+        let task = Task {
+            name: "t".into(),
+            config: Some(serde_json::from_value(config).unwrap()),
+            ..Task::default()
+        };
+        MockBehaviour::from_task(&task).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn mock_durations_are_nanoseconds_or_go_durations_as_nomads_mock_driver_takes() {
+        assert_eq!(
+            behaviour(serde_json::json!({"run_for": 50_000_000}))
+                .unwrap()
+                .run_for_ns,
+            Some(50_000_000)
+        );
+        assert_eq!(
+            behaviour(serde_json::json!({"run_for": "50ms"}))
+                .unwrap()
+                .run_for_ns,
+            Some(50_000_000)
+        );
+        assert_eq!(
+            behaviour(serde_json::json!({"exit_after_signal": "2s"}))
+                .unwrap()
+                .exit_after_signal_ns,
+            2_000_000_000
+        );
+        assert_eq!(behaviour(serde_json::json!({})).unwrap().run_for_ns, None);
+        let error = behaviour(serde_json::json!({"run_for": "soon"})).unwrap_err();
+        assert!(error.contains("Config.run_for \"soon\""), "{error}");
+        assert!(behaviour(serde_json::json!({"run_for": true})).is_err());
     }
 }

@@ -53,7 +53,8 @@ enum Command {
         /// The cluster's HTTP address.
         #[arg(long, env = "NOMAD_ADDR")]
         address: String,
-        /// Sent as X-Nomad-Token (needs submit-job, read-job, alloc-lifecycle, read-logs).
+        /// Sent as X-Nomad-Token (needs submit-job, read-job, alloc-lifecycle, read-logs; and
+        /// agent:read for the server's version).
         #[arg(long, env = "NOMAD_TOKEN", hide_env_values = true)]
         token: Option<String>,
         #[arg(long, env = "NOMAD_NAMESPACE")]

@@ -1,7 +1,37 @@
 //! The probe's jobs: raw_exec tasks in Nomad's JSON job shape — the witness where the probe
-//! knows its path on the cluster's nodes, `/bin/sleep` otherwise — with short delays.
+//! knows its path on the cluster's nodes, `/bin/sleep` otherwise, mock_driver tasks where
+//! the nodes offer no raw_exec — with short delays.
 
 use serde_json::{json, Value};
+
+/// What the scenarios' tasks run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tasks {
+    /// raw_exec: the witness, at this path on the nodes.
+    Witness(String),
+    /// raw_exec: `/bin/sleep` (no witness given).
+    Sleep,
+    /// `mock_driver` (where the nodes offer no raw_exec): no process, no witness.
+    Mock,
+}
+
+impl Tasks {
+    pub fn witness(&self) -> Option<&str> {
+        match self {
+            Tasks::Witness(path) => Some(path),
+            Tasks::Sleep | Tasks::Mock => None,
+        }
+    }
+
+    /// Why nothing from inside the process can be read.
+    pub fn no_witness_reason(&self) -> &'static str {
+        match self {
+            Tasks::Witness(_) => "",
+            Tasks::Sleep => "no witness: the tasks run /bin/sleep (give --witness PATH)",
+            Tasks::Mock => "no witness: the nodes offer no raw_exec, the tasks are mock_driver's",
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -104,13 +134,13 @@ impl JobSpec {
         self.tasks.iter().find(|t| t.name == name)
     }
 
-    /// The register body, `{"Job": …}`. `witness` is the witness's path on the nodes;
-    /// `agent` the address it asks for the services.
-    pub fn body(&self, namespace: &str, witness: Option<&str>, agent: &str) -> Value {
+    /// The register body, `{"Job": …}`; `agent` is the address the witness asks for the
+    /// services.
+    pub fn body(&self, namespace: &str, tasks: &Tasks, agent: &str) -> Value {
         let tasks: Vec<Value> = self
             .tasks
             .iter()
-            .map(|t| self.task_json(t, witness, agent))
+            .map(|t| self.task_json(t, tasks, agent))
             .collect();
         let mut group = json!({
             "Name": "g",
@@ -142,13 +172,13 @@ impl JobSpec {
         }})
     }
 
-    fn task_json(&self, task: &TaskSpec, witness: Option<&str>, agent: &str) -> Value {
-        let config = match (witness, task.role) {
-            (Some(witness), Role::Poststop) => {
+    fn task_json(&self, task: &TaskSpec, tasks: &Tasks, agent: &str) -> Value {
+        let config = match (tasks, task.role) {
+            (Tasks::Witness(witness), Role::Poststop) => {
                 json!({"command": witness, "args": ["--exit-after", "50ms"]})
             }
-            (None, Role::Poststop) => json!({"command": "/bin/sleep", "args": ["0.05"]}),
-            (Some(witness), _) => {
+            (Tasks::Sleep, Role::Poststop) => json!({"command": "/bin/sleep", "args": ["0.05"]}),
+            (Tasks::Witness(witness), _) => {
                 let mut args = vec![
                     "--services".to_string(),
                     self.service_names().join(","),
@@ -160,11 +190,20 @@ impl JobSpec {
                 }
                 json!({"command": witness, "args": args})
             }
-            (None, _) => json!({"command": "/bin/sleep", "args": ["3600"]}),
+            (Tasks::Sleep, _) => json!({"command": "/bin/sleep", "args": ["3600"]}),
+            // Nomad's mock driver and quiesce's both take a Go duration; without one the
+            // task runs until it is killed.
+            (Tasks::Mock, Role::Poststop) => json!({"run_for": "50ms"}),
+            (Tasks::Mock, _) => json!({}),
+        };
+        let driver = if *tasks == Tasks::Mock {
+            "mock_driver"
+        } else {
+            "raw_exec"
         };
         let mut spec = json!({
             "Name": task.name,
-            "Driver": "raw_exec",
+            "Driver": driver,
             "Config": config,
             "Leader": task.role == Role::Leader,
             "Resources": {"CPU": 20, "MemoryMB": 32},

@@ -51,6 +51,7 @@ pub struct Report {
     pub server: String,
     pub extensions: Vec<String>,
     pub witness: Option<String>,
+    pub driver: &'static str,
     pub scenarios: Vec<ScenarioReport>,
     pub interrupted: bool,
     pub seconds: f64,
@@ -70,6 +71,7 @@ impl Report {
             "server": self.server,
             "extensions": self.extensions,
             "witness": self.witness,
+            "driver": self.driver,
             "scenarios": self.scenarios.iter().map(|s| json!({
                 "name": s.name,
                 "about": s.about,
@@ -140,6 +142,30 @@ pub fn major_minor(version: &str) -> Option<(u64, u64)> {
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
+/// raw_exec where a ready node offers it healthy (the witness if its path was given), else
+/// mock_driver where one offers that; else no scenario can run.
+fn choose_tasks(api: &api::Api, witness: Option<&str>) -> Result<jobs::Tasks, String> {
+    let nodes = api.get("/v1/nodes")?;
+    let offers = |driver: &str| {
+        nodes.as_array().into_iter().flatten().any(|node| {
+            node["Status"] == "ready"
+                && node["Drivers"][driver]["Detected"].as_bool() == Some(true)
+                && node["Drivers"][driver]["Healthy"].as_bool() == Some(true)
+        })
+    };
+    if offers("raw_exec") {
+        Ok(witness.map_or(jobs::Tasks::Sleep, |w| jobs::Tasks::Witness(w.to_string())))
+    } else if offers("mock_driver") {
+        Ok(jobs::Tasks::Mock)
+    } else {
+        Err(
+            "no ready node offers raw_exec (or mock_driver) healthy: the probe's tasks cannot run \
+             (Nomad: enable the raw_exec plugin on a client)"
+                .into(),
+        )
+    }
+}
+
 /// Runs the chosen scenarios (all by default), printing each line as it is decided.
 pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, String> {
     for name in &options.scenarios {
@@ -167,9 +193,17 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
         api.address(),
         api.namespace()
     ));
-    print(&match &options.witness {
-        Some(path) => format!("tasks: raw_exec, the witness at {path} on the nodes (evidence from inside the process)"),
-        None => "tasks: raw_exec /bin/sleep (no witness: give --witness PATH for evidence from inside the process)".into(),
+    let tasks = choose_tasks(&api, options.witness.as_deref())?;
+    print(&match &tasks {
+        jobs::Tasks::Witness(path) => format!(
+            "tasks: raw_exec, the witness at {path} on the nodes (evidence from inside the process)"
+        ),
+        jobs::Tasks::Sleep => "tasks: raw_exec /bin/sleep (no witness: give --witness PATH for \
+                               evidence from inside the process)"
+            .into(),
+        jobs::Tasks::Mock => "tasks: mock_driver (no node offers raw_exec: nothing from inside \
+                              a process)"
+            .into(),
     });
     print(&if extensions.names.is_empty() {
         "quiesce extensions: none advertised (probing Nomad's documented API only)".to_string()
@@ -183,7 +217,7 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
         api: &api,
         nomad_version,
         delay_ns: options.delay_ns,
-        witness: options.witness.clone(),
+        tasks: tasks.clone(),
         extensions,
         run_id: run_id(),
         created: Vec::new(),
@@ -224,7 +258,12 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
         address: api.address().to_string(),
         server,
         extensions: ctx.extensions.names.clone(),
-        witness: options.witness.clone(),
+        witness: tasks.witness().map(str::to_string),
+        driver: if tasks == jobs::Tasks::Mock {
+            "mock_driver"
+        } else {
+            "raw_exec"
+        },
         scenarios: reports,
         interrupted: run::INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed),
         seconds: started.elapsed().as_secs_f64(),

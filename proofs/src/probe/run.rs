@@ -3,7 +3,7 @@
 //! purge. Judging what a stop left behind is `judge.rs`.
 
 use super::api::{escape, now_ns, Api};
-use super::jobs::{JobSpec, Role};
+use super::jobs::{JobSpec, Role, Tasks};
 use super::observe::{self, AllocView, Skew, Witnessed};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -33,7 +33,7 @@ pub struct Ctx<'a> {
     /// Nomad's version (major, minor), if the server is Nomad and says it.
     pub nomad_version: Option<(u64, u64)>,
     pub delay_ns: i64,
-    pub witness: Option<String>,
+    pub tasks: Tasks,
     pub extensions: Extensions,
     /// Unique per run: every job's ID starts with it.
     pub run_id: String,
@@ -89,11 +89,7 @@ impl Ctx<'_> {
     }
 
     pub fn register(&mut self, spec: &JobSpec) -> Result<super::api::Answer, String> {
-        let body = spec.body(
-            self.api.namespace(),
-            self.witness.as_deref(),
-            self.api.address(),
-        );
+        let body = spec.body(self.api.namespace(), &self.tasks, self.api.address());
         self.created.push(spec.id.clone());
         let answer = self.api.send("PUT", "/v1/jobs", Some(&body))?;
         if !answer.ok() {
@@ -220,13 +216,11 @@ impl Ctx<'_> {
         spec.tasks
             .iter()
             .map(|t| {
-                let records =
-                    match &self.witness {
-                        None => Err("no witness: the tasks run /bin/sleep (give --witness PATH)"
-                            .to_string()),
-                        Some(_) => observe::task_stdout(self.api, alloc, t.name)
-                            .map(|text| observe::witnessed(&text)),
-                    };
+                let records = match self.tasks.witness() {
+                    None => Err(self.tasks.no_witness_reason().to_string()),
+                    Some(_) => observe::task_stdout(self.api, alloc, t.name)
+                        .map(|text| observe::witnessed(&text)),
+                };
                 (t.name, records)
             })
             .collect()

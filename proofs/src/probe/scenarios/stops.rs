@@ -246,15 +246,16 @@ pub(super) fn alloc_stop_scoped(ctx: &mut Ctx) -> Result<Vec<Judgement>, String>
 const KILL_TIMEOUT_SLACK_NS: i64 = 50_000_000;
 
 pub(super) fn kill_timeout(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
-    let Some(_) = ctx.witness else {
+    if ctx.tasks.witness().is_none() {
+        let why = format!(
+            "needs the witness, to ignore its kill signal and say when it came ({})",
+            ctx.tasks.no_witness_reason()
+        );
         return Ok(vec![
-            no(
-                "kill_timeout_respected",
-                "needs the witness (--witness PATH): /bin/sleep cannot ignore its kill signal",
-            ),
-            no("flag_is_honoured", "needs the witness (--witness PATH)"),
+            no("kill_timeout_respected", &why),
+            no("flag_is_honoured", &why),
         ]);
-    };
+    }
     let timeout = (ctx.delay_ns * 2).max(1_000_000_000);
     let mut spec = single_task_job(ctx.job_id("kill-timeout", ""), 1, ctx.delay_ns);
     spec.tasks[0].ignores_signal = true;
