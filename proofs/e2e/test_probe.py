@@ -97,18 +97,21 @@ def test_without_the_witness_what_only_it_shows_is_not_observable(agent):
 # Each fault, the scenarios that meet it, the invariant it breaks, and every invariant the
 # probe must then report violated — no more: the flag missing from what the API shows is
 # also `stop_recorded`, the API contract.
-@pytest.mark.parametrize("fault,scenarios,invariant,violated", [
+@pytest.mark.parametrize("fault,scenarios,invariant,violated,evidence", [
     ("drop-flag", ["job-stop-flagged", "alloc-stop-scoped"], "flag_is_honoured",
-     {"flag_is_honoured", "stop_recorded"}),
-    ("rewrite-delay", ["job-stop-flagged"], "jobspec_unchanged", {"jobspec_unchanged"}),
+     {"flag_is_honoured", "stop_recorded"}, "no_shutdown_delay=true → 200"),
+    ("rewrite-delay", ["job-stop-flagged"], "jobspec_unchanged", {"jobspec_unchanged"},
+     ".ShutdownDelay: 1000000000 became 2000000000"),
     ("strip-flag", ["job-stop-flagged"], "delay_skipped_only_when_flagged",
-     {"delay_skipped_only_when_flagged", "stop_recorded"}),
+     {"delay_skipped_only_when_flagged", "stop_recorded"},
+     "but the allocation never showed DesiredTransition.NoShutdownDelay=true"),
     ("stale-services", ["job-stop-flagged"], "prestop_hooks_always_run",
-     {"prestop_hooks_always_run", "stops_complete"}),
-    ("late-leader", ["job-stop-flagged"], "kill_order", {"kill_order"}),
+     {"prestop_hooks_always_run", "stops_complete"}, "while the server still listed"),
+    ("late-leader", ["job-stop-flagged"], "kill_order", {"kill_order"},
+     "before task leader ended"),
 ])
 def test_a_faulty_server_is_caught_and_the_broken_invariant_named(agent, fault, scenarios,
-                                                                  invariant, violated):
+                                                                  invariant, violated, evidence):
     with FaultyProxy(agent.address, fault) as proxy:
         args = [a for s in scenarios for a in ("--scenario", s)]
         code, output, report = probe(proxy.address, *args)
@@ -121,9 +124,8 @@ def test_a_faulty_server_is_caught_and_the_broken_invariant_named(agent, fault, 
         named = {i for (s, i), v in seen.items() if s == scenario and v == "VIOLATED"}
         assert named == violated, (scenario, named, output)
     line = next(l for l in output.splitlines() if f"  {invariant}  VIOLATED" in l)
-    # The evidence names the request or the field that shows it.
-    assert any(word in line for word in ("DELETE /v1/job", "PUT /v1/allocation", "ShutdownDelay",
-                                         "NoShutdownDelay", "still listed", "before task")), line
+    # The evidence names the request, the field or the times that show it.
+    assert evidence in line, line
     assert report["result"] == "FAILED"
     assert probe_jobs(agent) == []
 
@@ -142,6 +144,10 @@ def test_where_no_node_offers_raw_exec_the_probe_runs_mock_tasks(agent):
     assert seen[("job-stop-flagged", "prestop_hooks_always_run")] == "not observable"
     assert seen[("kill-timeout", "kill_timeout_respected")] == "not observable"
     assert probe_jobs(agent) == []
+    # What the agent was asked to run: mock_driver tasks only.
+    specs = [json.dumps(e["spec"]) for e in agent.events()
+             if e.get("step") == "RegisterJob" and "quiesce-probe-" in json.dumps(e["spec"])]
+    assert specs and all("mock_driver" in s and "raw_exec" not in s for s in specs), specs
 
 
 def test_an_interrupted_probe_purges_its_jobs(agent):

@@ -256,9 +256,11 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
 }
 
 /// Writes one record, stamped with `unix_ns` (CLOCK_REALTIME, the clock of the agent's task
-/// event times, which the probe compares it with).
+/// event times, which the probe compares it with) unless it has its own.
 fn emit(mut record: serde_json::Value) {
-    record["unix_ns"] = unix_ns().into();
+    if record.get("unix_ns").is_none() {
+        record["unix_ns"] = unix_ns().into();
+    }
     let mut line = record.to_string();
     line.push('\n');
     let mut out = std::io::stdout().lock();
@@ -424,12 +426,12 @@ fn main() {
         if signal <= 0 {
             continue;
         }
-        let at = monotonic_ns();
+        let (at, at_unix) = (monotonic_ns(), unix_ns());
         let kill_signal = signal == options.kill_signal;
         if kill_signal && crash_agent(&options) {
             emit(serde_json::json!({
                 "event": "signal", "signal": signal, "name": signal_name(signal),
-                "monotonic_ns": at, "services": null, "crashed_agent": true,
+                "monotonic_ns": at, "unix_ns": at_unix, "services": null, "crashed_agent": true,
             }));
             if !options.ignore_kill_signal && ending.is_none() {
                 ending = Some((at + options.drain_ns, signal));
@@ -442,6 +444,8 @@ fn main() {
             "signal": signal,
             "name": signal_name(signal),
             "monotonic_ns": at,
+            // When it came, not when the record is written (after asking for the services).
+            "unix_ns": at_unix,
         });
         match services {
             Ok(counts) => record["services"] = counts,

@@ -191,10 +191,10 @@ impl JobSpec {
                 json!({"command": witness, "args": args})
             }
             (Tasks::Sleep, _) => json!({"command": "/bin/sleep", "args": ["3600"]}),
-            // Nomad's mock driver and quiesce's both take a Go duration; without one the
-            // task runs until it is killed.
+            // Nomad's mock driver and quiesce's both take a Go duration (Nomad's ends a task
+            // without one at once).
             (Tasks::Mock, Role::Poststop) => json!({"run_for": "50ms"}),
-            (Tasks::Mock, _) => json!({}),
+            (Tasks::Mock, _) => json!({"run_for": "24h"}),
         };
         let driver = if *tasks == Tasks::Mock {
             "mock_driver"

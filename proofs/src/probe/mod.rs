@@ -9,7 +9,7 @@
 //! * [`observe`]: allocations, task events and witness records read into values;
 //! * [`jobs`]: the scenarios' jobs;
 //! * [`run`]: registering a job and waiting for it to run, waiting for a stop, purging;
-//! * [`judge`]: a stop judged from what it left (delays, pre-kill, kill order, completion,
+//! * [`judge`]: a stop judged from what it left (its delays in `judge/delays.rs`; pre-kill, kill order, completion,
 //!   the stored job);
 //! * [`scenarios`]: the scenarios (the stop path's in `stops.rs`, Nomad's tests in
 //!   `nomad.rs`);
@@ -95,6 +95,7 @@ pub fn scenario_names() -> Vec<&'static str> {
 /// quiesce's extensions if it advertises them (`quiesce.extensions`).
 pub struct ServerFacts {
     pub told: String,
+    pub quiesce: bool,
     pub nomad_version: Option<(u64, u64)>,
     pub extensions: run::Extensions,
 }
@@ -106,6 +107,7 @@ fn server_facts(api: &api::Api) -> Result<ServerFacts, String> {
     if answer.status == 403 {
         return Ok(ServerFacts {
             told: "a Nomad-API server; /v1/agent/self refused (403): no extensions assumed".into(),
+            quiesce: false,
             nomad_version: None,
             extensions: run::Extensions::default(),
         });
@@ -131,6 +133,7 @@ fn server_facts(api: &api::Api) -> Result<ServerFacts, String> {
         } else {
             format!("Nomad {version}")
         },
+        quiesce,
         nomad_version,
         extensions: run::Extensions { names },
     })
@@ -144,18 +147,31 @@ pub fn major_minor(version: &str) -> Option<(u64, u64)> {
 
 /// raw_exec where a ready node offers it healthy (the witness if its path was given), else
 /// mock_driver where one offers that; else no scenario can run.
-fn choose_tasks(api: &api::Api, witness: Option<&str>) -> Result<jobs::Tasks, String> {
-    let nodes = api.get("/v1/nodes")?;
+/// A token that may not read the nodes (`node:read`) gets raw_exec assumed.
+fn choose_tasks(api: &api::Api, witness: Option<&str>) -> Result<(jobs::Tasks, bool), String> {
+    let raw_exec = || witness.map_or(jobs::Tasks::Sleep, |w| jobs::Tasks::Witness(w.to_string()));
+    let answer = api.send("GET", "/v1/nodes", None)?;
+    if answer.status == 403 {
+        return Ok((raw_exec(), true));
+    }
+    let nodes = answer.into_ok()?;
     let offers = |driver: &str| {
         nodes.as_array().into_iter().flatten().any(|node| {
             node["Status"] == "ready"
+                && node["SchedulingEligibility"] != "ineligible"
+                && node["Drain"].as_bool() != Some(true)
                 && node["Drivers"][driver]["Detected"].as_bool() == Some(true)
                 && node["Drivers"][driver]["Healthy"].as_bool() == Some(true)
         })
     };
     if offers("raw_exec") {
-        Ok(witness.map_or(jobs::Tasks::Sleep, |w| jobs::Tasks::Witness(w.to_string())))
-    } else if offers("mock_driver") {
+        return Ok((raw_exec(), false));
+    }
+    choose_without_raw_exec(offers("mock_driver")).map(|tasks| (tasks, false))
+}
+
+fn choose_without_raw_exec(mock: bool) -> Result<jobs::Tasks, String> {
+    if mock {
         Ok(jobs::Tasks::Mock)
     } else {
         Err(
@@ -185,6 +201,7 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
     )?;
     let ServerFacts {
         told: server,
+        quiesce,
         nomad_version,
         extensions,
     } = server_facts(&api)?;
@@ -193,7 +210,10 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
         api.address(),
         api.namespace()
     ));
-    let tasks = choose_tasks(&api, options.witness.as_deref())?;
+    let (tasks, assumed) = choose_tasks(&api, options.witness.as_deref())?;
+    if assumed {
+        print("the nodes could not be read (403: the token lacks node:read): raw_exec assumed");
+    }
     print(&match &tasks {
         jobs::Tasks::Witness(path) => format!(
             "tasks: raw_exec, the witness at {path} on the nodes (evidence from inside the process)"
@@ -215,6 +235,7 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
     });
     let mut ctx = run::Ctx {
         api: &api,
+        quiesce,
         nomad_version,
         delay_ns: options.delay_ns,
         tasks: tasks.clone(),

@@ -30,7 +30,9 @@ impl Extensions {
 
 pub struct Ctx<'a> {
     pub api: &'a Api,
-    /// Nomad's version (major, minor), if the server is Nomad and says it.
+    /// The server said it is quiesce (`/v1/agent/self`).
+    pub quiesce: bool,
+    /// Nomad's version (major, minor), if the server is Nomad and said it.
     pub nomad_version: Option<(u64, u64)>,
     pub delay_ns: i64,
     pub tasks: Tasks,

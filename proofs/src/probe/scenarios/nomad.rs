@@ -51,13 +51,15 @@ pub(super) fn nomad_alloc_stop(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> 
     ));
     let batch_view = read_alloc(ctx, c)?;
     // `reschedule` on an alloc stop is Nomad 1.11's (#26961; 1.10.6 and 1.8.18 Enterprise).
-    let before_reschedule = ctx.nomad_version.is_some_and(|v| v < (1, 11));
-    parts.push(if before_reschedule && !batch_view.reschedule {
+    let maybe_before_reschedule = !ctx.quiesce && ctx.nomad_version.is_none_or(|v| v < (1, 11));
+    parts.push(if maybe_before_reschedule && !batch_view.reschedule {
         Verdict::NotObservable(format!(
-            "batch alloc stopped with reschedule: Reschedule not shown, and Nomad {}.{} predates \
+            "batch alloc stopped with reschedule: Reschedule not shown, and Nomad {} may predate \
              alloc stop's reschedule (1.11)",
-            ctx.nomad_version.unwrap_or_default().0,
-            ctx.nomad_version.unwrap_or_default().1
+            ctx.nomad_version
+                .map_or("of unknown version".to_string(), |(a, b)| format!(
+                    "{a}.{b}"
+                ))
         ))
     } else {
         transition_is(
@@ -341,8 +343,8 @@ pub(super) fn overlap(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
             &format!("job {} running once port {port} is free", second.id),
             limit,
             || {
-                let polled = now_ns();
                 let new = observe::job_allocs(ctx.api, &second.id)?;
+                let polled = now_ns();
                 let old = read_alloc(ctx, &alloc)?;
                 let Some(new_alloc) = new.iter().find(|a| a.desired == "run") else {
                     last_unplaced = polled;

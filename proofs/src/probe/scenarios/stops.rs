@@ -106,8 +106,9 @@ pub(super) fn job_stop_then_start(ctx: &mut Ctx) -> Result<Vec<Judgement>, Strin
         &after,
         latest.as_ref(),
     )];
-    // A start, as `nomad job start` makes it: the stored stopped job, `Stop=false`,
-    // registered again over the index it was read at.
+    // A start, as `nomad job start` and the UI make it: the stored stopped job, registered
+    // again with `Stop=false` (here over the index it was read at, so that nothing else
+    // could have changed it in between).
     let mut job = after.clone();
     job["Stop"] = false.into();
     let body = serde_json::json!({
@@ -239,10 +240,10 @@ pub(super) fn alloc_stop_scoped(ctx: &mut Ctx) -> Result<Vec<Judgement>, String>
 }
 
 /// How much earlier than the kill timeout after the witness received its signal the task's
-/// `Terminated` event may be stamped and still count as respecting it. A client may stamp
-/// the event with its kill timer's deadline, counted from when it *sent* the signal, a few
-/// milliseconds before the task received it (the reference agent does: measured 1–2 ms).
-/// A SIGKILL sent with the signal, or at any point well inside the timeout, still shows.
+/// `Terminated` event may be stamped and still count as respecting it: a client may stamp
+/// it with its kill timer's deadline, counted from when it *sent* the signal, before the
+/// task received it. A SIGKILL sent with the signal, or anywhere well inside the timeout,
+/// still shows.
 const KILL_TIMEOUT_SLACK_NS: i64 = 50_000_000;
 
 pub(super) fn kill_timeout(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
