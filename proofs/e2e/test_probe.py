@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import CONFORM, WITNESS, clean_env
+from conftest import CONFORM, WITNESS, Agent, clean_env, validate_log
 from faulty_proxy import FaultyProxy
 
 
@@ -148,6 +148,46 @@ def test_where_no_node_offers_raw_exec_the_probe_runs_mock_tasks(agent):
     specs = [json.dumps(e["spec"]) for e in agent.events()
              if e.get("step") == "RegisterJob" and "quiesce-probe-" in json.dumps(e["spec"])]
     assert specs and all("mock_driver" in s and "raw_exec" not in s for s in specs), specs
+
+
+NAMESPACE_ONLY = """
+namespace "default" {
+  capabilities = ["list-jobs", "submit-job", "read-job", "alloc-lifecycle", "read-logs"]
+}
+"""
+
+
+def test_a_token_with_namespace_rights_only_still_probes_and_says_what_it_cannot_see(tmp_path):
+    """No agent:read (so no server facts), no node:read (so no drivers), and a witness with
+    no token (so no services at its signal): the probe goes on, and says so."""
+    agent = Agent(tmp_path / "data").start(args=["-acl-enabled"])
+    try:
+        status, root, _ = agent.http("POST", "/v1/acl/bootstrap")
+        assert status == 200, root
+        agent.token = root["SecretID"]
+        status, body, _ = agent.http("POST", "/v1/acl/policy/probe",
+                                     {"Name": "probe", "Rules": NAMESPACE_ONLY})
+        assert status == 200, body
+        status, token, _ = agent.http("POST", "/v1/acl/token",
+                                      {"Name": "probe", "Type": "client", "Policies": ["probe"]})
+        assert status == 200, token
+        code, output, report = probe(
+            agent.address, "--token", token["SecretID"], "--scenario", "job-stop-flagged",
+            "--scenario", "nomad-alloc-stop", "--scenario", "restart-flag")
+        assert code == 0, output
+        assert "/v1/agent/self refused (403)" in output and "lacks node:read" in output, output
+        seen = verdicts(report)
+        assert seen[("job-stop-flagged", "flag_is_honoured")] == "holds", output
+        assert seen[("nomad-alloc-stop", "stop_recorded")] == "holds", output
+        # The witness may not list the services without a token: not observable, never held.
+        assert seen[("job-stop-flagged", "prestop_hooks_always_run")] == "not observable"
+        assert "could not list the services" in output
+        # The restart flag is not advertised to this token.
+        assert seen[("restart-flag", "restart_flag_one_shot")] == "not observable"
+        assert probe_jobs(agent) == []
+    finally:
+        agent.close()
+    validate_log(agent)
 
 
 def test_an_interrupted_probe_purges_its_jobs(agent):
