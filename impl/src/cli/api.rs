@@ -58,51 +58,16 @@ impl Api {
     ) -> Result<(Value, u64), String> {
         let url = format!("{}{path}", self.base);
         let token = self.token.as_deref().unwrap_or_default();
-        let response = match (method, body) {
-            ("GET", _) => self.agent.get(&url).header("X-Nomad-Token", token).call(),
-            ("DELETE", _) => self
-                .agent
-                .delete(&url)
-                .header("X-Nomad-Token", token)
-                .call(),
-            ("PUT", Some(body)) => self
-                .agent
-                .put(&url)
-                .header("X-Nomad-Token", token)
-                .send(body),
-            ("PUT", None) => self
-                .agent
-                .put(&url)
-                .header("X-Nomad-Token", token)
-                .send_empty(),
-            (_, Some(body)) => self
-                .agent
-                .post(&url)
-                .header("X-Nomad-Token", token)
-                .send(body),
-            (_, None) => self
-                .agent
-                .post(&url)
-                .header("X-Nomad-Token", token)
-                .send_empty(),
-        };
-        let mut response = response.map_err(|e| {
-            format!(
-                "Error querying the agent at {}: {e} (is `quiesce agent -dev` running? set -address or NOMAD_ADDR)",
-                self.base
-            )
-        })?;
-        let status = response.status().as_u16();
-        let index = response
-            .headers()
-            .get("X-Nomad-Index")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let text = response
-            .body_mut()
-            .read_to_string()
-            .map_err(|e| format!("reading the agent's answer: {e}"))?;
+        let (status, index, text) =
+            exchange(&self.agent, method, &url, token, body, CLI_MAX_ANSWER).map_err(|failure| {
+                match failure {
+                    Failure::NoAnswer(e) => format!(
+                        "Error querying the agent at {}: {e} (is `quiesce agent -dev` running? set -address or NOMAD_ADDR)",
+                        self.base
+                    ),
+                    Failure::Reading(e) => format!("reading the agent's answer: {e}"),
+                }
+            })?;
         if !(200..300).contains(&status) {
             return Err(format!(
                 "Unexpected response code: {status} ({})",
@@ -117,6 +82,54 @@ impl Api {
     pub(super) fn get(&self, path: &str) -> Result<Value, String> {
         self.call("GET", path, None)
     }
+}
+
+/// The longest answer the CLI reads (ureq's default).
+const CLI_MAX_ANSWER: u64 = 10 << 20;
+
+/// Why an exchange with the server failed.
+pub enum Failure {
+    /// No answer: the connection or the request failed.
+    NoAnswer(String),
+    /// The answer's body could not be read (or was longer than the limit).
+    Reading(String),
+}
+
+/// One exchange with a Nomad-API server, as the CLI and the conformance probe both make
+/// it: `method` on `url` with `X-Nomad-Token`, the body if any (PUT and POST); the answer's
+/// status, `X-Nomad-Index` (0 if absent) and body text, read up to `limit` bytes. Any status
+/// is an answer.
+pub fn exchange(
+    agent: &ureq::Agent,
+    method: &str,
+    url: &str,
+    token: &str,
+    body: Option<&[u8]>,
+    limit: u64,
+) -> Result<(u16, u64, String), Failure> {
+    let response = match (method, body) {
+        ("GET", _) => agent.get(url).header("X-Nomad-Token", token).call(),
+        ("DELETE", _) => agent.delete(url).header("X-Nomad-Token", token).call(),
+        ("PUT", Some(body)) => agent.put(url).header("X-Nomad-Token", token).send(body),
+        ("PUT", None) => agent.put(url).header("X-Nomad-Token", token).send_empty(),
+        (_, Some(body)) => agent.post(url).header("X-Nomad-Token", token).send(body),
+        (_, None) => agent.post(url).header("X-Nomad-Token", token).send_empty(),
+    };
+    let mut response = response.map_err(|e| Failure::NoAnswer(e.to_string()))?;
+    let status = response.status().as_u16();
+    let index = response
+        .headers()
+        .get("X-Nomad-Index")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let text = response
+        .body_mut()
+        .with_config()
+        .limit(limit)
+        .read_to_string()
+        .map_err(|e| Failure::Reading(e.to_string()))?;
+    Ok((status, index, text))
 }
 
 /// Escapes a path segment (IDs may hold spaces or `/`; the agent decodes them).

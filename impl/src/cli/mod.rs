@@ -12,7 +12,7 @@ mod job;
 mod node;
 mod restart;
 
-pub use api::{rfc3339, shown, Api};
+pub use api::{exchange, rfc3339, shown, Api, Failure};
 
 use acl::acl;
 use agent::agent;

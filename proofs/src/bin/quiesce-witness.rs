@@ -148,9 +148,7 @@ fn monotonic_ns() -> i64 {
 }
 
 fn unix_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    quiesce::daemon::unix_now_ns()
 }
 
 fn bits(mask: u64) -> Vec<u32> {

@@ -2,6 +2,7 @@
 //! (method, path, when it was sent and answered, on the probe's clock) so that a verdict can
 //! cite the requests it rests on.
 
+use quiesce::cli::{exchange, Failure};
 use serde_json::Value;
 use std::cell::RefCell;
 use std::time::Duration;
@@ -108,53 +109,21 @@ impl Api {
         let token = self.token.as_deref().unwrap_or_default();
         let bytes = body.map(|b| b.to_string().into_bytes());
         let sent_ns = now_ns();
-        let response = match (method, bytes) {
-            ("GET", _) => self.agent.get(&url).header("X-Nomad-Token", token).call(),
-            ("DELETE", _) => self
-                .agent
-                .delete(&url)
-                .header("X-Nomad-Token", token)
-                .call(),
-            ("PUT", Some(b)) => self
-                .agent
-                .put(&url)
-                .header("X-Nomad-Token", token)
-                .send(&b[..]),
-            ("PUT", None) => self
-                .agent
-                .put(&url)
-                .header("X-Nomad-Token", token)
-                .send_empty(),
-            (_, Some(b)) => self
-                .agent
-                .post(&url)
-                .header("X-Nomad-Token", token)
-                .send(&b[..]),
-            (_, None) => self
-                .agent
-                .post(&url)
-                .header("X-Nomad-Token", token)
-                .send_empty(),
-        };
-        let mut response = response.map_err(|e| {
-            format!(
+        let (status, index, text) = exchange(
+            &self.agent,
+            method,
+            &url,
+            token,
+            bytes.as_deref(),
+            MAX_ANSWER,
+        )
+        .map_err(|failure| match failure {
+            Failure::NoAnswer(e) => format!(
                 "{method} {path}: the server at {} did not answer: {e}",
                 self.base
-            )
+            ),
+            Failure::Reading(e) => format!("{method} {path}: reading the answer: {e}"),
         })?;
-        let status = response.status().as_u16();
-        let index = response
-            .headers()
-            .get("X-Nomad-Index")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let text = response
-            .body_mut()
-            .with_config()
-            .limit(MAX_ANSWER)
-            .read_to_string()
-            .map_err(|e| format!("{method} {path}: reading the answer: {e}"))?;
         let sent = Sent {
             method: method.to_string(),
             path,
@@ -179,9 +148,7 @@ impl Api {
 
 /// Unix nanoseconds on the probe's clock.
 pub fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    quiesce::daemon::unix_now_ns()
 }
 
 /// Percent-escapes a path segment or a query value.
