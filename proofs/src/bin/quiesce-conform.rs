@@ -49,37 +49,7 @@ enum Command {
     /// Run scenarios against a Nomad-API cluster over its HTTP API alone, and judge the
     /// invariants visible from outside: one line per scenario and invariant, then
     /// `conforms` (exit 0) or `FAILED` (exit 1).
-    Probe {
-        /// The cluster's HTTP address.
-        #[arg(long, env = "NOMAD_ADDR")]
-        address: String,
-        /// Sent as X-Nomad-Token (needs submit-job, read-job, alloc-lifecycle, read-logs; and
-        /// agent:read for the server's version).
-        #[arg(long, env = "NOMAD_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        #[arg(long, env = "NOMAD_NAMESPACE")]
-        namespace: Option<String>,
-        /// Run only this scenario (repeatable); all by default.
-        #[arg(long = "scenario", value_name = "NAME")]
-        scenarios: Vec<String>,
-        /// The scenarios' shutdown delay (Go duration).
-        #[arg(long, default_value = "1s")]
-        delay: String,
-        /// The witness's path on the cluster's nodes (`quiesce-witness`): its record of the
-        /// signals and the services it saw is read back through /v1/client/fs/logs. Without
-        /// it the tasks run /bin/sleep and what only the witness shows is not observable.
-        #[arg(long)]
-        witness: Option<String>,
-        /// How long a wait may last beyond the delays it covers (Go duration).
-        #[arg(long, default_value = "60s")]
-        patience: String,
-        /// Also write the verdicts as JSON here.
-        #[arg(long, value_name = "FILE.json")]
-        report: Option<String>,
-        /// List the scenarios and the invariants, and exit.
-        #[arg(long)]
-        list: bool,
-    },
+    Probe(ProbeArgs),
     /// Print a part's job as a register body (`{"Job": ...}`, mock_driver tasks), to run
     /// the model's job on a real agent and validate the agent's event log.
     Jobspec {
@@ -90,37 +60,49 @@ enum Command {
     },
 }
 
+/// `quiesce-conform probe`'s options.
+#[derive(clap::Args)]
+struct ProbeArgs {
+    /// The cluster's HTTP address.
+    #[arg(long, env = "NOMAD_ADDR")]
+    address: String,
+    /// Sent as X-Nomad-Token (needs submit-job, read-job, alloc-lifecycle, read-logs; and
+    /// agent:read for the server's version).
+    #[arg(long, env = "NOMAD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[arg(long, env = "NOMAD_NAMESPACE")]
+    namespace: Option<String>,
+    /// Run only this scenario (repeatable); all by default.
+    #[arg(long = "scenario", value_name = "NAME")]
+    scenarios: Vec<String>,
+    /// The scenarios' shutdown delay (Go duration).
+    #[arg(long, default_value = "1s")]
+    delay: String,
+    /// The witness's path on the cluster's nodes (`quiesce-witness`): its record of the
+    /// signals and the services it saw is read back through /v1/client/fs/logs. Without
+    /// it the tasks run /bin/sleep and what only the witness shows is not observable.
+    #[arg(long)]
+    witness: Option<String>,
+    /// How long a wait may last beyond the delays it covers (Go duration).
+    #[arg(long, default_value = "60s")]
+    patience: String,
+    /// Also write the verdicts as JSON here.
+    #[arg(long, value_name = "FILE.json")]
+    report: Option<String>,
+    /// List the scenarios and the invariants, and exit.
+    #[arg(long)]
+    list: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Some(Command::ValidateLog { file, require_full }) => validate_log(file, *require_full),
-        Some(Command::Probe {
-            address,
-            token,
-            namespace,
-            scenarios,
-            delay,
-            witness,
-            patience,
-            report,
-            list,
-        }) => {
-            if *list {
-                list_probe();
-                Ok(true)
-            } else {
-                probe(
-                    address,
-                    token,
-                    namespace,
-                    scenarios,
-                    delay,
-                    witness,
-                    patience,
-                    report.as_deref(),
-                )
-            }
+        Some(Command::Probe(args)) if args.list => {
+            list_probe();
+            Ok(true)
         }
+        Some(Command::Probe(args)) => probe(args),
         Some(Command::Jobspec { config, part }) => {
             config::named_part(config, part.as_deref()).map(|chosen| {
                 let job = quiesce_proofs::adapter::jobspec(&chosen);
@@ -160,28 +142,18 @@ fn list_probe() {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn probe(
-    address: &str,
-    token: &Option<String>,
-    namespace: &Option<String>,
-    scenarios: &[String],
-    delay: &str,
-    witness: &Option<String>,
-    patience: &str,
-    report: Option<&str>,
-) -> Result<bool, String> {
+fn probe(args: &ProbeArgs) -> Result<bool, String> {
     let options = quiesce_proofs::probe::Options {
-        address: address.to_string(),
-        token: token.clone(),
-        namespace: namespace.clone(),
-        scenarios: scenarios.to_vec(),
-        delay_ns: duration("--delay", delay)?,
-        witness: witness.clone(),
-        patience: std::time::Duration::from_nanos(duration("--patience", patience)? as u64),
+        address: args.address.clone(),
+        token: args.token.clone(),
+        namespace: args.namespace.clone(),
+        scenarios: args.scenarios.clone(),
+        delay_ns: duration("--delay", &args.delay)?,
+        witness: args.witness.clone(),
+        patience: std::time::Duration::from_nanos(duration("--patience", &args.patience)? as u64),
     };
     let outcome = quiesce_proofs::probe::probe(&options, |line| println!("{line}"))?;
-    if let Some(file) = report {
+    if let Some(file) = &args.report {
         let text = serde_json::to_string_pretty(&outcome.to_json()).map_err(|e| e.to_string())?;
         std::fs::write(file, text + "\n").map_err(|e| format!("--report {file}: {e}"))?;
     }
