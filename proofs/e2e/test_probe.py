@@ -211,6 +211,13 @@ def test_bad_arguments_are_named(agent):
         done = subprocess.run([CONFORM, "probe", "--address", agent.address, *args],
                               capture_output=True, text=True, env=clean_env())
         assert done.returncode == 2 and words in done.stderr, (args, done.stderr)
+    # --list needs no cluster.
+    done = subprocess.run([CONFORM, "probe", "--list"], capture_output=True, text=True,
+                          env=clean_env())
+    assert done.returncode == 0 and "nomad-overlap" in done.stdout, done.stderr
+    assert "restart_flag_one_shot" in done.stdout
+    done = subprocess.run([CONFORM, "probe"], capture_output=True, text=True, env=clean_env())
+    assert done.returncode == 2 and "--address" in done.stderr, done.stderr
     done = subprocess.run([CONFORM, "probe", "--address", "https://x"],
                           capture_output=True, text=True, env=clean_env())
     assert done.returncode == 2 and "not an http:// URL" in done.stderr, done.stderr

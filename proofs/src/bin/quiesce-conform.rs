@@ -64,8 +64,8 @@ enum Command {
 #[derive(clap::Args)]
 struct ProbeArgs {
     /// The cluster's HTTP address.
-    #[arg(long, env = "NOMAD_ADDR")]
-    address: String,
+    #[arg(long, env = "NOMAD_ADDR", required_unless_present = "list")]
+    address: Option<String>,
     /// Sent as X-Nomad-Token (needs submit-job, read-job, alloc-lifecycle, read-logs; and
     /// agent:read for the server's version).
     #[arg(long, env = "NOMAD_TOKEN", hide_env_values = true)]
@@ -144,7 +144,7 @@ fn list_probe() {
 
 fn probe(args: &ProbeArgs) -> Result<bool, String> {
     let options = quiesce_proofs::probe::Options {
-        address: args.address.clone(),
+        address: args.address.clone().unwrap_or_default(),
         token: args.token.clone(),
         namespace: args.namespace.clone(),
         scenarios: args.scenarios.clone(),
