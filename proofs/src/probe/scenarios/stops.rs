@@ -82,12 +82,24 @@ pub(super) fn judge_stop(
     Ok(out)
 }
 
-pub(super) fn job_stop_flagged(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
-    let spec = stop_path_job(ctx, ctx.job_id("job-stop-flagged", ""), 2);
+/// The stop-path job with `count` allocations, run, stopped (flagged or not) and the stop
+/// judged; with the job as stored after it (now, and its latest version).
+fn stop_path_stopped(
+    ctx: &mut Ctx,
+    scenario: &str,
+    count: u32,
+    flag: bool,
+) -> Result<(Running, Vec<Judgement>, Value, Option<Value>), String> {
+    let spec = stop_path_job(ctx, ctx.job_id(scenario, ""), count);
     let running = ctx.run_job(spec)?;
-    let (sent, answer) = job_stop(ctx, &running.spec.id, true)?;
-    let mut out = judge_stop(ctx, &running, sent, true, &answer.sent.to_string())?;
+    let (sent, answer) = job_stop(ctx, &running.spec.id, flag)?;
+    let out = judge_stop(ctx, &running, sent, flag, &answer.sent.to_string())?;
     let (after, latest) = stored_after(ctx, &running.spec.id)?;
+    Ok((running, out, after, latest))
+}
+
+pub(super) fn job_stop_flagged(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
+    let (running, mut out, after, latest) = stop_path_stopped(ctx, "job-stop-flagged", 2, true)?;
     out.push(judged(
         "jobspec_unchanged",
         jobspec_unchanged_by_stop(&running.stored, &after, latest.as_ref()),
@@ -96,11 +108,7 @@ pub(super) fn job_stop_flagged(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> 
 }
 
 pub(super) fn job_stop_then_start(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
-    let spec = stop_path_job(ctx, ctx.job_id("job-stop", ""), 1);
-    let running = ctx.run_job(spec)?;
-    let (sent, answer) = job_stop(ctx, &running.spec.id, false)?;
-    let mut out = judge_stop(ctx, &running, sent, false, &answer.sent.to_string())?;
-    let (after, latest) = stored_after(ctx, &running.spec.id)?;
+    let (running, mut out, after, latest) = stop_path_stopped(ctx, "job-stop", 1, false)?;
     let mut spec_verdicts = vec![jobspec_unchanged_by_stop(
         &running.stored,
         &after,
