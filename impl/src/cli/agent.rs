@@ -100,6 +100,7 @@ pub(super) fn agent(args: AgentArgs) -> Result<(), String> {
     // A clean stop: everything queued is made durable first. Tasks keep running under their
     // supervisors; an agent started on the same data dir reattaches to them.
     agent.shared.core().commit_durably()?;
+    daemon::http::end_event_streams(&agent.shared);
     println!("==> Caught signal {caught}: state saved; tasks keep running under their supervisors");
     Ok(())
 }

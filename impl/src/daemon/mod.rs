@@ -452,6 +452,11 @@ impl Shared {
         self.core.is_poisoned()
     }
 
+    /// Wakes every reader waiting for a write (the agent is stopping).
+    pub fn wake_readers(&self) {
+        self.changes.send_replace(());
+    }
+
     /// Changes as soon as there is a write (every write changes the index).
     pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
         self.changes.subscribe()

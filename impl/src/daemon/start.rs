@@ -11,7 +11,9 @@ impl Agent {
         raise_open_files_limit();
         let (persist, loaded) = Persist::open(&config.data_dir)?;
         let seed = unix_now_ns() as u64 ^ u64::from(std::process::id()).rotate_left(32);
-        let store = StateStore::restore(loaded.index, loaded.tables, loaded.table_indexes);
+        let mut store = StateStore::restore(loaded.index, loaded.tables, loaded.table_indexes);
+        // The event stream's journal starts with this run, as Nomad's event buffer does.
+        store.journal_events();
         let mut server = Server::restore(store, Vec::new(), seed);
         let acl = restore_acl(loaded.acl)?;
         let (keyring, new_key) = keyring::Keyring::restore_or_create(

@@ -10,7 +10,12 @@ impl Server {
     /// placements from now on, and every blocked evaluation goes back to the broker, as
     /// Nomad unblocks them when a node's capacity changes.
     pub fn upsert_node(&mut self, mut node: Node) -> u64 {
-        let index = self.store.next_index();
+        let kind = if self.store.node(&node.id).is_some() {
+            WriteType::NodeUpdate
+        } else {
+            WriteType::NodeRegister
+        };
+        let index = self.store.next_index(kind);
         node.create_index = self
             .store
             .node(&node.id)
@@ -71,7 +76,7 @@ impl Server {
             return Ok(Some(processed(false)));
         };
         let plan = scheduler::reconcile(&self.store, &eval.job_id);
-        let index = self.store.next_index();
+        let index = self.store.next_index(WriteType::Plan);
         let (queued, for_ports) = self.apply_plan(plan, &eval, index);
         if queued.is_empty() {
             if let Some(stored) = self.store.eval_mut(&eval_id) {
@@ -94,6 +99,9 @@ impl Server {
             return Ok(Some(processed(true)));
         }
         let blocked = self.block(&eval, &queued, for_ports, index);
+        // As Nomad's worker: the blocked evaluation is created in one write, the evaluation
+        // marked complete (linked to it) in the next, so each shows in its own index.
+        let index = self.store.next_index(WriteType::Plan);
         if let Some(stored) = self.store.eval_mut(&eval_id) {
             stored.status = EvalStatus::Complete;
             stored.modify_index = index;

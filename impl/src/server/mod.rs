@@ -3,6 +3,7 @@
 
 mod broker;
 mod evals;
+pub mod events;
 pub mod placement;
 mod plan;
 mod scheduler;
@@ -12,6 +13,7 @@ pub mod structs;
 use crate::ids::IdGen;
 use crate::spec::{Job, SpecErrors};
 pub use broker::EvalBroker;
+use events::WriteType;
 pub use plan::{DesiredUpdates, PlanOutcome};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -274,7 +276,7 @@ impl Server {
             if previous.spec_only() == job.spec_only() && previous.stop == job.stop {
                 // As Nomad: no new version, but an evaluation all the same (it places what
                 // is missing, e.g. an allocation that ended on its own).
-                let index = self.store.next_index();
+                let index = self.store.next_index(WriteType::JobRegister);
                 let eval = self.new_eval(
                     previous,
                     "job-register",
@@ -286,7 +288,7 @@ impl Server {
                 return Ok(WriteResponse { eval_id, index });
             }
         }
-        let index = self.store.next_index();
+        let index = self.store.next_index(WriteType::JobRegister);
         job.version = previous.as_ref().map_or(0, |p| p.version + 1);
         job.create_index = previous.as_ref().map_or(index, |p| p.create_index);
         job.modify_index = index;
@@ -324,7 +326,7 @@ impl Server {
                 index: self.store.index(),
             });
         };
-        let index = self.store.next_index();
+        let index = self.store.next_index(WriteType::JobDeregister);
         let alloc_ids: Vec<AllocId> = self
             .store
             .allocs_by_job(job_id)
@@ -411,7 +413,7 @@ impl Server {
             .alloc(alloc_id)
             .cloned()
             .ok_or_else(|| ServerError::AllocNotFound(alloc_id.to_string()))?;
-        let index = self.store.next_index();
+        let index = self.store.next_index(WriteType::AllocStop);
         let newly_flagged =
             no_shutdown_delay && !alloc.desired_transition.should_ignore_shutdown_delay();
         self.store
@@ -456,7 +458,7 @@ impl Server {
     /// `AllocModifyIndex` (the client does not pull its own writes). A tombstone that is now
     /// client-terminal is removed.
     pub fn client_report(&mut self, alloc_id: &str, report: ClientReport) {
-        let index = self.store.next_index();
+        let index = self.store.next_index(WriteType::AllocClientUpdate);
         let terminal = report.client_status.is_terminal();
         let Some(alloc) = self.store.alloc_for_client(alloc_id) else {
             return;
@@ -482,7 +484,7 @@ impl Server {
             return;
         };
         let job_id = alloc.job_id.clone();
-        let index = self.store.next_index();
+        let index = self.store.next_index(WriteType::ServiceRegister);
         for name in names {
             self.store.put_service(ServiceRegistration {
                 id: service_id(alloc_id, task, name),
@@ -504,7 +506,7 @@ impl Server {
         if !ids.iter().any(|id| self.store.has_service(id)) {
             return 0;
         }
-        self.store.next_index();
+        self.store.next_index(WriteType::ServiceDeregister);
         ids.iter()
             .filter(|id| self.store.delete_service(id))
             .count()

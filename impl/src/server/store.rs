@@ -5,6 +5,7 @@
 //! `index` table): a list answers, and blocks on, its own table's index, so a write to one
 //! table does not wake the readers of another.
 
+use super::events::{Batch, Event, EventJournal, ServiceOwner, Snapshot, Topic, WriteType};
 use super::structs::{
     AllocId, Allocation, EvalId, Evaluation, JobId, Node, NodeId, ServiceRegistration,
 };
@@ -40,6 +41,21 @@ pub struct StateStore {
     /// Records written since the last drain, when a host stores them durably (the daemon);
     /// `None` keeps no journal (the simulator, which clones stores freely).
     written: Option<BTreeSet<Record>>,
+    /// The event journal, when a host publishes the event stream (the daemon); `None`
+    /// keeps none. With it, the write in progress: what it changed so far.
+    events: Option<EventJournal>,
+    open: Option<OpenWrite>,
+}
+
+/// A write's changes until it ends (the next write starts, or a reader looks): its
+/// records, in the order first changed, and those it deleted, as they were.
+#[derive(Clone, Debug)]
+struct OpenWrite {
+    index: u64,
+    kind: WriteType,
+    order: Vec<Record>,
+    seen: BTreeSet<Record>,
+    deleted: BTreeMap<Record, Snapshot>,
 }
 
 /// The index of each table's last write (a deletion included).
@@ -142,6 +158,14 @@ impl StateStore {
             Record::Service(_) => tables.services = index,
             Record::Node(_) => tables.nodes = index,
         }
+        if self.events.is_some() && record != Record::Index {
+            let open = self
+                .open
+                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl));
+            if open.seen.insert(record.clone()) {
+                open.order.push(record.clone());
+            }
+        }
         if let Some(written) = self.written.as_mut() {
             written.insert(record);
         }
@@ -171,12 +195,116 @@ impl StateStore {
         self.index
     }
 
-    /// Starts a write: the index every record it changes is stamped with. (The daemon's
-    /// ACL writes take one too, as Nomad's Raft writes do.)
-    pub fn next_index(&mut self) -> u64 {
+    /// Starts a write of `kind`: the index every record it changes is stamped with. (The
+    /// daemon's ACL writes take one too, as Nomad's Raft writes do.)
+    pub fn next_index(&mut self, kind: WriteType) -> u64 {
+        self.close_write();
         self.wrote(Record::Index);
         self.index += 1;
+        if self.events.is_some() {
+            self.open = Some(OpenWrite::new(self.index, kind));
+        }
         self.index
+    }
+
+    /// Starts keeping the event journal (see [`super::events`]): every write from now on
+    /// publishes what it changed.
+    pub fn journal_events(&mut self) {
+        self.events.get_or_insert_with(EventJournal::default);
+    }
+
+    /// The event journal up to the last write (which has ended: readers look between
+    /// writes), if one is kept.
+    pub fn events(&mut self) -> Option<&EventJournal> {
+        self.close_write();
+        self.events.as_ref()
+    }
+
+    /// Ends the write in progress: its events, each record as it is now (or, deleted, as
+    /// it was), go to the journal.
+    fn close_write(&mut self) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        let OpenWrite {
+            index,
+            kind,
+            order,
+            mut deleted,
+            ..
+        } = open;
+        let mut events = Vec::with_capacity(order.len());
+        for record in order {
+            let snapshot = match &record {
+                Record::Index => None,
+                Record::Job(id) => self.job(id).map(|job| Snapshot::Job {
+                    status: self.job_status(job),
+                    job: Box::new(job.clone()),
+                    deleted: false,
+                }),
+                Record::Alloc(id) => self
+                    .alloc_for_client(id)
+                    .map(|alloc| Snapshot::Alloc(Box::new(alloc.clone()))),
+                Record::Eval(id) => self
+                    .eval(id)
+                    .map(|eval| Snapshot::Eval(Box::new(eval.clone()))),
+                Record::Service(id) => self.service(id).map(|service| Snapshot::Service {
+                    owner: self.service_owner(service),
+                    service: service.clone(),
+                    deleted: false,
+                }),
+                Record::Node(id) => self
+                    .node(id)
+                    .map(|node| Snapshot::Node(Box::new(node.clone()))),
+            };
+            let Some(snapshot) = snapshot.or_else(|| deleted.remove(&record)) else {
+                continue;
+            };
+            events.push(event_of(kind, snapshot));
+        }
+        if let Some(journal) = self.events.as_mut() {
+            journal.push(Batch { index, events });
+        }
+    }
+
+    fn service_owner(&self, service: &ServiceRegistration) -> Option<ServiceOwner> {
+        self.alloc_for_client(&service.alloc_id)
+            .map(|alloc| ServiceOwner {
+                job: alloc.job.clone(),
+                task_group: alloc.task_group.clone(),
+                ports: alloc.ports.clone(),
+                namespace: alloc.namespace.clone(),
+            })
+    }
+
+    /// Keeps what a write deletes, for its event.
+    fn deleting(&mut self, record: Record, snapshot: impl FnOnce(&Self) -> Option<Snapshot>) {
+        if self.events.is_none() {
+            return;
+        }
+        if let Some(snapshot) = snapshot(self) {
+            let index = self.index;
+            self.open
+                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl))
+                .deleted
+                .insert(record, snapshot);
+        }
+    }
+
+    /// Nomad's job status: `running` while an allocation runs, `dead` once stopped (or
+    /// done) with none running, `pending` before any ran.
+    pub fn job_status(&self, job: &Job) -> &'static str {
+        let mut any = false;
+        let mut live = false;
+        for alloc in self.allocs_by_job(&job.id).filter(|a| !a.tombstone) {
+            any = true;
+            live |= !alloc.client_status.is_terminal();
+        }
+        match (live, job.stop, any) {
+            (true, _, _) => "running",
+            (false, true, _) | (false, false, true) => "dead",
+            (false, false, false) => "pending",
+        }
     }
 
     pub fn job(&self, id: &str) -> Option<&Job> {
@@ -271,6 +399,14 @@ impl StateStore {
     }
 
     pub(super) fn delete_job(&mut self, id: &str) {
+        self.deleting(Record::Job(id.to_string()), |store| {
+            let job = store.job(id)?;
+            Some(Snapshot::Job {
+                status: store.job_status(job),
+                job: Box::new(job.clone()),
+                deleted: true,
+            })
+        });
         self.wrote(Record::Job(id.to_string()));
         self.jobs.remove(id);
     }
@@ -309,6 +445,13 @@ impl StateStore {
 
     /// Deletes an allocation; journalled, since its client will no longer find it.
     pub(super) fn delete_alloc(&mut self, id: &str) {
+        // Its last state is published, as an update: Nomad keeps a purged job's
+        // allocations until they are collected, so its stream shows their end.
+        self.deleting(Record::Alloc(id.to_string()), |store| {
+            Some(Snapshot::Alloc(Box::new(
+                store.alloc_for_client(id)?.clone(),
+            )))
+        });
         self.wrote(Record::Alloc(id.to_string()));
         if let Some(alloc) = self.allocs.remove(id) {
             self.client_changes.push(alloc.id.clone());
@@ -334,6 +477,14 @@ impl StateStore {
     }
 
     pub(super) fn delete_service(&mut self, id: &str) -> bool {
+        self.deleting(Record::Service(id.to_string()), |store| {
+            let service = store.service(id)?;
+            Some(Snapshot::Service {
+                owner: store.service_owner(service),
+                service: service.clone(),
+                deleted: true,
+            })
+        });
         self.wrote(Record::Service(id.to_string()));
         self.services.remove(id).is_some()
     }
@@ -354,5 +505,58 @@ impl StateStore {
     /// The node an allocation runs on, for hosts that route pulls.
     pub fn node_of(&self, alloc_id: &str) -> Option<&NodeId> {
         self.allocs.get(alloc_id).map(|alloc| &alloc.node_id)
+    }
+}
+
+impl OpenWrite {
+    fn new(index: u64, kind: WriteType) -> OpenWrite {
+        OpenWrite {
+            index,
+            kind,
+            order: Vec::new(),
+            seen: BTreeSet::new(),
+            deleted: BTreeMap::new(),
+        }
+    }
+}
+
+/// The event of one record a write of `kind` changed.
+fn event_of(kind: WriteType, snapshot: Snapshot) -> Event {
+    let (topic, key, filter_keys, namespace) = match &snapshot {
+        Snapshot::Alloc(alloc) => (
+            Topic::Allocation,
+            alloc.id.clone(),
+            vec![alloc.job_id.clone(), String::new()],
+            alloc.namespace.clone(),
+        ),
+        Snapshot::Job { job, .. } => (
+            Topic::Job,
+            job.id.clone(),
+            Vec::new(),
+            job.namespace.clone(),
+        ),
+        Snapshot::Eval(eval) => (
+            Topic::Evaluation,
+            eval.id.clone(),
+            vec![eval.job_id.clone(), String::new()],
+            eval.namespace.clone(),
+        ),
+        Snapshot::Service { service, owner, .. } => (
+            Topic::Service,
+            service.id.clone(),
+            vec![service.job_id.clone(), service.service_name.clone()],
+            owner
+                .as_ref()
+                .map_or_else(|| "default".to_string(), |o| o.namespace.clone()),
+        ),
+        Snapshot::Node(node) => (Topic::Node, node.id.clone(), Vec::new(), String::new()),
+    };
+    Event {
+        topic,
+        event_type: kind.event_type(topic),
+        key,
+        filter_keys,
+        namespace,
+        snapshot,
     }
 }

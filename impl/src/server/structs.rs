@@ -233,7 +233,7 @@ pub struct Evaluation {
 
 /// A client node (`/v1/node/:id`): the daemon's one node, as Nomad's API shows it. The
 /// simulator's nodes are names only and have no record.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Node {
     #[serde(rename = "ID")]

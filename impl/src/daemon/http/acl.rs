@@ -40,6 +40,8 @@ pub(super) enum Need {
     NodeRead,
     /// `agent` write (a join).
     AgentWrite,
+    /// A management token (Nomad's rule for what it cannot filter by namespace).
+    Management,
 }
 
 /// `Ok` if the token may, else Nomad's 403. Every object quiesce holds is in `default`
@@ -55,6 +57,7 @@ pub(super) fn check(authority: &Authority, need: Need) -> Result<(), ApiError> {
         Need::AgentRead => authority.allows_agent(false),
         Need::NodeRead => authority.allows_node(false),
         Need::AgentWrite => authority.allows_agent(true),
+        Need::Management => authority.is_management(),
     };
     authority.require(allowed).map_err(acl_error)
 }
@@ -202,7 +205,12 @@ fn acl_write(
     let index = core.server.store.index() + 1;
     let (answer, writes) =
         change(&mut core.acl, index, crate::daemon::unix_now_ns()).map_err(acl_error)?;
-    assert_eq!(core.server.store.next_index(), index);
+    assert_eq!(
+        core.server
+            .store
+            .next_index(crate::server::events::WriteType::Acl),
+        index
+    );
     let stored = core.commit_durably_with(writes);
     shared.notify(&core);
     if let Err(e) = stored {

@@ -36,31 +36,20 @@ pub(super) fn job_summary(shared: &Shared, id: &str, query: &Query) -> Result<Re
     )
 }
 
-/// Nomad's job status: `running` while an allocation runs, `dead` once stopped (or done)
-/// with none running, `pending` before any ran.
+/// Nomad's job status (see [`StateStore::job_status`]).
 pub(super) fn job_status(core: &Core, job: &Job) -> &'static str {
-    let mut allocs = core
-        .server
-        .store
-        .allocs_by_job(&job.id)
-        .filter(|a| !a.tombstone);
-    let mut any = false;
-    let mut live = false;
-    for alloc in allocs.by_ref() {
-        any = true;
-        live |= !alloc.client_status.is_terminal();
-    }
-    match (live, job.stop, any) {
-        (true, _, _) => "running",
-        (false, true, _) | (false, false, true) => "dead",
-        (false, false, false) => "pending",
-    }
+    core.server.store.job_status(job)
 }
 
 pub(super) fn job_json(core: &Core, job: &Job) -> Value {
+    job_json_with(job, job_status(core, job))
+}
+
+/// A job as Nomad shows it, with its status.
+pub(super) fn job_json_with(job: &Job, status: &str) -> Value {
     let mut value = serde_json::to_value(job).expect("jobs serialize");
     let object = value.as_object_mut().expect("a job is an object");
-    object.insert("Status".into(), json!(job_status(core, job)));
+    object.insert("Status".into(), json!(status));
     object.insert("StatusDescription".into(), json!(""));
     object.insert("Stable".into(), json!(false));
     value

@@ -58,21 +58,12 @@ pub(super) async fn follow(
     request: ApiRequest,
     followed: Followed,
 ) -> Result<(&'static str, tokio::sync::mpsc::Receiver<bytes::Bytes>), ApiError> {
-    use std::sync::atomic::Ordering;
-    if FOLLOWERS.fetch_add(1, Ordering::SeqCst) >= MAX_FOLLOWERS {
-        FOLLOWERS.fetch_sub(1, Ordering::SeqCst);
-        return Err(error(
+    let slot = Slot::take(&FOLLOWERS, MAX_FOLLOWERS).ok_or_else(|| {
+        error(
             429,
             format!("at most {MAX_FOLLOWERS} logs are followed at once"),
-        ));
-    }
-    struct Slot;
-    impl Drop for Slot {
-        fn drop(&mut self) {
-            FOLLOWERS.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-    let slot = Slot;
+        )
+    })?;
     // The first read as asked (its origin and offset), without `follow` and `plain`; the
     // later ones from the offset reached.
     let (path, query) = request.url.split_once('?').unwrap_or((&request.url, ""));

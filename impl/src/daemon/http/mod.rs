@@ -12,6 +12,7 @@ pub(super) mod acl;
 mod agent;
 mod allocs;
 mod blocking;
+mod events;
 pub(super) mod guard;
 mod jobs;
 mod logs;
@@ -25,6 +26,7 @@ use acl::{acl_routes, authority, check, Need};
 use agent::*;
 use allocs::*;
 use blocking::*;
+pub use events::end_all as end_event_streams;
 use guard::browser_guard;
 use jobs::*;
 use nodes::*;
@@ -239,9 +241,10 @@ fn route(
             need(Need::Nothing).and_then(|()| plain(json!([shared.config.bind.to_string()])))
         }
         "regions" if is_get => need(Need::Nothing).and_then(|()| regions(shared)),
+        // A GET of the event stream is answered by the connection layer (`events.rs`).
         "jobs" | "jobs/parse" | "validate/job" | "allocations" | "evaluations" | "services"
         | "nodes" | "agent/self" | "agent/members" | "agent/join" | "metrics" | "status/leader"
-        | "status/peers" | "regions" => invalid(),
+        | "status/peers" | "regions" | "event/stream" => invalid(),
         _ => {
             if let Some(acl) = rest.strip_prefix("acl/") {
                 return acl_routes(shared, authority, method, acl, body);

@@ -42,7 +42,7 @@ fn read_resources() -> Value {
     })
 }
 
-fn node_json(node: &Node) -> Value {
+pub(super) fn node_json(node: &Node) -> Value {
     let mut value = serde_json::to_value(node).expect("nodes serialize");
     let object = value.as_object_mut().expect("a node is an object");
     for (key, extra) in [

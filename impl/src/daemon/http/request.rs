@@ -124,6 +124,28 @@ pub(super) fn parse_bool(value: &str) -> Option<bool> {
     }
 }
 
+/// One of a bounded number of long-lived answers (followed logs, event streams), given back
+/// when dropped.
+pub(super) struct Slot(&'static std::sync::atomic::AtomicUsize);
+
+impl Slot {
+    /// A slot of `count`, unless `max` are taken.
+    pub(super) fn take(count: &'static std::sync::atomic::AtomicUsize, max: usize) -> Option<Slot> {
+        use std::sync::atomic::Ordering;
+        if count.fetch_add(1, Ordering::SeqCst) >= max {
+            count.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Slot(count))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -260,6 +260,21 @@ async fn respond(
         body,
         _reading: reading,
     };
+    if super::events::streams(&request) {
+        return Ok(match super::events::stream(shared, request).await {
+            Ok(lines) => {
+                let mut response = Response::new(AnswerBody::Stream(lines));
+                let headers = response.headers_mut();
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                headers.insert(
+                    hyper::header::CACHE_CONTROL,
+                    HeaderValue::from_static("no-cache"),
+                );
+                response
+            }
+            Err(e) => render(Err(e)),
+        });
+    }
     if let Some(followed) = super::logs::follows(&request) {
         return Ok(match super::logs::follow(shared, request, followed).await {
             Ok((content_type, chunks)) => {

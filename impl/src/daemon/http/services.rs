@@ -36,25 +36,9 @@ pub(super) fn get_service(shared: &Shared, name: &str, query: &Query) -> Result<
         .services()
         .filter(|s| s.service_name == name)
         .map(|s| {
-            let mut value = serde_json::to_value(s).expect("services serialize");
-            value["Namespace"] = json!("default");
-            value["NodeID"] = json!(node);
-            value["Datacenter"] = json!(shared.config.datacenter);
-            value["ModifyIndex"] = json!(s.create_index);
             let alloc = core.server.store.alloc_for_client(&s.alloc_id);
-            let spec = alloc.and_then(|alloc| service_spec(alloc, &s.task, &s.service_name));
-            let tags = spec.and_then(|spec| spec.tags.clone()).unwrap_or_default();
-            let port = spec
-                .filter(|spec| !spec.port_label.is_empty())
-                .and_then(|spec| {
-                    let ports = &alloc.expect("the spec is the allocation's").ports;
-                    ports.iter().find(|p| p.label == spec.port_label)
-                })
-                .map_or(0, |p| p.value);
-            value["Tags"] = json!(tags);
-            value["Address"] = json!(shared.config.bind.ip().to_string());
-            value["Port"] = json!(port);
-            value
+            let owner = alloc.map(|a| (a.job.as_ref(), a.task_group.as_str(), a.ports.as_slice()));
+            service_json(shared, &node, s, owner)
         })
         .collect();
     ok(
@@ -63,17 +47,42 @@ pub(super) fn get_service(shared: &Shared, name: &str, query: &Query) -> Result<
     )
 }
 
-/// The spec of an allocation's service (`task` empty for a group service).
+/// A registration as Nomad shows it, with its allocation's job, group and ports (`owner`;
+/// without them, no tags and no port).
+pub(super) fn service_json(
+    shared: &Shared,
+    node: &str,
+    s: &crate::server::structs::ServiceRegistration,
+    owner: Option<(&Job, &str, &[crate::server::structs::AllocatedPort])>,
+) -> Value {
+    let mut value = serde_json::to_value(s).expect("services serialize");
+    value["Namespace"] = json!("default");
+    value["NodeID"] = json!(node);
+    value["Datacenter"] = json!(shared.config.datacenter);
+    value["ModifyIndex"] = json!(s.create_index);
+    let spec = owner.and_then(|(job, group, _)| service_spec(job, group, &s.task, &s.service_name));
+    let tags = spec.and_then(|spec| spec.tags.clone()).unwrap_or_default();
+    let port = spec
+        .filter(|spec| !spec.port_label.is_empty())
+        .and_then(|spec| {
+            let (_, _, ports) = owner.expect("the spec is the allocation's");
+            ports.iter().find(|p| p.label == spec.port_label)
+        })
+        .map_or(0, |p| p.value);
+    value["Tags"] = json!(tags);
+    value["Address"] = json!(shared.config.bind.ip().to_string());
+    value["Port"] = json!(port);
+    value
+}
+
+/// The spec of a service of a job's group (`task` empty for a group service).
 fn service_spec<'a>(
-    alloc: &'a crate::server::structs::Allocation,
+    job: &'a Job,
+    group: &str,
     task: &str,
     name: &str,
 ) -> Option<&'a spec::Service> {
-    let group = alloc
-        .job
-        .task_groups
-        .iter()
-        .find(|g| g.name == alloc.task_group)?;
+    let group = job.task_groups.iter().find(|g| g.name == group)?;
     let services = if task.is_empty() {
         group.services.as_deref()
     } else {
