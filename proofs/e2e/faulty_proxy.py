@@ -15,11 +15,21 @@ for one fault, each of which breaks exactly one invariant the probe must catch a
 * `late-leader` moves the `Terminated` and `Killed` events of each allocation's `leader`
   task 10 s later — a client that killed the other tasks before the leader had ended
   (`kill_order`);
+* `late-flag` hides, in the event stream, `DesiredTransition.NoShutdownDelay` from each
+  allocation until the stream has shown it set to stop — a server that wrote the flag
+  after the stop (`stop_recorded`; only the stream shows the order of two writes);
+* `late-deregistration` holds back, in the event stream, each allocation's service
+  deregistrations until the stream has shown it client-terminal, and then sends them at a
+  later index — a server that deregistered after the kill (`prestop_hooks_always_run`, seen
+  without the witness);
+* `hide-event-stream` is no fault: it answers `/v1/event/stream` 404, as a server that
+  offers no stream, so that the probe goes without it;
 * `hide-raw-exec` is no fault: it hides the raw_exec driver from `/v1/nodes`, so that the
   probe falls back to mock_driver tasks;
 * `none` changes nothing.
 
-Only JSON bodies on the named paths are touched; everything else passes byte for byte."""
+Only JSON bodies on the named paths are touched; everything else passes byte for byte. The
+event stream (`/v1/event/stream`) is relayed line by line as it comes."""
 
 import http.client
 import http.server
@@ -28,7 +38,9 @@ import threading
 import urllib.parse
 
 FAULTS = ("none", "drop-flag", "rewrite-delay", "strip-flag", "stale-services", "late-leader",
-          "hide-raw-exec")
+          "late-flag", "late-deregistration", "hide-event-stream", "hide-raw-exec")
+STREAM_FAULTS = ("late-flag", "late-deregistration")
+TERMINAL = ("complete", "failed", "lost")
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
               "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade"}
 SECOND = 1_000_000_000
@@ -207,6 +219,46 @@ class FaultyProxy:
         return json.dumps(parsed).encode()
 
 
+    def fault_stream_line(self, line, state):
+        """The lines to relay for one line of the event stream, under a stream fault."""
+        batch = as_json(line) if self.fault in STREAM_FAULTS else None
+        if not isinstance(batch, dict) or not isinstance(batch.get("Events"), list):
+            return [line]
+        kept, released, changed = [], [], False
+        for event in batch["Events"]:
+            payload = event.get("Payload") if isinstance(event, dict) else None
+            alloc = (payload or {}).get("Allocation") if event.get("Topic") == "Allocation" else None
+            alloc = alloc if isinstance(alloc, dict) else None
+            if self.fault == "late-flag" and alloc is not None:
+                stopped = state.setdefault("stopped", set())
+                if alloc.get("DesiredStatus") == "stop":
+                    stopped.add(alloc.get("ID"))
+                transition = alloc.get("DesiredTransition")
+                if alloc.get("ID") not in stopped and isinstance(transition, dict) \
+                        and transition.pop("NoShutdownDelay", None) is not None:
+                    changed = True
+            if self.fault == "late-deregistration":
+                held = state.setdefault("held", {})
+                if event.get("Topic") == "Service" and event.get("Type") == "ServiceDeregistration":
+                    owner = ((payload or {}).get("Service") or {}).get("AllocID")
+                    held.setdefault(owner, []).append(event)
+                    changed = True
+                    continue
+                if alloc is not None and alloc.get("ClientStatus") in TERMINAL:
+                    released += held.pop(alloc.get("ID"), [])
+            kept.append(event)
+        if not changed and not released:
+            return [line]
+        self._count()
+        lines = [json.dumps({**batch, "Events": kept}).encode() + b"\n"] if kept else []
+        if released:
+            later = batch.get("Index", 0) + 1
+            for event in released:
+                event["Index"] = later
+            lines.append(json.dumps({"Index": later, "Events": released}).encode() + b"\n")
+        return lines
+
+
 class _Server(http.server.ThreadingHTTPServer):
     request_queue_size = 64  # the default 5 makes a burst of connections wait on SYN retries
 
@@ -223,12 +275,51 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         length = self.headers.get("Content-Length")
         body = self.rfile.read(int(length)) if length else None
         target, body = proxy.fault_request(self.path, body)
+        if self.command == "GET" and target.partition("?")[0] == "/v1/event/stream":
+            if proxy.fault == "hide-event-stream":
+                proxy._count()
+                return self.answer(404, [("Content-Type", "text/plain")], b"")
+            return self.relay_stream(proxy, target)
         try:
             status, headers, answer = self.upstream(proxy, target, body)
         except (OSError, http.client.HTTPException) as error:
             text = f"faulty proxy: upstream {proxy.upstream_netloc} unreachable: {error}\n"
             return self.answer(502, [("Content-Type", "text/plain; charset=utf-8")], text.encode())
         self.answer(status, headers, proxy.fault_response(self.command, target, answer))
+
+    def relay_stream(self, proxy, target):
+        """Relays the event stream line by line, each through the stream fault if any, until
+        either side ends it."""
+        conn = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=120)
+        try:
+            conn.putrequest("GET", target, skip_host=True, skip_accept_encoding=True)
+            conn.putheader("Host", proxy.upstream_netloc)
+            for name, value in self.headers.items():
+                if name.lower() not in HOP_BY_HOP | {"host", "content-length"}:
+                    conn.putheader(name, value)
+            conn.endheaders()
+            response = conn.getresponse()
+            if response.status != 200:
+                return self.answer(response.status, response.getheaders(), response.read())
+            self.close_connection = True
+            self.send_response_only(200)
+            for name, value in response.getheaders():
+                if name.lower() not in HOP_BY_HOP | {"content-length"}:
+                    self.send_header(name, value)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            state = {}
+            while True:
+                line = response.readline()
+                if not line:
+                    return
+                for out in proxy.fault_stream_line(line, state):
+                    self.wfile.write(out)
+                self.wfile.flush()
+        except (OSError, http.client.HTTPException):
+            return
+        finally:
+            conn.close()
 
     def upstream(self, proxy, target, body):
         """Sends the request on to the upstream; its status, headers and body."""

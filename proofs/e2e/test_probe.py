@@ -130,6 +130,41 @@ def test_a_faulty_server_is_caught_and_the_broken_invariant_named(agent, fault, 
     assert probe_jobs(agent) == []
 
 
+# Faults only the event stream shows: the order of the server's writes. `late-deregistration`
+# runs without the witness, so that the stream is the only evidence.
+@pytest.mark.parametrize("fault,invariant,witness,evidence", [
+    ("late-flag", "stop_recorded", True, "after the write of"),
+    ("late-deregistration", "prestop_hooks_always_run", False, "deregistered only at index"),
+])
+def test_a_fault_only_the_event_stream_shows_is_caught(agent, fault, invariant, witness, evidence):
+    scenarios = ["job-stop-flagged", "alloc-stop-scoped"]
+    with FaultyProxy(agent.address, fault) as proxy:
+        args = [a for s in scenarios for a in ("--scenario", s)]
+        code, output, report = probe(proxy.address, *args, witness=witness)
+        assert proxy.rewritten > 0, f"the {fault} proxy changed nothing"
+    assert code == 1, output
+    assert report["event_stream"].startswith("read from index"), report["event_stream"]
+    seen = verdicts(report)
+    for scenario in scenarios:
+        named = {i for (s, i), v in seen.items() if s == scenario and v == "VIOLATED"}
+        assert named == {invariant}, (scenario, named, output)
+    line = next(l for l in output.splitlines() if f"  {invariant}  VIOLATED" in l)
+    assert evidence in line, line
+    assert probe_jobs(agent) == []
+
+
+def test_without_the_event_stream_the_probe_says_so_and_still_conforms(agent):
+    with FaultyProxy(agent.address, "hide-event-stream") as proxy:
+        code, output, report = probe(proxy.address, "--scenario", "job-stop-flagged")
+        assert proxy.rewritten > 0
+    assert code == 0, output
+    assert "event stream: not used: not offered (GET /v1/event/stream" in output, output
+    seen = verdicts(report)
+    assert all(seen[("job-stop-flagged", i)] == "holds" for i in MUST_HOLD["job-stop-flagged"])
+    # No finding of the stream's.
+    assert "the stream" not in json.dumps(report["scenarios"])
+
+
 def test_where_no_node_offers_raw_exec_the_probe_runs_mock_tasks(agent):
     with FaultyProxy(agent.address, "hide-raw-exec") as proxy:
         code, output, report = probe(proxy.address, "--scenario", "job-stop-flagged",

@@ -89,6 +89,10 @@ impl Api {
         &self.base
     }
 
+    pub fn token(&self) -> &str {
+        self.token.as_deref().unwrap_or_default()
+    }
+
     pub fn namespace(&self) -> &str {
         self.namespace.as_deref().unwrap_or("default")
     }

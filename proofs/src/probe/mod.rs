@@ -11,6 +11,7 @@
 //! * [`run`]: registering a job and waiting for it to run, waiting for a stop, purging;
 //! * [`judge`]: a stop judged from what it left (its delays in `judge/delays.rs`; pre-kill, kill order, completion,
 //!   the stored job);
+//! * [`stream`]: the server's event stream, where it offers one, read on its own thread;
 //! * [`scenarios`]: the scenarios (the stop path's in `stops.rs`, Nomad's tests in
 //!   `nomad.rs`);
 //! * [`verdict`]: verdicts and the pure rules behind them.
@@ -21,6 +22,7 @@ pub mod judge;
 pub mod observe;
 pub mod run;
 pub mod scenarios;
+pub mod stream;
 pub mod verdict;
 
 use serde_json::{json, Value};
@@ -52,6 +54,8 @@ pub struct Report {
     pub extensions: Vec<String>,
     pub witness: Option<String>,
     pub driver: &'static str,
+    /// The event stream: read from an index, or why not.
+    pub event_stream: String,
     pub scenarios: Vec<ScenarioReport>,
     pub interrupted: bool,
     pub seconds: f64,
@@ -72,6 +76,7 @@ impl Report {
             "extensions": self.extensions,
             "witness": self.witness,
             "driver": self.driver,
+            "event_stream": self.event_stream,
             "scenarios": self.scenarios.iter().map(|s| json!({
                 "name": s.name,
                 "about": s.about,
@@ -233,14 +238,26 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
             extensions.names.join(", ")
         )
     });
+    let run_id = run_id();
+    let prefix = format!("quiesce-probe-{run_id}-");
+    // From the index the server is at now: every write of the probe's jobs comes after.
+    let stream = api
+        .send("GET", "/v1/jobs", None)
+        .and_then(|answer| stream::EventStream::open(&api, &prefix, answer.index));
+    let event_stream = match &stream {
+        Ok(stream) => format!("read from index {}", stream.from_index),
+        Err(why) => format!("not used: {why}"),
+    };
+    print(&format!("event stream: {event_stream}"));
     let mut ctx = run::Ctx {
         api: &api,
+        stream: stream.ok(),
         quiesce,
         nomad_version,
         delay_ns: options.delay_ns,
         tasks: tasks.clone(),
         extensions,
-        run_id: run_id(),
+        run_id,
         created: Vec::new(),
         patience: options.patience,
     };
@@ -285,6 +302,7 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
         } else {
             "raw_exec"
         },
+        event_stream,
         scenarios: reports,
         interrupted: run::INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed),
         seconds: started.elapsed().as_secs_f64(),

@@ -105,6 +105,8 @@ pub struct AllocView {
     /// `DesiredTransition.NoShutdownDelay`: absent, null, false or true.
     pub no_shutdown_delay: Option<bool>,
     pub tasks: BTreeMap<String, TaskView>,
+    /// The index of its last write, as read.
+    pub modify_index: u64,
 }
 
 impl AllocView {
@@ -141,6 +143,7 @@ impl AllocView {
             reschedule: transition["Reschedule"].as_bool() == Some(true),
             no_shutdown_delay: transition["NoShutdownDelay"].as_bool(),
             tasks,
+            modify_index: value["ModifyIndex"].as_u64().unwrap_or(0),
         })
     }
 }

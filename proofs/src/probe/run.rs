@@ -30,6 +30,8 @@ impl Extensions {
 
 pub struct Ctx<'a> {
     pub api: &'a Api,
+    /// The server's event stream, where it offers one.
+    pub stream: Option<super::stream::EventStream>,
     /// The server said it is quiesce (`/v1/agent/self`).
     pub quiesce: bool,
     /// Nomad's version (major, minor), if the server is Nomad and said it.
@@ -46,6 +48,8 @@ pub struct Ctx<'a> {
 }
 
 const POLL: Duration = Duration::from_millis(25);
+/// How long the probe waits for the event stream to catch up with what it read.
+const STREAM_PATIENCE: Duration = Duration::from_secs(5);
 
 /// A job the probe registered and saw running.
 pub struct Running {
@@ -206,6 +210,16 @@ impl Ctx<'_> {
                 .map(|t| t.delay_ns + t.kill_timeout_ns.unwrap_or(5_000_000_000))
                 .sum::<i64>();
         self.patience + Duration::from_nanos(ns.max(0) as u64)
+    }
+
+    /// What the event stream showed, once it has shown each of `allocs` as last read (or
+    /// waited a while for it): `None` where there is no stream.
+    pub fn streamed(&self, allocs: &[AllocView]) -> Option<super::stream::StreamView> {
+        let stream = self.stream.as_ref()?;
+        for alloc in allocs {
+            stream.wait_for_alloc(&alloc.id, alloc.modify_index, STREAM_PATIENCE);
+        }
+        Some(stream.view())
     }
 
     /// Each task's witness records, where the witness ran (`None`: no witness, or its log

@@ -3,6 +3,7 @@
 //! task events, completion, and where a stored job changed. Pure functions of what was read.
 
 mod delays;
+pub mod stream;
 #[cfg(test)]
 mod tests;
 

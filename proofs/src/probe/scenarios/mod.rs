@@ -86,6 +86,11 @@ pub(super) fn alloc_stop(ctx: &Ctx, alloc: &str, query: &str) -> Result<(i64, An
     Ok((sent, answer))
 }
 
+/// The index of a stop's write: its answer's `Index`, else its `X-Nomad-Index`.
+pub(super) fn stop_index(answer: &Answer) -> u64 {
+    answer.body["Index"].as_u64().unwrap_or(answer.index)
+}
+
 /// The job as stored now, and its versions' latest.
 pub(super) fn stored_after(ctx: &Ctx, job: &str) -> Result<(Value, Option<Value>), String> {
     let now = ctx.api.get(&format!("/v1/job/{}", escape(job)))?;

@@ -5,22 +5,28 @@
 use super::super::api::{escape, now_ns, Answer};
 use super::super::judge;
 use super::super::judge::short;
+use super::super::judge::stream;
 use super::super::observe::{self, kinds, AllocView};
 use super::super::run::{Ctx, Extensions, Running};
+use super::super::stream::StreamView;
 use super::super::verdict::{self, ms, Delay, DelaySeen, Judgement, Verdict};
 use super::*;
 
-/// Judges a stop of `running` (flagged or not) from what it left behind.
+/// Judges a stop of `running` (flagged or not), answered with `answer`, from what it left
+/// behind; with what the event stream showed of it, if there is one.
 pub(super) fn judge_stop(
     ctx: &Ctx,
     running: &Running,
     sent: i64,
     flag: bool,
-    request: &str,
-) -> Result<Vec<Judgement>, String> {
+    answer: &Answer,
+) -> Result<(Vec<Judgement>, Option<StreamView>), String> {
+    let request = &answer.sent.to_string();
+    let index = stop_index(answer);
     let ids: Vec<String> = running.allocs.iter().map(|a| a.id.clone()).collect();
     let limit = ctx.stop_limit(&running.spec);
     let (allocs, done) = ctx.wait_terminal(&ids, limit)?;
+    let streamed = ctx.streamed(&allocs);
     let mut delays = Vec::new();
     let mut unseen = Vec::new();
     let mut prestop = Vec::new();
@@ -38,6 +44,9 @@ pub(super) fn judge_stop(
         delays.extend(seen);
         unseen.extend(missing);
         prestop.push(judge::prestop(&running.spec, alloc, sent, &witnessed, true));
+        prestop.extend(streamed.as_ref().and_then(|view| {
+            stream::deregistered_before_the_end(view, &running.spec, &alloc.id, index, true)
+        }));
         order.push(judge::kill_order(&running.spec, alloc));
     }
     let with_unseen = |v: Verdict| {
@@ -64,6 +73,11 @@ pub(super) fn judge_stop(
                     ))
                 }
             })
+            .chain(streamed.iter().flat_map(|view| {
+                allocs
+                    .iter()
+                    .map(|a| stream::flag_with_stop(view, &a.id, index, request))
+            }))
             .collect();
         out.push(judged("stop_recorded", Verdict::all(recorded)));
     } else {
@@ -79,41 +93,71 @@ pub(super) fn judge_stop(
         "stops_complete",
         judge::stops_complete(ctx.api, &running.spec, &allocs, done, limit)?,
     ));
-    Ok(out)
+    Ok((out, streamed))
 }
 
 /// The stop-path job with `count` allocations, run, stopped (flagged or not) and the stop
 /// judged; with the job as stored after it (now, and its latest version).
+/// The stop-path job with `count` allocations, run, stopped (flagged or not) and the stop
+/// judged; with whether the stop stored the job unchanged, as read after it and as the
+/// event stream showed the stop's write, and the job as stored after it.
 fn stop_path_stopped(
     ctx: &mut Ctx,
     scenario: &str,
     count: u32,
     flag: bool,
-) -> Result<(Running, Vec<Judgement>, Value, Option<Value>), String> {
+) -> Result<(Running, Vec<Judgement>, Vec<Verdict>, Value), String> {
     let spec = stop_path_job(ctx, ctx.job_id(scenario, ""), count);
     let running = ctx.run_job(spec)?;
     let (sent, answer) = job_stop(ctx, &running.spec.id, flag)?;
-    let out = judge_stop(ctx, &running, sent, flag, &answer.sent.to_string())?;
+    let (out, streamed) = judge_stop(ctx, &running, sent, flag, &answer)?;
     let (after, latest) = stored_after(ctx, &running.spec.id)?;
-    Ok((running, out, after, latest))
-}
-
-pub(super) fn job_stop_flagged(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
-    let (running, mut out, after, latest) = stop_path_stopped(ctx, "job-stop-flagged", 2, true)?;
-    out.push(judged(
-        "jobspec_unchanged",
-        jobspec_unchanged_by_stop(&running.stored, &after, latest.as_ref()),
-    ));
-    Ok(out)
-}
-
-pub(super) fn job_stop_then_start(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
-    let (running, mut out, after, latest) = stop_path_stopped(ctx, "job-stop", 1, false)?;
     let mut spec_verdicts = vec![jobspec_unchanged_by_stop(
         &running.stored,
         &after,
         latest.as_ref(),
     )];
+    if let Some(view) = &streamed {
+        spec_verdicts.push(
+            match stream::job_at(view, &running.spec.id, stop_index(&answer)) {
+                Ok(job) => stream_job_unchanged(&running.stored, &job),
+                Err(why) => Verdict::NotObservable(why),
+            },
+        );
+    }
+    Ok((running, out, spec_verdicts, after))
+}
+
+/// The job in the stop's own write, as the event stream showed it.
+fn stream_job_unchanged(before: &Value, job: &Value) -> Verdict {
+    let differ = judge::spec_differences(before, job);
+    if job["Stop"].as_bool() != Some(true) {
+        Verdict::Violated(format!(
+            "the event stream shows the stop's write storing Stop={}",
+            job["Stop"]
+        ))
+    } else if !differ.is_empty() {
+        Verdict::Violated(format!(
+            "the event stream shows the stop's write storing a changed job: {}",
+            differ.join("; ")
+        ))
+    } else {
+        Verdict::Holds(format!(
+            "the event stream shows the stop's write storing version {} unchanged but for Stop",
+            job["Version"]
+        ))
+    }
+}
+
+pub(super) fn job_stop_flagged(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
+    let (_, mut out, spec_verdicts, _) = stop_path_stopped(ctx, "job-stop-flagged", 2, true)?;
+    out.push(judged("jobspec_unchanged", Verdict::all(spec_verdicts)));
+    Ok(out)
+}
+
+pub(super) fn job_stop_then_start(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
+    let (running, mut out, mut spec_verdicts, after) =
+        stop_path_stopped(ctx, "job-stop", 1, false)?;
     // A start, as `nomad job start` and the UI make it: the stored stopped job, registered
     // again with `Stop=false` (here over the index it was read at, so that nothing else
     // could have changed it in between).
@@ -169,6 +213,8 @@ pub(super) fn alloc_stop_scoped(ctx: &mut Ctx) -> Result<Vec<Judgement>, String>
     }
     let limit = ctx.stop_limit(&running.spec);
     let (allocs, done) = ctx.wait_terminal(&[a.clone(), b.clone()], limit)?;
+    let streamed = ctx.streamed(&allocs);
+    let (index_a, index_b) = (stop_index(&answer_a), stop_index(&answer_b));
     let delays_of = |alloc: &AllocView, sent: i64| {
         let witnessed = ctx.witnessed(&running.spec, &alloc.id);
         let (seen, unseen) = judge::stop_delays(
@@ -183,7 +229,27 @@ pub(super) fn alloc_stop_scoped(ctx: &mut Ctx) -> Result<Vec<Judgement>, String>
         (seen, unseen, prestop)
     };
     let (seen_a, unseen_a, prestop_a) = delays_of(&allocs[0], sent_a);
-    let (seen_b, unseen_b, prestop_b) = delays_of(&allocs[1], sent_b);
+    let (seen_b, mut unseen_b, prestop_b) = delays_of(&allocs[1], sent_b);
+    let mut prestop = vec![prestop_a, prestop_b];
+    let mut flag_in_stream = Vec::new();
+    if let Some(view) = &streamed {
+        for (alloc, index) in [(&a, index_a), (&b, index_b)] {
+            prestop.extend(stream::deregistered_before_the_end(
+                view,
+                &running.spec,
+                alloc,
+                index,
+                false,
+            ));
+        }
+        flag_in_stream.push(stream::flag_with_stop(
+            view,
+            &a,
+            index_a,
+            &answer_a.sent.to_string(),
+        ));
+        unseen_b.push(stream::never_flagged(view, &b));
+    }
     let with = |v: Verdict, unseen: &[Verdict]| {
         let mut parts = vec![v];
         parts.extend(unseen.iter().cloned());
@@ -202,6 +268,7 @@ pub(super) fn alloc_stop_scoped(ctx: &mut Ctx) -> Result<Vec<Judgement>, String>
                     ))
                 }
             })
+            .chain(flag_in_stream)
             .chain([if allocs[0].flagged() {
                 Verdict::Holds(format!("alloc {} shows NoShutdownDelay=true", short(&a)))
             } else {
@@ -235,10 +302,7 @@ pub(super) fn alloc_stop_scoped(ctx: &mut Ctx) -> Result<Vec<Judgement>, String>
             "delay_skipped_only_when_flagged",
             verdict::delay_skipped_only_when_flagged(&skipped),
         ),
-        judged(
-            "prestop_hooks_always_run",
-            Verdict::all(vec![prestop_a, prestop_b]),
-        ),
+        judged("prestop_hooks_always_run", Verdict::all(prestop)),
         judged("stop_recorded", recorded),
         judged(
             "stops_complete",
@@ -271,7 +335,7 @@ pub(super) fn kill_timeout(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
     spec.tasks[0].kill_timeout_ns = Some(timeout);
     let running = ctx.run_job(spec)?;
     let (sent, answer) = job_stop(ctx, &running.spec.id, true)?;
-    let mut out = judge_stop(ctx, &running, sent, true, &answer.sent.to_string())?;
+    let (mut out, _) = judge_stop(ctx, &running, sent, true, &answer)?;
     out.retain(|j| matches!(j.invariant, "flag_is_honoured" | "stops_complete"));
     let alloc =
         observe::alloc(ctx.api, &running.allocs[0].id)?.ok_or("the allocation disappeared")?;
