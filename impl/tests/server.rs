@@ -595,3 +595,89 @@ fn a_stopping_allocation_keeps_its_static_port_until_its_client_ends_it() {
         28001
     );
 }
+
+/// The event journal: one batch per write, typed as Nomad types it; while a stream is open,
+/// each event carries its record as the write left it (a later write does not change it);
+/// with none, it names the record, read as it is when a subscriber asks.
+#[test]
+fn the_event_journal_keeps_each_write_as_it_ended_while_a_stream_is_open() {
+    use quiesce::server::events::{Since, Snapshot};
+    let mut server = Server::new(vec!["node-0".into()], 3);
+    server.store.journal_events();
+    server.register_job(job("service", 1)).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    let alloc = alloc_ids(&server)[0].clone();
+    let batches = |server: &mut Server, from| match server.store.events().unwrap().since(from, 100)
+    {
+        Since::Batches(batches) => batches,
+        Since::FellBehind { .. } => panic!("nothing was dropped"),
+    };
+    let registered = batches(&mut server, 0);
+    let types: Vec<Vec<(&str, &str)>> = registered
+        .iter()
+        .map(|b| {
+            b.events
+                .iter()
+                .map(|e| (e.topic.name(), e.event_type))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        types,
+        [
+            vec![("Job", "JobRegistered"), ("Evaluation", "JobRegistered")],
+            vec![
+                ("Allocation", "PlanResult"),
+                ("Evaluation", "EvaluationUpdated")
+            ],
+        ]
+    );
+    // Nobody subscribed: the placement names the allocation, read as it is now.
+    assert!(matches!(
+        registered[1].events[0].snapshot.as_ref(),
+        Snapshot::Current(_)
+    ));
+    server.store.subscribe_events(true);
+    let stop = server
+        .stop_job(
+            "web",
+            StopJobOptions {
+                no_shutdown_delay: true,
+                ..StopJobOptions::default()
+            },
+        )
+        .unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    server.client_report(&alloc, report(ClientStatus::Complete));
+    let stopped = batches(&mut server, stop.index);
+    let allocation_at = |index: u64| {
+        let batch = stopped.iter().find(|b| b.index == index).expect("a batch");
+        let event = batch
+            .events
+            .iter()
+            .find(|e| e.key == alloc)
+            .expect("the allocation");
+        match event.snapshot.as_ref() {
+            Snapshot::Alloc(alloc) => (event.event_type, (**alloc).clone()),
+            other => panic!("a copy, not {other:?}"),
+        }
+    };
+    // The stop's own write: the flag, the allocation not yet set to stop, nor ended.
+    let (kind, at_stop) = allocation_at(stop.index);
+    assert_eq!(kind, "JobDeregistered");
+    assert!(at_stop.desired_transition.should_ignore_shutdown_delay());
+    assert_eq!(at_stop.desired_status, DesiredStatus::Run);
+    assert_ne!(at_stop.client_status, ClientStatus::Complete);
+    let (kind, planned) = allocation_at(stop.index + 1);
+    assert_eq!(
+        (kind, planned.desired_status),
+        ("PlanResult", DesiredStatus::Stop)
+    );
+    assert_ne!(planned.client_status, ClientStatus::Complete);
+    let (kind, reported) = allocation_at(stop.index + 2);
+    assert_eq!(
+        (kind, reported.client_status),
+        ("AllocationUpdated", ClientStatus::Complete)
+    );
+    server.store.subscribe_events(false);
+}

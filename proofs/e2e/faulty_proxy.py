@@ -23,7 +23,8 @@ for one fault, each of which breaks exactly one invariant the probe must catch a
   later index — a server that deregistered after the kill (`prestop_hooks_always_run`, seen
   without the witness);
 * `hide-event-stream` is no fault: it answers `/v1/event/stream` 404, as a server that
-  offers no stream, so that the probe goes without it;
+  offers no stream, so that the probe goes without it; `end-event-stream` answers it 200
+  and ends it at once, as Nomad does with a token it refuses (past its headers);
 * `hide-raw-exec` is no fault: it hides the raw_exec driver from `/v1/nodes`, so that the
   probe falls back to mock_driver tasks;
 * `none` changes nothing.
@@ -38,7 +39,8 @@ import threading
 import urllib.parse
 
 FAULTS = ("none", "drop-flag", "rewrite-delay", "strip-flag", "stale-services", "late-leader",
-          "late-flag", "late-deregistration", "hide-event-stream", "hide-raw-exec")
+          "late-flag", "late-deregistration", "hide-event-stream", "end-event-stream",
+          "hide-raw-exec")
 STREAM_FAULTS = ("late-flag", "late-deregistration")
 TERMINAL = ("complete", "failed", "lost")
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
@@ -250,12 +252,16 @@ class FaultyProxy:
         if not changed and not released:
             return [line]
         self._count()
-        lines = [json.dumps({**batch, "Events": kept}).encode() + b"\n"] if kept else []
+        lines = []
         if released:
+            # At a later index, but sent first: the probe orders by index, and so never
+            # reads the allocation's end without the deregistrations after it.
             later = batch.get("Index", 0) + 1
             for event in released:
                 event["Index"] = later
             lines.append(json.dumps({"Index": later, "Events": released}).encode() + b"\n")
+        if kept:
+            lines.append(json.dumps({**batch, "Events": kept}).encode() + b"\n")
         return lines
 
 
@@ -279,6 +285,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if proxy.fault == "hide-event-stream":
                 proxy._count()
                 return self.answer(404, [("Content-Type", "text/plain")], b"")
+            if proxy.fault == "end-event-stream":
+                proxy._count()
+                self.close_connection = True
+                self.send_response_only(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                return
             return self.relay_stream(proxy, target)
         try:
             status, headers, answer = self.upstream(proxy, target, body)

@@ -134,11 +134,13 @@ def test_a_subscription_from_an_index_replays_what_the_journal_kept(agent):
     assert {e["Topic"] for e in first["Events"]} == {"Job", "Evaluation"}
     assert all(e["Type"] == "JobRegistered" for e in first["Events"])
     later.close()
-    # Past the last write, nothing but the heartbeat.
+    # Past the last write, nothing but the heartbeat, though writes wake the stream.
     index = int(agent.http("GET", "/v1/jobs")[2]["X-Nomad-Index"])
     quiet = Stream(agent, f"topic=Job&index={index + 1000}")
     quiet.wait_for("its heartbeat", lambda s: s.lines)
-    time.sleep(0.3)
+    status, _, _ = agent.http("PUT", "/v1/jobs", web_job(agent.address, job_id="later"))
+    assert status == 200
+    agent.running("later", 1)
     assert [line for _, line in quiet.lines] == [{}]
     quiet.close()
 
@@ -196,7 +198,11 @@ def test_a_topic_needs_nomads_rights_and_a_deleted_token_ends_its_stream(tmp_pat
         status, _, _ = agent.http("DELETE", f"/v1/acl/token/{reader['AccessorID']}")
         assert status == 200
         assert allowed.ended.wait(10), "the deleted token's stream ended"
-        # The management token's stream saw the token's deletion as a write, and goes on.
+        # The management token's stream goes on: it shows the next write.
+        status, _, _ = agent.http("PUT", "/v1/jobs", web_job(agent.address, job_id="after"))
+        assert status == 200
+        everything.wait_for("the job registered after the deletion",
+                            lambda s: any(e["Key"] == "after" for e in s.events("Job")))
         assert not everything.ended.is_set()
         everything.close()
     finally:

@@ -420,6 +420,8 @@ pub struct Shared {
     /// Watches the raw_exec tasks for their exits (one thread for all of them).
     exits: ExitWatcher<(AllocId, usize)>,
     pub config: AgentConfig,
+    /// The agent is stopping: its event streams end (`http::end_event_streams`).
+    pub(crate) stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {

@@ -13,7 +13,10 @@ impl Agent {
         let seed = unix_now_ns() as u64 ^ u64::from(std::process::id()).rotate_left(32);
         let mut store = StateStore::restore(loaded.index, loaded.tables, loaded.table_indexes);
         // The event stream's journal starts with this run, as Nomad's event buffer does.
-        store.journal_events();
+        // `QUIESCE_NO_JOURNAL` leaves it out, to measure what it costs (ARCHITECTURE.md).
+        if std::env::var_os("QUIESCE_NO_JOURNAL").is_none() {
+            store.journal_events();
+        }
         let mut server = Server::restore(store, Vec::new(), seed);
         let acl = restore_acl(loaded.acl)?;
         let (keyring, new_key) = keyring::Keyring::restore_or_create(
@@ -104,6 +107,7 @@ impl Agent {
             peers: peers::Peers::default(),
             exits: ExitWatcher::new().map_err(|e| format!("watching for task exits: {e}"))?,
             config,
+            stopping: Default::default(),
         });
         {
             // An exit is queued for the client workers (who apply it after any pending

@@ -7,7 +7,14 @@
 //! which clones stores freely, does not), and keeps a bounded suffix of it:
 //! [`MAX_EVENTS`] events. A subscriber that has fallen behind what is kept learns it
 //! ([`EventJournal::since`]), so it never skips an event unknowingly.
+//!
+//! A copy of each record a write changed costs the kill path: a stop of 1,000 allocations
+//! took half as long again (median 329 ms against 219, over 16 stops each). So the copies
+//! are made only while a stream is open. With none, the journal keeps the last
+//! [`MAX_LIGHT_WRITES`] writes as the records each changed, made into events only when a
+//! subscriber asks for them — each record then read as it is, not as that write left it.
 
+use super::store::Record;
 use super::structs::{AllocatedPort, Allocation, Evaluation, Node, ServiceRegistration};
 use crate::spec::Job;
 use std::collections::VecDeque;
@@ -100,6 +107,9 @@ pub enum Snapshot {
         deleted: bool,
     },
     Node(Box<Node>),
+    /// The record as it is when a subscriber reads the event: what the journal keeps while
+    /// nobody is subscribed (see [`EventJournal::subscribe`]).
+    Current(Record),
 }
 
 /// What a service registration's allocation adds to it when shown.
@@ -123,7 +133,7 @@ pub struct Event {
     pub filter_keys: Vec<String>,
     /// Empty for a node.
     pub namespace: String,
-    pub snapshot: Snapshot,
+    pub snapshot: Arc<Snapshot>,
 }
 
 /// Every event of one write.
@@ -133,11 +143,29 @@ pub struct Batch {
     pub events: Vec<Event>,
 }
 
+/// The most writes the journal keeps while nobody is subscribed (as records named, made
+/// into events when a subscriber asks). Nomad's buffer keeps 100 by default.
+pub const MAX_LIGHT_WRITES: usize = 1024;
+
+/// A write made while nobody was subscribed: the records it changed (possibly repeated),
+/// and those it deleted, as they were.
+#[derive(Clone, Debug)]
+pub struct LightWrite {
+    pub index: u64,
+    pub kind: WriteType,
+    pub order: Vec<Record>,
+    pub deleted: std::collections::BTreeMap<Record, Snapshot>,
+}
+
 /// The journal's kept suffix.
 #[derive(Clone, Debug, Default)]
 pub struct EventJournal {
     batches: VecDeque<Arc<Batch>>,
     events: usize,
+    /// Writes made while nobody was subscribed, not yet made into batches.
+    light: VecDeque<LightWrite>,
+    /// Open streams: while there is one, each event carries its record as it was.
+    subscribers: usize,
     /// The highest index of a batch dropped to keep the bound (0: none dropped).
     dropped_through: u64,
 }
@@ -152,6 +180,34 @@ pub enum Since {
 }
 
 impl EventJournal {
+    /// A stream opens: from the next write on, events carry copies of their records.
+    pub fn subscribe(&mut self) {
+        self.subscribers += 1;
+    }
+
+    pub fn unsubscribe(&mut self) {
+        self.subscribers = self.subscribers.saturating_sub(1);
+    }
+
+    pub fn subscribed(&self) -> bool {
+        self.subscribers > 0
+    }
+
+    pub(super) fn push_light(&mut self, write: LightWrite) {
+        if write.order.is_empty() {
+            return;
+        }
+        self.light.push_back(write);
+        if self.light.len() > MAX_LIGHT_WRITES {
+            let dropped = self.light.pop_front().expect("more than the bound");
+            self.dropped_through = self.dropped_through.max(dropped.index);
+        }
+    }
+
+    pub(super) fn take_light(&mut self) -> VecDeque<LightWrite> {
+        std::mem::take(&mut self.light)
+    }
+
     pub(super) fn push(&mut self, batch: Batch) {
         if batch.events.is_empty() {
             return;
@@ -173,7 +229,7 @@ impl EventJournal {
 
     /// The batches of index `from` and later, at most `limit` of them.
     pub fn since(&self, from: u64, limit: usize) -> Since {
-        if from <= self.dropped_through {
+        if self.dropped_through > 0 && from <= self.dropped_through {
             return Since::FellBehind {
                 dropped_through: self.dropped_through,
             };
@@ -200,7 +256,7 @@ mod tests {
             key: "n".into(),
             filter_keys: Vec::new(),
             namespace: String::new(),
-            snapshot: Snapshot::Node(Box::new(node)),
+            snapshot: Arc::new(Snapshot::Node(Box::new(node))),
         };
         Batch {
             index,
@@ -221,6 +277,7 @@ mod tests {
         journal.push(batch(3, 1));
         journal.push(batch(5, 2));
         journal.push(batch(6, 0)); // a write that changed nothing published
+        assert_eq!(indexes(journal.since(0, 10)), vec![3, 5]);
         assert_eq!(indexes(journal.since(1, 10)), vec![3, 5]);
         assert_eq!(indexes(journal.since(4, 10)), vec![5]);
         assert_eq!(indexes(journal.since(6, 10)), Vec::<u64>::new());

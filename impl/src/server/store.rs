@@ -5,12 +5,15 @@
 //! `index` table): a list answers, and blocks on, its own table's index, so a write to one
 //! table does not wake the readers of another.
 
-use super::events::{Batch, Event, EventJournal, ServiceOwner, Snapshot, Topic, WriteType};
+use super::events::{
+    Batch, Event, EventJournal, LightWrite, ServiceOwner, Snapshot, Topic, WriteType,
+};
 use super::structs::{
     AllocId, Allocation, EvalId, Evaluation, JobId, Node, NodeId, ServiceRegistration,
 };
 use crate::spec::Job;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// A durable copy's records, table by table (see [`StateStore::restore`]).
 #[derive(Clone, Debug, Default)]
@@ -53,6 +56,10 @@ pub struct StateStore {
 struct OpenWrite {
     index: u64,
     kind: WriteType,
+    /// A stream was open when the write started: its events carry copies of the records.
+    copies: bool,
+    /// In the order first changed; without copies, possibly repeated (made unique only
+    /// when a subscriber asks: the kill path pays one push per change).
     order: Vec<Record>,
     seen: BTreeSet<Record>,
     deleted: BTreeMap<Record, Snapshot>,
@@ -161,8 +168,12 @@ impl StateStore {
         if self.events.is_some() && record != Record::Index {
             let open = self
                 .open
-                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl));
-            if open.seen.insert(record.clone()) {
+                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl, false));
+            if !open.copies {
+                if open.order.last() != Some(&record) {
+                    open.order.push(record.clone());
+                }
+            } else if open.seen.insert(record.clone()) {
                 open.order.push(record.clone());
             }
         }
@@ -201,8 +212,8 @@ impl StateStore {
         self.close_write();
         self.wrote(Record::Index);
         self.index += 1;
-        if self.events.is_some() {
-            self.open = Some(OpenWrite::new(self.index, kind));
+        if let Some(journal) = &self.events {
+            self.open = Some(OpenWrite::new(self.index, kind, journal.subscribed()));
         }
         self.index
     }
@@ -217,11 +228,34 @@ impl StateStore {
     /// writes), if one is kept.
     pub fn events(&mut self) -> Option<&EventJournal> {
         self.close_write();
+        let light = self.events.as_mut().map(EventJournal::take_light)?;
+        for write in light {
+            let mut seen = BTreeSet::new();
+            let mut deleted = write.deleted;
+            let events: Vec<Event> = write
+                .order
+                .into_iter()
+                .filter(|record| seen.insert(record.clone()))
+                .filter_map(|record| {
+                    self.named(write.kind, &record).or_else(|| {
+                        deleted
+                            .remove(&record)
+                            .map(|snapshot| event_of(write.kind, snapshot))
+                    })
+                })
+                .collect();
+            if let Some(journal) = self.events.as_mut() {
+                journal.push(Batch {
+                    index: write.index,
+                    events,
+                });
+            }
+        }
         self.events.as_ref()
     }
 
-    /// Ends the write in progress: its events, each record as it is now (or, deleted, as
-    /// it was), go to the journal.
+    /// Ends the write in progress: its events go to the journal, each with its record as
+    /// it is now (or, deleted, as it was) while a stream is open, else naming the record.
     fn close_write(&mut self) {
         let Some(open) = self.open.take() else {
             return;
@@ -229,42 +263,114 @@ impl StateStore {
         let OpenWrite {
             index,
             kind,
+            copies: open_copies,
             order,
             mut deleted,
             ..
         } = open;
+        if !open_copies {
+            // Nobody subscribed: which records changed, made into events only if a
+            // subscriber asks (`events`).
+            if let Some(journal) = self.events.as_mut() {
+                journal.push_light(LightWrite {
+                    index,
+                    kind,
+                    order,
+                    deleted,
+                });
+            }
+            return;
+        }
         let mut events = Vec::with_capacity(order.len());
         for record in order {
-            let snapshot = match &record {
-                Record::Index => None,
-                Record::Job(id) => self.job(id).map(|job| Snapshot::Job {
-                    status: self.job_status(job),
-                    job: Box::new(job.clone()),
-                    deleted: false,
-                }),
-                Record::Alloc(id) => self
-                    .alloc_for_client(id)
-                    .map(|alloc| Snapshot::Alloc(Box::new(alloc.clone()))),
-                Record::Eval(id) => self
-                    .eval(id)
-                    .map(|eval| Snapshot::Eval(Box::new(eval.clone()))),
-                Record::Service(id) => self.service(id).map(|service| Snapshot::Service {
-                    owner: self.service_owner(service),
-                    service: service.clone(),
-                    deleted: false,
-                }),
-                Record::Node(id) => self
-                    .node(id)
-                    .map(|node| Snapshot::Node(Box::new(node.clone()))),
-            };
-            let Some(snapshot) = snapshot.or_else(|| deleted.remove(&record)) else {
-                continue;
-            };
-            events.push(event_of(kind, snapshot));
+            let event = self
+                .snapshot_of(&record)
+                .or_else(|| deleted.remove(&record))
+                .map(|snapshot| event_of(kind, snapshot));
+            events.extend(event);
         }
         if let Some(journal) = self.events.as_mut() {
             journal.push(Batch { index, events });
         }
+    }
+
+    /// A stream opens, or closes (see [`EventJournal::subscribe`]).
+    pub fn subscribe_events(&mut self, open: bool) {
+        self.close_write();
+        if let Some(journal) = self.events.as_mut() {
+            if open {
+                journal.subscribe();
+            } else {
+                journal.unsubscribe();
+            }
+        }
+    }
+
+    /// A record as it is now, as an event shows it (`None` if it is gone).
+    pub fn snapshot_of(&self, record: &Record) -> Option<Snapshot> {
+        match record {
+            Record::Index => None,
+            Record::Job(id) => self.job(id).map(|job| Snapshot::Job {
+                status: self.job_status(job),
+                job: Box::new(job.clone()),
+                deleted: false,
+            }),
+            Record::Alloc(id) => self
+                .alloc_for_client(id)
+                .map(|alloc| Snapshot::Alloc(Box::new(alloc.clone()))),
+            Record::Eval(id) => self
+                .eval(id)
+                .map(|eval| Snapshot::Eval(Box::new(eval.clone()))),
+            Record::Service(id) => self.service(id).map(|service| Snapshot::Service {
+                owner: self.service_owner(service),
+                service: service.clone(),
+                deleted: false,
+            }),
+            Record::Node(id) => self
+                .node(id)
+                .map(|node| Snapshot::Node(Box::new(node.clone()))),
+        }
+    }
+
+    /// The event of a record that exists, naming it rather than copying it.
+    fn named(&self, kind: WriteType, record: &Record) -> Option<Event> {
+        let (topic, key, filter_keys, namespace) = match record {
+            Record::Index => return None,
+            Record::Job(id) => {
+                let job = self.job(id)?;
+                (Topic::Job, id.clone(), Vec::new(), job.namespace.clone())
+            }
+            Record::Alloc(id) => {
+                let alloc = self.alloc_for_client(id)?;
+                let keys = vec![alloc.job_id.clone(), String::new()];
+                (Topic::Allocation, id.clone(), keys, alloc.namespace.clone())
+            }
+            Record::Eval(id) => {
+                let eval = self.eval(id)?;
+                let keys = vec![eval.job_id.clone(), String::new()];
+                (Topic::Evaluation, id.clone(), keys, eval.namespace.clone())
+            }
+            Record::Service(id) => {
+                let service = self.service(id)?;
+                let keys = vec![service.job_id.clone(), service.service_name.clone()];
+                let namespace = self
+                    .alloc_for_client(&service.alloc_id)
+                    .map_or_else(|| "default".to_string(), |a| a.namespace.clone());
+                (Topic::Service, id.clone(), keys, namespace)
+            }
+            Record::Node(id) => {
+                self.node(id)?;
+                (Topic::Node, id.clone(), Vec::new(), String::new())
+            }
+        };
+        Some(Event {
+            topic,
+            event_type: kind.event_type(topic),
+            key,
+            filter_keys,
+            namespace,
+            snapshot: Arc::new(Snapshot::Current(record.clone())),
+        })
     }
 
     fn service_owner(&self, service: &ServiceRegistration) -> Option<ServiceOwner> {
@@ -285,7 +391,7 @@ impl StateStore {
         if let Some(snapshot) = snapshot(self) {
             let index = self.index;
             self.open
-                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl))
+                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl, false))
                 .deleted
                 .insert(record, snapshot);
         }
@@ -445,8 +551,10 @@ impl StateStore {
 
     /// Deletes an allocation; journalled, since its client will no longer find it.
     pub(super) fn delete_alloc(&mut self, id: &str) {
-        // Its last state is published, as an update: Nomad keeps a purged job's
-        // allocations until they are collected, so its stream shows their end.
+        // Its last state is published, as an update. (A purged job's allocations are
+        // tombstones here until their client reports them ended, and each update is
+        // published; Nomad 1.7.3 and later deletes them in the purge's own write, and
+        // publishes nothing of them.)
         self.deleting(Record::Alloc(id.to_string()), |store| {
             Some(Snapshot::Alloc(Box::new(
                 store.alloc_for_client(id)?.clone(),
@@ -509,10 +617,11 @@ impl StateStore {
 }
 
 impl OpenWrite {
-    fn new(index: u64, kind: WriteType) -> OpenWrite {
+    fn new(index: u64, kind: WriteType, copies: bool) -> OpenWrite {
         OpenWrite {
             index,
             kind,
+            copies,
             order: Vec::new(),
             seen: BTreeSet::new(),
             deleted: BTreeMap::new(),
@@ -550,6 +659,7 @@ fn event_of(kind: WriteType, snapshot: Snapshot) -> Event {
                 .map_or_else(|| "default".to_string(), |o| o.namespace.clone()),
         ),
         Snapshot::Node(node) => (Topic::Node, node.id.clone(), Vec::new(), String::new()),
+        Snapshot::Current(_) => unreachable!("events naming their records are made by `named`"),
     };
     Event {
         topic,
@@ -557,6 +667,6 @@ fn event_of(kind: WriteType, snapshot: Snapshot) -> Event {
         key,
         filter_keys,
         namespace,
-        snapshot,
+        snapshot: Arc::new(snapshot),
     }
 }

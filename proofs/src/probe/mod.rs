@@ -45,6 +45,8 @@ pub struct ScenarioReport {
     pub about: &'static str,
     pub judgements: Vec<Judgement>,
     pub error: Option<String>,
+    /// Where the event stream did not catch up, so that its findings were left out.
+    pub stream_missed: Vec<String>,
     pub seconds: f64,
 }
 
@@ -82,6 +84,7 @@ impl Report {
                 "about": s.about,
                 "seconds": (s.seconds * 10.0).round() / 10.0,
                 "error": s.error,
+                "event_stream_missed": s.stream_missed,
                 "invariants": s.judgements.iter().map(Judgement::to_json).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "interrupted": self.interrupted,
@@ -252,6 +255,7 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
     let mut ctx = run::Ctx {
         api: &api,
         stream: stream.ok(),
+        stream_missed: Default::default(),
         quiesce,
         nomad_version,
         delay_ns: options.delay_ns,
@@ -285,6 +289,7 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
             about: scenario.about,
             judgements,
             error,
+            stream_missed: ctx.stream_missed.take(),
             seconds: began.elapsed().as_secs_f64(),
         };
         for line in lines(&report) {
@@ -343,6 +348,9 @@ pub fn lines(report: &ScenarioReport) -> Vec<String> {
             judgement.invariant,
             judgement.verdict.word()
         ));
+    }
+    for missed in &report.stream_missed {
+        out.push(format!("{}  event stream left out: {missed}", report.name));
     }
     if let Some(error) = &report.error {
         out.push(format!("{}  error: {error}", report.name));

@@ -32,6 +32,9 @@ pub struct Ctx<'a> {
     pub api: &'a Api,
     /// The server's event stream, where it offers one.
     pub stream: Option<super::stream::EventStream>,
+    /// Where the stream did not catch up with what was read, so that its findings were
+    /// left out: told after the scenario.
+    pub stream_missed: std::cell::RefCell<Vec<String>>,
     /// The server said it is quiesce (`/v1/agent/self`).
     pub quiesce: bool,
     /// Nomad's version (major, minor), if the server is Nomad and said it.
@@ -212,12 +215,24 @@ impl Ctx<'_> {
         self.patience + Duration::from_nanos(ns.max(0) as u64)
     }
 
-    /// What the event stream showed, once it has shown each of `allocs` as last read (or
-    /// waited a while for it): `None` where there is no stream.
+    /// What the event stream showed, once it has shown each of `allocs` as last read:
+    /// `None` where there is no stream, or where it did not catch up (within
+    /// [`STREAM_PATIENCE`]; said in `stream_missed`, and its findings are left out).
     pub fn streamed(&self, allocs: &[AllocView]) -> Option<super::stream::StreamView> {
         let stream = self.stream.as_ref()?;
         for alloc in allocs {
-            stream.wait_for_alloc(&alloc.id, alloc.modify_index, STREAM_PATIENCE);
+            if !stream.wait_for_alloc(&alloc.id, alloc.modify_index, STREAM_PATIENCE) {
+                let view = stream.view();
+                self.stream_missed.borrow_mut().push(format!(
+                    "it did not show alloc {} at index {} within {} s{}",
+                    super::judge::short(&alloc.id),
+                    alloc.modify_index,
+                    STREAM_PATIENCE.as_secs(),
+                    view.ended
+                        .map_or(String::new(), |why| format!(" (it ended: {why})"))
+                ));
+                return None;
+            }
         }
         Some(stream.view())
     }

@@ -31,6 +31,8 @@ pub struct StreamEvent {
 
 #[derive(Default)]
 struct Shared {
+    /// Lines read (a heartbeat included).
+    lines: u64,
     events: Vec<StreamEvent>,
     /// Why the stream ended, once it has.
     ended: Option<String>,
@@ -97,6 +99,30 @@ impl EventStream {
             .name("event-stream".into())
             .spawn(move || read(reader, &prefix, &kept))
             .map_err(|e| format!("cannot start the stream's reader: {e}"))?;
+        // A subscription the server took sends a first line at once (Nomad's heartbeat,
+        // `{}`); a server that refuses it after answering 200 (Nomad does, past its
+        // headers) ends it before.
+        let deadline = std::time::Instant::now() + OPEN_TIMEOUT;
+        loop {
+            {
+                let state = shared.lock().expect("never poisoned");
+                if state.lines > 0 {
+                    break;
+                }
+                if let Some(why) = &state.ended {
+                    return Err(format!(
+                        "refused (GET {path} → 200, then it ended before its first line: {why})"
+                    ));
+                }
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "GET {path} → 200, but no line within {} s",
+                    OPEN_TIMEOUT.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         Ok(EventStream { shared, from_index })
     }
 
@@ -185,6 +211,7 @@ fn read(reader: impl Read, prefix: &str, shared: &Mutex<Shared>) {
             });
         }
         let mut shared = shared.lock().expect("never poisoned");
+        shared.lines += 1;
         shared.events.extend(ours);
         if shared.events.len() > MAX_KEPT {
             break format!("more than {MAX_KEPT} events of the probe's jobs");

@@ -30,13 +30,11 @@ const MAX_TOPICS: usize = 64;
 const BATCHES_A_LOOK: usize = 256;
 
 static STREAMS: AtomicUsize = AtomicUsize::new(0);
-/// Set when the agent stops: every stream ends, cleanly (its body's last chunk sent), so a
-/// subscriber reads the end of the stream rather than a broken connection.
-static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Ends every event stream and waits (at most a second) until they have ended.
+/// Ends every event stream of the agent, cleanly (each body's last chunk sent, so that a
+/// subscriber reads the end of its stream rather than a broken connection), and waits (at
+/// most a second) until they have ended: the agent is stopping.
 pub fn end_all(shared: &Shared) {
-    STOPPING.store(true, Ordering::SeqCst);
+    shared.stopping.store(true, Ordering::SeqCst);
     shared.wake_readers();
     let deadline = std::time::Instant::now() + Duration::from_secs(1);
     while STREAMS.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
@@ -216,7 +214,7 @@ fn event_json(
     index: u64,
     event: &Event,
 ) -> Value {
-    let payload = match &event.snapshot {
+    let payload = match event.snapshot.as_ref() {
         Snapshot::Alloc(alloc) => {
             let name = node_names.get(&alloc.node_id).map_or("", String::as_str);
             let mut value = alloc_json(alloc, name);
@@ -241,6 +239,8 @@ fn event_json(
             value["SecretID"] = json!("");
             json!({ "Node": value })
         }
+        // Resolved under the core lock before rendering (see `stream`).
+        Snapshot::Current(_) => Value::Null,
     };
     let filter_keys = if event.filter_keys.is_empty() {
         Value::Null
@@ -252,6 +252,41 @@ fn event_json(
         "Namespace": event.namespace, "FilterKeys": filter_keys, "Index": index,
         "Payload": payload,
     })
+}
+
+/// The batches' events `subscription` wants (batches with none left out), each naming its
+/// record resolved to a copy of it as it is now; the last batch's index; and whether the
+/// look took as many batches as one may (so that more may be waiting).
+#[allow(clippy::type_complexity)]
+fn wanted(
+    store: &StateStore,
+    subscription: &Subscription,
+    batches: Vec<Arc<crate::server::events::Batch>>,
+) -> (Vec<(u64, Vec<Event>)>, Option<u64>, bool) {
+    let full = batches.len() == BATCHES_A_LOOK;
+    let last = batches.last().map(|b| b.index);
+    let mut out = Vec::new();
+    for batch in batches {
+        let events: Vec<Event> = batch
+            .events
+            .iter()
+            .filter(|e| subscription.wants(e))
+            .filter_map(|e| match e.snapshot.as_ref() {
+                Snapshot::Current(record) => {
+                    let now = store.snapshot_of(record)?;
+                    Some(Event {
+                        snapshot: Arc::new(now),
+                        ..e.clone()
+                    })
+                }
+                _ => Some(e.clone()),
+            })
+            .collect();
+        if !events.is_empty() {
+            out.push((batch.index, events));
+        }
+    }
+    (out, last, full)
 }
 
 /// Subscribes: the first answer is the stream's (an error there is the answer), then a
@@ -272,14 +307,24 @@ pub(super) async fn stream(
     allowed(&shared, token.as_deref(), &subscription)?;
     let mut cursor = {
         let mut core = shared.core();
-        match core.server.store.events() {
+        let start = match core.server.store.events() {
             Some(journal) => journal.start(subscription.index),
             None => return Err(error(500, "this agent keeps no event journal")),
-        }
+        };
+        core.server.store.subscribe_events(true);
+        start
     };
+    /// The stream's subscription, given back when its task ends.
+    struct Subscribed(Arc<Shared>);
+    impl Drop for Subscribed {
+        fn drop(&mut self) {
+            self.0.core().server.store.subscribe_events(false);
+        }
+    }
+    let subscribed = Subscribed(Arc::clone(&shared));
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tokio::spawn(async move {
-        let _slot = slot;
+        let (_slot, _subscribed) = (slot, subscribed);
         let line = |value: &Value| {
             let mut bytes = serde_json::to_vec(value).expect("JSON values serialize");
             bytes.push(b'\n');
@@ -289,16 +334,21 @@ pub(super) async fn stream(
         if tx.send(heartbeat()).await.is_err() {
             return;
         }
+        // The heartbeat is due this long after the last line sent, however many writes woke
+        // the stream in between (with nothing in them for this subscriber).
+        let mut last_sent = tokio::time::Instant::now();
         loop {
             // Subscribed before looking, so a write in between is not missed.
             let mut changes = shared.changes();
-            if STOPPING.load(Ordering::SeqCst) {
+            if shared.stopping.load(Ordering::SeqCst) {
                 return;
             }
             if allowed(&shared, token.as_deref(), &subscription).is_err() {
                 return; // the token is gone, or its rights
             }
-            let (since, node_names, node) = {
+            // Under the lock: the batches after the cursor, the events this subscriber
+            // wants, each naming its record resolved to a copy of it now. Rendered after.
+            let (looked, node_names, node) = {
                 let mut core = shared.core();
                 let node = core.node().to_string();
                 let names = core
@@ -307,34 +357,33 @@ pub(super) async fn stream(
                     .nodes()
                     .map(|n| (n.id.clone(), n.name.clone()))
                     .collect::<BTreeMap<_, _>>();
-                let since = core
-                    .server
-                    .store
+                let store = &mut core.server.store;
+                let since = store
                     .events()
                     .map(|journal| journal.since(cursor, BATCHES_A_LOOK));
-                (since, names, node)
+                let looked = match since {
+                    Some(Since::Batches(batches)) => Some(wanted(store, &subscription, batches)),
+                    // Fell behind what the journal keeps: ended, never skipped ahead.
+                    Some(Since::FellBehind { .. }) | None => None,
+                };
+                (looked, names, node)
             };
-            let batches = match since {
-                Some(Since::Batches(batches)) => batches,
-                // Fell behind what the journal keeps: ended, never skipped ahead.
-                Some(Since::FellBehind { .. }) | None => return,
+            let Some((batches, last, full)) = looked else {
+                return;
             };
-            let full = batches.len() == BATCHES_A_LOOK;
-            for batch in batches {
-                cursor = batch.index + 1;
-                let events: Vec<Value> = batch
-                    .events
+            if let Some(last) = last {
+                cursor = last + 1;
+            }
+            for (index, events) in batches {
+                let events: Vec<Value> = events
                     .iter()
-                    .filter(|e| subscription.wants(e))
-                    .map(|e| event_json(&shared, &node_names, &node, batch.index, e))
+                    .map(|e| event_json(&shared, &node_names, &node, index, e))
                     .collect();
-                if events.is_empty() {
-                    continue;
-                }
-                let value = json!({"Index": batch.index, "Events": events});
+                let value = json!({"Index": index, "Events": events});
                 if tx.send(line(&value)).await.is_err() {
                     return; // the client has gone
                 }
+                last_sent = tokio::time::Instant::now();
             }
             if full {
                 continue;
@@ -349,13 +398,14 @@ pub(super) async fn stream(
                 }
                 closed.as_mut().poll(cx).map(|()| false)
             });
-            match tokio::time::timeout(HEARTBEAT, woken).await {
+            match tokio::time::timeout_at(last_sent + HEARTBEAT, woken).await {
                 Ok(true) => {}
                 Ok(false) => return, // the client has gone, or the agent is stopping
                 Err(_) => {
                     if tx.send(heartbeat()).await.is_err() {
                         return;
                     }
+                    last_sent = tokio::time::Instant::now();
                 }
             }
         }
@@ -383,7 +433,7 @@ mod tests {
             key: key.into(),
             filter_keys: filter_keys.iter().map(|k| k.to_string()).collect(),
             namespace: namespace.into(),
-            snapshot: Snapshot::Node(Box::new(node)),
+            snapshot: std::sync::Arc::new(Snapshot::Node(Box::new(node))),
         }
     }
 

@@ -72,11 +72,16 @@ pub fn never_flagged(view: &StreamView, alloc: &str) -> Verdict {
     }
 }
 
-/// Whether the record shows `task` ended.
+/// Whether the record shows `task` ended of its kill: a `Terminated` after its last
+/// `Killing` (a task that ended and restarted before the stop has an older `Terminated`).
 fn shows_ended(record: &Value, task: &str) -> bool {
-    record["TaskStates"][task]["Events"]
-        .as_array()
-        .is_some_and(|events| events.iter().any(|e| e["Type"] == "Terminated"))
+    let Some(events) = record["TaskStates"][task]["Events"].as_array() else {
+        return false;
+    };
+    events
+        .iter()
+        .rposition(|e| e["Type"] == "Killing")
+        .is_some_and(|killing| events[killing..].iter().any(|e| e["Type"] == "Terminated"))
 }
 
 /// A violation if the stream shows the server hearing that a task ended before it heard
@@ -168,9 +173,10 @@ mod tests {
 
     fn alloc(index: u64, desired: &str, flag: Option<bool>, ended: bool) -> StreamEvent {
         let events = if ended {
-            json!([{"Type": "Killing"}, {"Type": "Terminated"}])
+            json!([{"Type": "Started"}, {"Type": "Killing"}, {"Type": "Terminated"}])
         } else {
-            json!([{"Type": "Started"}])
+            // Ended once and restarted before the stop: that end is not the kill's.
+            json!([{"Type": "Started"}, {"Type": "Terminated"}, {"Type": "Restarting"}, {"Type": "Started"}])
         };
         event(
             index,
