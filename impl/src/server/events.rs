@@ -201,6 +201,15 @@ impl EventJournal {
         if self.light.len() > MAX_LIGHT_WRITES {
             let dropped = self.light.pop_front().expect("more than the bound");
             self.dropped_through = self.dropped_through.max(dropped.index);
+            // The batches kept are older still: none can be read without this gap.
+            while self
+                .batches
+                .front()
+                .is_some_and(|b| b.index <= dropped.index)
+            {
+                let gone = self.batches.pop_front().expect("checked");
+                self.events -= gone.events.len();
+            }
         }
     }
 
@@ -217,7 +226,7 @@ impl EventJournal {
         while self.events > MAX_EVENTS && self.batches.len() > 1 {
             let dropped = self.batches.pop_front().expect("more than one");
             self.events -= dropped.events.len();
-            self.dropped_through = dropped.index;
+            self.dropped_through = self.dropped_through.max(dropped.index);
         }
     }
 
@@ -298,5 +307,29 @@ mod tests {
         journal.push(batch(11, MAX_EVENTS + 5));
         assert_eq!(indexes(journal.since(11, 10)), vec![11]);
         assert!(matches!(journal.since(10, 10), Since::FellBehind { .. }));
+        // Light writes dropped past their bound take the older batches with them, and
+        // what was dropped never shrinks.
+        let light = |index| LightWrite {
+            index,
+            kind: WriteType::NodeUpdate,
+            order: vec![Record::Node("n".into())],
+            deleted: Default::default(),
+        };
+        for index in 12..12 + MAX_LIGHT_WRITES as u64 + 1 {
+            journal.push_light(light(index));
+        }
+        assert_eq!(journal.start(0), 13);
+        assert!(matches!(
+            journal.since(12, 10),
+            Since::FellBehind {
+                dropped_through: 12
+            }
+        ));
+        assert_eq!(
+            indexes(journal.since(13, 10)),
+            Vec::<u64>::new(),
+            "not batches yet"
+        );
+        assert_eq!(journal.take_light().len(), MAX_LIGHT_WRITES);
     }
 }

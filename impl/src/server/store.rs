@@ -166,9 +166,10 @@ impl StateStore {
             Record::Node(_) => tables.nodes = index,
         }
         if self.events.is_some() && record != Record::Index {
+            let copies = self.events.as_ref().is_some_and(EventJournal::subscribed);
             let open = self
                 .open
-                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl, false));
+                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl, copies));
             if !open.copies {
                 if open.order.last() != Some(&record) {
                     open.order.push(record.clone());
@@ -228,7 +229,16 @@ impl StateStore {
     /// writes), if one is kept.
     pub fn events(&mut self) -> Option<&EventJournal> {
         self.close_write();
-        let light = self.events.as_mut().map(EventJournal::take_light)?;
+        self.convert_light();
+        self.events.as_ref()
+    }
+
+    /// The writes made while nobody was subscribed, made into batches (in index order,
+    /// after every batch kept: they are newer), each event naming its record.
+    fn convert_light(&mut self) {
+        let Some(light) = self.events.as_mut().map(EventJournal::take_light) else {
+            return;
+        };
         for write in light {
             let mut seen = BTreeSet::new();
             let mut deleted = write.deleted;
@@ -251,7 +261,6 @@ impl StateStore {
                 });
             }
         }
-        self.events.as_ref()
     }
 
     /// Ends the write in progress: its events go to the journal, each with its record as
@@ -297,6 +306,8 @@ impl StateStore {
     /// A stream opens, or closes (see [`EventJournal::subscribe`]).
     pub fn subscribe_events(&mut self, open: bool) {
         self.close_write();
+        // Before the first copying write: the batches stay in index order.
+        self.convert_light();
         if let Some(journal) = self.events.as_mut() {
             if open {
                 journal.subscribe();
@@ -390,8 +401,9 @@ impl StateStore {
         }
         if let Some(snapshot) = snapshot(self) {
             let index = self.index;
+            let copies = self.events.as_ref().is_some_and(EventJournal::subscribed);
             self.open
-                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl, false))
+                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl, copies))
                 .deleted
                 .insert(record, snapshot);
         }
