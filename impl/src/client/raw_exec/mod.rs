@@ -31,6 +31,7 @@
 //!   task's exit once it has exited) ([`Request`]);
 //! * supervisor → daemon, when the task has exited: `exit {…}` ([`ExitRecord`]).
 
+pub mod beneath;
 mod protocol;
 mod supervisor;
 mod task_start;
@@ -46,7 +47,7 @@ use std::fs;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -165,7 +166,8 @@ pub enum Reattach {
 /// (0700; 0711 for a task with a `User`, so that it can sit in it as its working
 /// directory). Its `local/` (`NOMAD_TASK_DIR`, as in Nomad) is the task's own: the `User`'s
 /// if it has one. Nothing the agent or the supervisor opens as root is in a directory the
-/// task's user can write (it could plant a symlink there).
+/// task's user can write, but the templates, written into `local/` through [`beneath::Dir`]
+/// (no link followed, no name resolved twice: the task may be racing the agent).
 fn task_dir(launch: &Launch) -> io::Result<()> {
     if let Some(parent) = launch.dir.parent() {
         fs::DirBuilder::new()
@@ -178,12 +180,9 @@ fn task_dir(launch: &Launch) -> io::Result<()> {
         .recursive(true)
         .mode(mode)
         .create(&launch.dir)?;
-    fs::set_permissions(&launch.dir, fs::Permissions::from_mode(mode))?;
-    let local = launch.dir.join(LOCAL_DIR);
-    match fs::DirBuilder::new().mode(0o700).create(&local) {
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        other => other?,
-    }
+    let dir = beneath::Dir::open(&launch.dir)?;
+    rustix::fs::fchmod(dir.fd(), rustix::fs::Mode::from_raw_mode(mode))?;
+    let local = dir.subdir(LOCAL_DIR.as_ref(), 0o700)?;
     // A user the host does not have: the supervisor refuses to start the task, and its
     // exit record says why.
     let user = launch
@@ -192,71 +191,12 @@ fn task_dir(launch: &Launch) -> io::Result<()> {
         .and_then(|name| nix::unistd::User::from_name(name).ok().flatten());
     let owner = user.as_ref().map(|u| (u.uid.as_raw(), u.gid.as_raw()));
     for (path, contents, mode) in &launch.files {
-        write_file(&launch.dir, path, contents, *mode, owner)?;
+        dir.write_file(path, contents, *mode, owner)?;
     }
-    if let Some(user) = user {
-        // lchown: `local/` may already be the task's, and a symlink of its making.
-        std::os::unix::fs::lchown(&local, Some(user.uid.as_raw()), Some(user.gid.as_raw()))?;
+    if let Some(owner) = owner {
+        local.chown(owner)?;
     }
     Ok(())
-}
-
-/// Writes a template's file under `dir` before the task starts, following no symlink: each
-/// directory on the way is made (0755) or must be a directory; the file is opened without
-/// following a link or blocking (a FIFO), and must be a regular file with one link before
-/// it is emptied and written; its mode is set on the open file; it is the task's `owner`'s,
-/// if given.
-fn write_file(
-    dir: &Path,
-    path: &Path,
-    contents: &[u8],
-    mode: u32,
-    owner: Option<(u32, u32)>,
-) -> io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let mut at = dir.to_path_buf();
-    let parts: Vec<_> = path.components().collect();
-    for part in &parts[..parts.len().saturating_sub(1)] {
-        at.push(part);
-        match fs::symlink_metadata(&at) {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => {
-                return Err(io::Error::other(format!(
-                    "{}: not a directory",
-                    at.display()
-                )))
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::DirBuilder::new().mode(0o755).create(&at)?
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    at.push(
-        parts
-            .last()
-            .ok_or_else(|| io::Error::other("an empty path"))?,
-    );
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&at)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() || meta.nlink() != 1 {
-        return Err(io::Error::other(format!(
-            "{}: not a plain file",
-            at.display()
-        )));
-    }
-    file.set_len(0)?;
-    file.write_all(contents)?;
-    if let Some((uid, gid)) = owner {
-        std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
-    }
-    file.set_permissions(fs::Permissions::from_mode(mode))
 }
 
 /// Starts a supervised task: `supervisor` is the program to run as the supervisor (the
@@ -575,53 +515,5 @@ impl Signaller {
             }
             Err(error) => Err(error),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::write_file;
-    use std::os::unix::fs::PermissionsExt;
-    use std::path::Path;
-
-    #[test]
-    fn a_template_file_is_written_and_no_link_or_fifo_is_followed() {
-        let dir = std::env::temp_dir().join(format!("quiesce-write-file-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("local")).unwrap();
-        write_file(
-            &dir,
-            Path::new("local/conf/app.conf"),
-            b"x=1\n",
-            0o640,
-            None,
-        )
-        .unwrap();
-        let written = dir.join("local/conf/app.conf");
-        assert_eq!(std::fs::read(&written).unwrap(), b"x=1\n");
-        assert_eq!(
-            std::fs::metadata(&written).unwrap().permissions().mode() & 0o777,
-            0o640
-        );
-        // A symlink planted where the file goes, or on the way, a FIFO, a hard link: refused,
-        // and what they point at is untouched.
-        let victim = dir.join("victim");
-        std::fs::write(&victim, b"mine").unwrap();
-        std::os::unix::fs::symlink(&victim, dir.join("local/link")).unwrap();
-        std::os::unix::fs::symlink(&dir, dir.join("local/up")).unwrap();
-        std::fs::hard_link(&victim, dir.join("local/hard")).unwrap();
-        let made = std::process::Command::new("mkfifo")
-            .arg(dir.join("local/fifo"))
-            .status()
-            .unwrap();
-        assert!(made.success());
-        for path in ["local/link", "local/up/victim", "local/hard", "local/fifo"] {
-            assert!(
-                write_file(&dir, Path::new(path), b"pwned", 0o666, None).is_err(),
-                "{path}"
-            );
-        }
-        assert_eq!(std::fs::read(&victim).unwrap(), b"mine");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

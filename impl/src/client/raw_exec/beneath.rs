@@ -1,0 +1,283 @@
+//! Files the agent, as root, makes inside a task's directory. A task with a `User` owns its
+//! `local/` and everything under it, and can rename, exchange (`renameat2(RENAME_EXCHANGE)`)
+//! or replace any entry there at any moment; a path checked and then opened by name is a
+//! path the task can redirect in between (issue 24: a `nobody` task made root rewrite a
+//! root-only file outside the allocation, and chown it to `nobody`).
+//!
+//! So nothing here is resolved by name twice. A [`Dir`] is an open directory; each step
+//! opens one component relative to the last with `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (or, on a kernel before 5.6, `openat` with
+//! `O_NOFOLLOW`, the same for a single component), so a symbolic link anywhere on the way
+//! is refused and a directory renamed away is still the one opened. A file is opened
+//! without truncating, checked on its descriptor (a regular file with one link: not a FIFO
+//! or device, nor a hard link to somebody else's file), and only then emptied, written,
+//! chowned and chmodded — all on that descriptor.
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use std::ffi::OsStr;
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path, PathBuf};
+
+/// An open directory, and the path it was opened at (for messages only: nothing is
+/// resolved through it again).
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+    shown: PathBuf,
+}
+
+/// What every step refuses to follow.
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+
+/// Opens one component `name` beneath `dir`, following no link.
+fn open_one(dir: &OwnedFd, name: &OsStr, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat2(dir, name, flags, mode, RESOLVE) {
+        // A kernel without openat2 (before 5.6): for one component, O_NOFOLLOW refuses the
+        // same links, and the name has no `/` or `..` (checked by the callers).
+        Err(rustix::io::Errno::NOSYS) => Ok(rustix::fs::openat(dir, name, flags, mode)?),
+        other => Ok(other?),
+    }
+}
+
+/// The components of a relative path of normal components only (what `spec` admits for a
+/// template's destination); anything else is refused.
+fn normal_components(path: &Path) -> io::Result<Vec<&OsStr>> {
+    let parts: Vec<&OsStr> = path
+        .components()
+        .map(|part| match part {
+            Component::Normal(name) => Ok(name),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: not a plain relative path", path.display()),
+            )),
+        })
+        .collect::<io::Result<_>>()?;
+    if parts.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "an empty path"));
+    }
+    Ok(parts)
+}
+
+/// An error naming the path and, for a link, that it was refused.
+fn named(shown: &Path, error: io::Error) -> io::Error {
+    let why = match error.raw_os_error() {
+        Some(libc::ELOOP) => "a symbolic link, not followed".to_string(),
+        // O_DIRECTORY is checked before O_NOFOLLOW: a link where a directory goes says so.
+        Some(libc::ENOTDIR) => "not a directory (a symbolic link is not followed)".to_string(),
+        _ => error.to_string(),
+    };
+    io::Error::new(error.kind(), format!("{}: {why}", shown.display()))
+}
+
+impl Dir {
+    /// Opens the directory at `path`, which the agent made (its parents are the agent's
+    /// own); its last component is not followed if it is a link.
+    pub fn open(path: &Path) -> io::Result<Dir> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(|e| named(path, e.into()))?;
+        Ok(Dir {
+            fd,
+            shown: path.to_path_buf(),
+        })
+    }
+
+    /// The open directory.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// The directory `name` in this one, made with `mode` if absent: a link or anything
+    /// but a directory there is refused.
+    pub fn subdir(&self, name: &OsStr, mode: u32) -> io::Result<Dir> {
+        let shown = self.shown.join(name);
+        match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(error) => return Err(named(&shown, error.into())),
+        }
+        let fd = open_one(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY,
+            Mode::empty(),
+        )
+        .map_err(|e| named(&shown, e))?;
+        Ok(Dir { fd, shown })
+    }
+
+    /// Gives this directory to `owner` (uid, gid), on its descriptor.
+    pub fn chown(&self, owner: (u32, u32)) -> io::Result<()> {
+        let (uid, gid) = owner;
+        std::os::unix::fs::fchown(&self.fd, Some(uid), Some(gid)).map_err(|e| named(&self.shown, e))
+    }
+
+    /// Writes `contents` to the file at `path` beneath this directory (its directories made
+    /// 0755 where absent), with `mode`, owned by `owner` if given. Refused, and nothing
+    /// written anywhere, if a link, a FIFO, a device or a hard-linked file is on the way.
+    pub fn write_file(
+        &self,
+        path: &Path,
+        contents: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<()> {
+        let parts = normal_components(path)?;
+        let (name, parents) = parts.split_last().expect("at least one component");
+        let mut at: Option<Dir> = None;
+        for part in parents {
+            let next = at.as_ref().unwrap_or(self).subdir(part, 0o755)?;
+            at = Some(next);
+        }
+        let at = at.as_ref().unwrap_or(self);
+        let shown = at.shown.join(name);
+        // Not O_TRUNC: the file is emptied only once its descriptor shows what it is. Not
+        // blocking: a FIFO with no reader would hold the agent.
+        let fd = open_one(
+            &at.fd,
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| named(&shown, e))?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| named(&shown, e.into()))?;
+        let regular = rustix::fs::FileType::from_raw_mode(stat.st_mode).is_file();
+        if !regular || stat.st_nlink != 1 {
+            return Err(io::Error::other(format!(
+                "{}: not a plain file (a FIFO, a device or a hard link), not written",
+                shown.display()
+            )));
+        }
+        let mut file = std::fs::File::from(fd);
+        file.set_len(0).map_err(|e| named(&shown, e))?;
+        file.write_all(contents).map_err(|e| named(&shown, e))?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(&file, Some(uid), Some(gid)).map_err(|e| named(&shown, e))?;
+        }
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(|e| named(&shown, e.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dir;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("quiesce-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("local")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_template_file_is_written_and_no_link_or_fifo_is_followed() {
+        let dir = scratch("write-file");
+        let open = Dir::open(&dir).unwrap();
+        open.write_file(Path::new("local/conf/app.conf"), b"x=1\n", 0o640, None)
+            .unwrap();
+        let written = dir.join("local/conf/app.conf");
+        assert_eq!(std::fs::read(&written).unwrap(), b"x=1\n");
+        assert_eq!(
+            std::fs::metadata(&written).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+        // Written again (a restart): emptied first, not appended to.
+        open.write_file(Path::new("local/conf/app.conf"), b"y\n", 0o640, None)
+            .unwrap();
+        assert_eq!(std::fs::read(&written).unwrap(), b"y\n");
+        // A symlink planted where the file goes, or on the way, a FIFO, a hard link, a path
+        // that climbs: refused, and what they point at is untouched.
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"mine").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("local/link")).unwrap();
+        std::os::unix::fs::symlink(&dir, dir.join("local/up")).unwrap();
+        std::fs::hard_link(&victim, dir.join("local/hard")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.join("local/fifo"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        for path in [
+            "local/link",
+            "local/up/victim",
+            "local/hard",
+            "local/fifo",
+            "local/../victim",
+            "/etc/passwd",
+        ] {
+            let refused = open.write_file(Path::new(path), b"pwned", 0o666, None);
+            assert!(refused.is_err(), "{path}");
+        }
+        let error = open
+            .write_file(Path::new("local/up/victim"), b"pwned", 0o666, None)
+            .unwrap_err();
+        assert!(error.to_string().contains("not followed"), "{error}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"mine");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 24's attack, in one process: a thread exchanges a directory on the way to the
+    /// file with a symlink to the victim's directory (`renameat2(RENAME_EXCHANGE)`, as fast
+    /// as it can) while the agent's write is made thousands of times. Each write lands in
+    /// the real directory or is refused; the victim is never touched.
+    #[test]
+    fn a_directory_exchanged_for_a_link_mid_write_never_redirects_it() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = scratch("exchange");
+        let victim_dir = dir.join("victim");
+        std::fs::create_dir(&victim_dir).unwrap();
+        std::fs::write(victim_dir.join("app.conf"), b"root's").unwrap();
+        std::fs::create_dir(dir.join("local/conf")).unwrap();
+        std::os::unix::fs::symlink(&victim_dir, dir.join("local/evil")).unwrap();
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let racer = {
+            let (done, local) = (done.clone(), dir.join("local"));
+            std::thread::spawn(move || {
+                let local = rustix::fs::open(
+                    &local,
+                    rustix::fs::OFlags::DIRECTORY,
+                    rustix::fs::Mode::empty(),
+                )
+                .unwrap();
+                let mut swaps = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    rustix::fs::renameat_with(
+                        &local,
+                        "conf",
+                        &local,
+                        "evil",
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .unwrap();
+                    swaps += 1;
+                }
+                swaps
+            })
+        };
+        let open = Dir::open(&dir).unwrap();
+        let (mut written, mut refused) = (0, 0);
+        for _ in 0..5_000 {
+            match open.write_file(Path::new("local/conf/app.conf"), b"template", 0o644, None) {
+                Ok(()) => written += 1,
+                Err(_) => refused += 1,
+            }
+        }
+        done.store(true, Ordering::Relaxed);
+        let swaps = racer.join().unwrap();
+        assert_eq!(
+            std::fs::read(victim_dir.join("app.conf")).unwrap(),
+            b"root's",
+            "{written} written, {refused} refused, {swaps} swaps"
+        );
+        assert!(swaps > 1_000, "the race ran: {swaps} swaps");
+        assert!(
+            written > 0 && refused > 0,
+            "{written} written, {refused} refused"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
