@@ -32,6 +32,23 @@ def clean_env(**extra):
     return env
 
 
+def free_port():
+    """A free loopback port below the kernel's ephemeral range (32768 and up) and the tasks'
+    dynamic ports (20000-32000): an agent restarted on its port must find it free, and an
+    outgoing connection's ephemeral port could otherwise have taken it meanwhile."""
+    import random
+    import socket
+    for _ in range(1000):
+        port = random.randrange(10000, 20000)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 10000-19999")
+
+
 class Agent:
     """One agent process over one data dir; restartable on the same port."""
 
@@ -47,6 +64,8 @@ class Agent:
     def start(self, prefix=(), args=(), env=None):
         """Starts the agent; `prefix` runs it under another program (`prlimit ...`), `args`
         go after the agent's own, `env` adds to its environment."""
+        if self.port == 0:
+            self.port = free_port()
         self.starts += 1
         stderr = open(self.data_dir.parent / f"agent-{self.starts}.err", "w")
         self.proc = subprocess.Popen(

@@ -95,6 +95,11 @@ struct Pending {
     requests: Vec<(usize, Arc<raw_exec::Signaller>, raw_exec::Request)>,
     /// Tasks whose exit was applied: no kill of theirs is in flight any more.
     exited: Vec<usize>,
+    /// raw_exec tasks to launch (index, name, what), once the settle's commit — the
+    /// runner's state saying they run — is durable: a crash at any moment after a task's
+    /// process exists then finds it stored as running, and reattaches it (issue 24: a task
+    /// launched less than 20 ms before a `kill -9` was orphaned, its start never stored).
+    launches: Vec<(usize, String, raw_exec::Launch)>,
 }
 
 impl Pending {
@@ -107,6 +112,7 @@ impl Pending {
             && self.closing.is_empty()
             && self.requests.is_empty()
             && self.exited.is_empty()
+            && self.launches.is_empty()
     }
 }
 
@@ -239,21 +245,25 @@ impl DaemonHost {
             .tasks
             .get(ix)
             .map_or(0, |t| u32::try_from(t.state.restarts).unwrap_or(u32::MAX));
+        // A run was launched before if its supervisor started: it creates its `exit.json`
+        // (empty) before it forks the task. The task's logs, or a run's directory, made
+        // before a crash cut the launch short, are no launch: nothing ran.
         let found = if run == 0 {
-            Ok((dir.clone(), dir.join(raw_exec::STDOUT_FILE).exists()))
+            Ok(dir.clone())
         } else {
             raw_exec::find_run_dir(&dir, run).and_then(|found| match found {
-                Some(found) => Ok((found, true)),
-                None => raw_exec::new_run_dir(&dir, run).map(|new| (new, false)),
+                Some(found) => Ok(found),
+                None => raw_exec::new_run_dir(&dir, run),
             })
         };
-        let (state, launched_before) = match found {
+        let state = match found {
             Ok(found) => found,
             Err(error) => {
                 self.failed_to_start(ix, &format!("finding the run's directory: {error}"));
                 return;
             }
         };
+        let launched_before = state.join(raw_exec::EXIT_FILE).exists();
         // A run started before a restart of the agent (or before a crash lost the runner's
         // progress) is reattached, never started twice.
         let attached = match raw_exec::reattach(&state) {
@@ -264,18 +274,49 @@ impl DaemonHost {
                 Ok(Err(lost("the task's supervisor is gone".into())))
             }
             Ok(Reattach::Lost) => {
-                let args: Vec<&str> = shared
-                    .config
-                    .supervisor_args
-                    .iter()
-                    .map(String::as_str)
-                    .collect();
                 let mut launch = super::launch::launch_of(task, runner, &dir, &shared.config);
                 launch.state = (run > 0).then(|| state.clone());
-                raw_exec::launch(&shared.config.supervisor, &args, &launch)
+                if self.restoring {
+                    // The state that says it runs was read from the store: launched now
+                    // (the restore may go on to stop it, in this critical section).
+                    self.launch(ix, &task.name, &launch);
+                } else {
+                    // Launched once the runner's state saying so is durable (see `flush`).
+                    self.pending.launches.push((ix, task.name.clone(), launch));
+                }
+                return;
             }
             // Never launched again on a doubt: a task must not run twice.
             Err(error) => Ok(Err(lost(format!("reattaching to the task: {error}")))),
+        };
+        self.attach(ix, &task.name, attached);
+    }
+
+    /// Carries out a launch, now: the runner's state that says the task runs is durable.
+    fn launch(&mut self, ix: usize, name: &str, launch: &raw_exec::Launch) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let args: Vec<&str> = shared
+            .config
+            .supervisor_args
+            .iter()
+            .map(String::as_str)
+            .collect();
+        let launched = raw_exec::launch(&shared.config.supervisor, &args, launch);
+        self.attach(ix, name, launched);
+    }
+
+    /// Takes a launched or reattached task's handle (or its exit, if it has ended or could
+    /// not start).
+    fn attach(
+        &mut self,
+        ix: usize,
+        name: &str,
+        attached: std::io::Result<Result<raw_exec::Attached, raw_exec::ExitRecord>>,
+    ) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
         };
         match attached {
             Ok(Ok(attached)) => {
@@ -295,7 +336,7 @@ impl DaemonHost {
                             "allocation {} task {}: no control connection, \
                              killing it: {error}",
                             self.alloc,
-                            task.name
+                            name
                         );
                         let _ = nix::sys::signal::killpg(
                             nix::unistd::Pid::from_raw(attached.pid),
@@ -328,7 +369,7 @@ impl DaemonHost {
             }
             Ok(Err(record)) => {
                 if let Some(error) = &record.error {
-                    crate::daemon::say!("allocation {} task {}: {error}", self.alloc, task.name);
+                    crate::daemon::say!("allocation {} task {}: {error}", self.alloc, name);
                 }
                 self.schedule(0, Due::Exited(ix, record.result().into()));
             }
@@ -350,6 +391,7 @@ impl DaemonHost {
     /// settles), which delivers it at most once — or, if it had delivered it before this
     /// host attached, not asked again. Returns whether it had been delivered so.
     fn signal(&mut self, ix: usize, signal: &str, kill: u32, timeout_ns: i64) -> bool {
+        self.launch_pending_now(ix);
         let now = unix_now_ns();
         match self.tasks.get(ix).cloned().flatten() {
             Some(Handle::Process {
@@ -387,6 +429,7 @@ impl DaemonHost {
 
     /// SIGKILL, asked of the supervisor when the shell settles.
     fn force_kill(&mut self, ix: usize, kill: u32, runner: &AllocRunner) {
+        self.launch_pending_now(ix);
         let now = unix_now_ns();
         match self.tasks.get(ix).cloned().flatten() {
             Some(Handle::Process { signaller, .. }) => {
@@ -485,8 +528,13 @@ impl DaemonHost {
         }
         let mut core = shared.core();
         change_services(&mut core, &self.alloc, &pending.services);
-        if let Some(report) = report {
-            core.server.client_report(&self.alloc, report);
+        // The server hears that a task runs once its process does: a launch's report waits
+        // for the launch.
+        let mut report = report;
+        if pending.launches.is_empty() {
+            if let Some(report) = report.take() {
+                core.server.client_report(&self.alloc, report);
+            }
         }
         for entry in pending.log {
             core.log(entry);
@@ -506,7 +554,14 @@ impl DaemonHost {
             core.kills_in_flight.remove(&task);
             core.dead.remove(&task);
         }
-        core.commit(stored, writes);
+        // A launch waits for its batch to be durable (a disk sync, shared with every batch
+        // committed with it), outside the core's lock; the rest is stored within 20 ms.
+        let launching = if pending.launches.is_empty() {
+            core.commit(stored, writes);
+            None
+        } else {
+            Some(core.commit_durable(stored, writes))
+        };
         shared.notify(&core);
         drop(core);
         for (_, signaller, request) in pending.requests {
@@ -514,6 +569,46 @@ impl DaemonHost {
                 crate::daemon::say!("allocation {}: {request:?}: {error}", self.alloc);
             }
         }
+        if let Some((committer, ticket)) = launching {
+            let stored = committer.wait(ticket);
+            for (ix, name, launch) in pending.launches {
+                match &stored {
+                    Ok(()) => self.launch(ix, &name, &launch),
+                    // Not launched: a crash could lose the record of it.
+                    Err(error) => self.failed_to_start(ix, &format!("storing its launch: {error}")),
+                }
+            }
+            if let Some(report) = report {
+                let mut core = shared.core();
+                core.server.client_report(&self.alloc, report);
+                core.commit(None, Vec::new());
+                shared.notify(&core);
+            }
+        }
+    }
+
+    /// A command for a task whose launch waits for the settle: launched now, before its
+    /// batch is durable (the runner never asks this: a task's first commands after its
+    /// start come in later events).
+    fn launch_pending_now(&mut self, ix: usize) {
+        let Some(at) = self
+            .pending
+            .launches
+            .iter()
+            .position(|(task, ..)| *task == ix)
+        else {
+            return;
+        };
+        debug_assert!(
+            false,
+            "a command for task {ix} before its launch was stored"
+        );
+        crate::daemon::say!(
+            "bug: allocation {} task {ix}: launched before its launch was stored",
+            self.alloc
+        );
+        let (ix, name, launch) = self.pending.launches.remove(at);
+        self.launch(ix, &name, &launch);
     }
 }
 

@@ -348,6 +348,17 @@ impl Core {
         self.submit(runner, earlier, false)
     }
 
+    /// Commits as [`Core::commit`] does, syncing the disk: returns the committer and the
+    /// batch's ticket, to wait for it once the core's lock is released (a launch waits so).
+    pub fn commit_durable(
+        &mut self,
+        runner: Option<(AllocId, Vec<u8>)>,
+        earlier: Vec<Write>,
+    ) -> (Committer, u64) {
+        let ticket = self.submit(runner, earlier, true);
+        (self.committer.clone(), ticket)
+    }
+
     fn submit(
         &mut self,
         runner: Option<(AllocId, Vec<u8>)>,

@@ -303,7 +303,12 @@ fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
     // the reattached tasks' exits can be delivered: a task signalled before the crash must
     // not look as if it had ended on its own. The stop itself is durable (an API write's
     // plan).
-    starting.restore([reattach, resend, commands].concat(), |runner, host| {
-        fetch_newer(shared, &id, runner, host)
-    });
+    // The runner's state is what the store kept; the server's copy of its report may be
+    // older (a launch's report is stored after the launch, see `DaemonHost::flush`): it is
+    // sent again.
+    let report = vec![Command::Report];
+    starting.restore(
+        [reattach, resend, commands, report].concat(),
+        |runner, host| fetch_newer(shared, &id, runner, host),
+    );
 }

@@ -211,8 +211,12 @@ pub fn launch(
     task_dir(launch)?;
     let state = launch.state.clone().unwrap_or_else(|| launch.dir.clone());
     if launch.state.is_some() {
-        // Created here, once: an existing one is a run launched before.
-        fs::DirBuilder::new().mode(0o700).create(&state)?;
+        // Created here; an existing one without an `exit.json` is a launch a crash cut short
+        // before its supervisor started (the caller tells that from a run launched before).
+        match fs::DirBuilder::new().mode(0o700).create(&state) {
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+            other => other?,
+        }
     }
     let listener = UnixListener::bind_addr(&socket_addr(&state)?)?;
     let log = |name: &str| {
