@@ -6,7 +6,9 @@
 //! from the request. With `follow=true` the answer is a stream: what there is, then what the
 //! task writes, read every [`FOLLOW_EVERY`], until the allocation has ended (and all it
 //! wrote is sent) or the client goes; each read is a request of its own (its token checked
-//! again), and at most [`MAX_FOLLOWERS`] streams run at once.
+//! again), and at most [`MAX_FOLLOWERS`] streams run at once; a quiet stream sends a
+//! heartbeat frame `{}` every [`HEARTBEAT`] (not in `plain`), and ends as soon as its client
+//! has gone.
 
 use super::*;
 use std::io::{Read, Seek, SeekFrom};
@@ -15,6 +17,9 @@ use std::io::{Read, Seek, SeekFrom};
 pub const MAX_READ: u64 = 1 << 20;
 /// How often a followed log is read again.
 pub const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+/// How long a followed log stays silent before a heartbeat frame (`{}`) is sent, as
+/// Nomad's stream framer does.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
 /// The most followed logs at once.
 pub const MAX_FOLLOWERS: usize = 64;
 
@@ -94,6 +99,7 @@ pub(super) async fn follow(
     tokio::spawn(async move {
         let _slot = slot;
         let mut frame = first.body;
+        let mut last_sent = tokio::time::Instant::now();
         loop {
             let data = frame["Data"].as_str().unwrap_or_default().to_string();
             let offset = frame["Offset"].as_u64().unwrap_or(0);
@@ -121,7 +127,26 @@ pub(super) async fn follow(
                 return;
             }
             if data.is_empty() {
-                tokio::time::sleep(FOLLOW_EVERY).await;
+                // Nothing new: a heartbeat frame once a second without data (Nomad's `{}`,
+                // which its clients rely on to tell a quiet stream from a dead one; a
+                // plain stream has only the bytes), and the next read after a while — or
+                // the end, as soon as the client has gone (issue 24: a stream that only
+                // noticed when it had data to send held its slot for as long as the task
+                // stayed quiet).
+                if !followed.plain && last_sent.elapsed() >= HEARTBEAT {
+                    if tx.send(bytes::Bytes::from_static(b"{}")).await.is_err() {
+                        return;
+                    }
+                    last_sent = tokio::time::Instant::now();
+                }
+                if tokio::time::timeout(FOLLOW_EVERY, tx.closed())
+                    .await
+                    .is_ok()
+                {
+                    return; // the client has gone
+                }
+            } else {
+                last_sent = tokio::time::Instant::now();
             }
             match answer(Arc::clone(&shared), read(read_url(&url, offset))).await {
                 Ok(next) => frame = next.body,
