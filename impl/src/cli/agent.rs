@@ -60,6 +60,14 @@ pub(super) fn agent(args: AgentArgs) -> Result<(), String> {
         }
     }
     config.serf_port = settings.serf_port;
+    config.peer_key = settings.peer_key.clone();
+    if config.serf_port.is_some() && config.peer_key.is_none() {
+        // Nomad's gossip without `encrypt` takes anyone too; say so rather than be silent.
+        let line = "==> peers: no server.encrypt key: any process that reaches the serf port \
+                    can join as a peer (listed by /v1/regions and /v1/agent/members); set one \
+                    to require it\n";
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }
     for key in &settings.ignored {
         if let Some((_, why)) = super::agent_config::IGNORED.iter().find(|(k, _)| k == key) {
             // One write for the line (stderr is unbuffered: `eprintln!` writes it in pieces).

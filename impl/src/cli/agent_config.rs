@@ -54,6 +54,9 @@ pub struct Ports {
 #[serde(deny_unknown_fields)]
 pub struct ServerBlock {
     pub enabled: Option<bool>,
+    /// Nomad's gossip key: 16, 24 or 32 bytes, base64 (`nomad operator gossip keyring
+    /// generate` makes one).
+    pub encrypt: Option<String>,
     pub bootstrap_expect: Option<u32>,
     pub raft_protocol: Option<u32>,
 }
@@ -88,6 +91,8 @@ pub struct Settings {
     pub http_port: Option<u16>,
     /// Where other agents join this one (`agent join`; see `daemon::peers`).
     pub serf_port: Option<u16>,
+    /// The peers' shared key (`server.encrypt`), decoded.
+    pub peer_key: Option<Vec<u8>>,
     pub client_enabled: Option<bool>,
     pub acl_enabled: Option<bool>,
     /// Keys set that have no effect here (see [`IGNORED`]).
@@ -120,6 +125,21 @@ fn parse(path: &Path) -> Result<ConfigFile, String> {
     } else {
         hcl::from_str(&text).map_err(|e| e.to_string())
     }
+}
+
+/// `server.encrypt`, decoded: base64 of 16, 24 or 32 bytes, as Nomad's gossip keys are.
+fn peer_key(text: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| format!("server.encrypt is not base64: {e}"))?;
+    if ![16, 24, 32].contains(&key.len()) {
+        return Err(format!(
+            "server.encrypt is {} bytes: a key is 16, 24 or 32 (base64 of `head -c 32 /dev/urandom`)",
+            key.len()
+        ));
+    }
+    Ok(key)
 }
 
 fn merge(settings: &mut Settings, file: ConfigFile) -> Result<(), String> {
@@ -178,6 +198,9 @@ fn merge(settings: &mut Settings, file: ConfigFile) -> Result<(), String> {
         }
         if server.raft_protocol.is_some() {
             ignored.push("server.raft_protocol");
+        }
+        if let Some(key) = server.encrypt {
+            settings.peer_key = Some(peer_key(&key)?);
         }
     }
     if let Some(client) = file.client {
@@ -241,6 +264,29 @@ mod tests {
                 "client.options"
             ]
         );
+    }
+
+    #[test]
+    fn the_peers_key_is_nomads_encrypt_and_a_bad_one_is_named() {
+        let good = file(
+            "key.hcl",
+            "server {\n  encrypt = \"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\"\n}\n",
+        );
+        let settings = read(&[good]).unwrap();
+        assert_eq!(
+            settings.peer_key.as_deref(),
+            Some(&b"0123456789abcdef0123456789abcdef"[..])
+        );
+        for (text, named) in [
+            (r#"{"server":{"encrypt":"not base64!"}}"#, "not base64"),
+            (r#"{"server":{"encrypt":"c2hvcnQ="}}"#, "is 5 bytes"),
+        ] {
+            let error = read(&[file("bad-key.json", text)]).unwrap_err();
+            assert!(
+                error.contains("server.encrypt") && error.contains(named),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -1,17 +1,27 @@
 //! Other agents this one knows (`/v1/agent/join`), so that `/v1/regions` and
-//! `/v1/agent/members` list them as Nomad's federated servers do. Each agent listens on its
-//! `ports.serf` (Nomad's gossip port); a join connects there, and the two exchange one line
-//! of JSON each — who they are — and remember each other. That is all: no gossip, no
-//! failure detection, no forwarding of requests to another region; peers are kept in
+//! `/v1/agent/members` list them as Nomad's federated servers do. An agent listens on its
+//! `ports.serf` (Nomad's gossip port) only when a configuration file sets it; a join connects
+//! there, and the two exchange who they are and remember each other. That is all: no gossip,
+//! no failure detection, no forwarding of requests to another region; peers are kept in
 //! memory only.
+//!
+//! The exchange, one line of JSON each way at a time: the joiner sends a nonce, the
+//! listener its own; then the joiner sends who it is with a proof, and the listener
+//! answers the same. A proof is HMAC-SHA256, under the peers' shared key (Nomad's
+//! `server.encrypt`), of the role, both nonces and the line's `Peer` (issue 24: anyone who
+//! reached the port could add peers, 70 of them filled the list, `/v1/regions` listed the
+//! attacker's regions to anonymous readers, and real joins were refused until a restart).
+//! With a key, a side that cannot prove it holds the same key is refused and not
+//! remembered; without one (Nomad's own gossip without `encrypt` takes anyone too, and
+//! Nomad's Go API tests join so), proofs are empty and the agent says at start that anyone
+//! can join.
 //!
 //! Hostile input: a line is at most [`MAX_LINE`] bytes, and a whole exchange must be done
 //! within [`TIMEOUT`] (a peer that trickles bytes is cut off at the deadline, not per
 //! read); names are checked as the agent's own are; at most [`MAX_PEERS`] are kept; at most
 //! [`MAX_EXCHANGES`] exchanges run at once each way (others are refused); a join names IP
-//! addresses only (no name lookup, which has no time limit). Anyone who can reach the port
-//! can add a peer: the peers are only listed (regions, members), never trusted with
-//! anything.
+//! addresses only (no name lookup, which has no time limit). The peers are only listed,
+//! never trusted with anything.
 
 use super::*;
 use serde::{Deserialize, Serialize};
@@ -122,8 +132,104 @@ impl Peers {
     }
 }
 
-/// One line, by `deadline` (each read waits only for what is left of it).
-fn read_line(mut stream: &TcpStream, deadline: Instant) -> Result<Peer, String> {
+/// A nonce line, or a peer's line with its proof (hex; empty without a key).
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+struct Line {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    nonce: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    peer: Option<Peer>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    proof: String,
+    /// Why the other side is refused: sent instead of its next line, before the close.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    error: String,
+}
+
+/// Which side a proof is made by: the joiner's and the listener's differ, so that one
+/// cannot be sent back as the other.
+#[derive(Clone, Copy)]
+enum Role {
+    Joiner,
+    Listener,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn nonce() -> Result<String, String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| format!("drawing a nonce: {e}"))?;
+    Ok(hex(&bytes))
+}
+
+/// The HMAC of what a side says, under `key`: its role, its own nonce, the other side's,
+/// and its `Peer` as sent.
+fn mac(key: &[u8], role: Role, own: &str, theirs: &str, peer: &Peer) -> hmac::Hmac<sha2::Sha256> {
+    use hmac::Mac;
+    let mut mac =
+        hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+    let role = match role {
+        Role::Joiner => "quiesce-peer-v1 joiner",
+        Role::Listener => "quiesce-peer-v1 listener",
+    };
+    for part in [role, own, theirs] {
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part.as_bytes());
+    }
+    mac.update(&serde_json::to_vec(peer).expect("peers serialize"));
+    mac
+}
+
+fn prove(key: Option<&[u8]>, role: Role, own: &str, theirs: &str, peer: &Peer) -> String {
+    use hmac::Mac;
+    key.map_or_else(String::new, |key| {
+        hex(&mac(key, role, own, theirs, peer).finalize().into_bytes())
+    })
+}
+
+/// Checks the other side's proof (made in `role`, with its nonce `theirs` first).
+fn verify(
+    key: Option<&[u8]>,
+    role: Role,
+    theirs: &str,
+    own: &str,
+    peer: &Peer,
+    proof: &str,
+) -> Result<(), String> {
+    use hmac::Mac;
+    let Some(key) = key else {
+        return Ok(());
+    };
+    let bytes: Option<Vec<u8>> = (proof.len() == 64)
+        .then(|| {
+            (0..32)
+                .map(|i| u8::from_str_radix(&proof[2 * i..2 * i + 2], 16).ok())
+                .collect()
+        })
+        .flatten();
+    let Some(bytes) = bytes else {
+        return Err("no proof of the peers' key (server.encrypt)".into());
+    };
+    mac(key, role, theirs, own, peer)
+        .verify_slice(&bytes)
+        .map_err(|_| "the peer does not hold this agent's key (server.encrypt)".into())
+}
+
+/// One line, by `deadline` (each read waits only for what is left of it). Each side sends
+/// its next line only once it has read the other's, so a read never takes in more than one.
+fn read_line(stream: &TcpStream, deadline: Instant) -> Result<Line, String> {
+    let line = read_any_line(stream, deadline)?;
+    if line.error.is_empty() {
+        Ok(line)
+    } else {
+        Err(format!("refused: {}", line.error))
+    }
+}
+
+fn read_any_line(mut stream: &TcpStream, deadline: Instant) -> Result<Line, String> {
     let mut line = Vec::new();
     let mut chunk = [0u8; 512];
     while !line.contains(&b'\n') {
@@ -147,15 +253,80 @@ fn read_line(mut stream: &TcpStream, deadline: Instant) -> Result<Peer, String> 
     serde_json::from_slice(&line[..end]).map_err(|e| format!("not a peer's line: {e}"))
 }
 
-fn write_line(mut stream: &TcpStream, peer: &Peer, deadline: Instant) -> Result<(), String> {
-    let mut line = serde_json::to_vec(peer).expect("peers serialize");
-    line.push(b'\n');
+fn write_line(mut stream: &TcpStream, line: &Line, deadline: Instant) -> Result<(), String> {
+    let mut bytes = serde_json::to_vec(line).expect("lines serialize");
+    bytes.push(b'\n');
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
         return Err(format!("not done within {TIMEOUT:?}"));
     }
     let _ = stream.set_write_timeout(Some(left));
-    stream.write_all(&line).map_err(|e| format!("writing: {e}"))
+    stream
+        .write_all(&bytes)
+        .map_err(|e| format!("writing: {e}"))
+}
+
+/// The peer a line names, or why it names none.
+fn peer_of(line: Line) -> Result<(Peer, String), String> {
+    match line.peer {
+        Some(peer) => Ok((peer, line.proof)),
+        None => Err("not a peer's line".into()),
+    }
+}
+
+/// The listener's side of an exchange: the joiner, proven.
+fn serve_exchange(stream: &TcpStream, own: &Peer, key: Option<&[u8]>) -> Result<Peer, String> {
+    let deadline = Instant::now() + TIMEOUT;
+    let theirs = read_line(stream, deadline)?.nonce;
+    if theirs.is_empty() || theirs.len() > 128 {
+        return Err("no nonce".into());
+    }
+    let mine = nonce()?;
+    let hello = Line {
+        nonce: mine.clone(),
+        ..Line::default()
+    };
+    write_line(stream, &hello, deadline)?;
+    let (peer, proof) = peer_of(read_line(stream, deadline)?)?;
+    if let Err(error) = verify(key, Role::Joiner, &theirs, &mine, &peer, &proof) {
+        let refusal = Line {
+            error: error.clone(),
+            ..Line::default()
+        };
+        let _ = write_line(stream, &refusal, deadline);
+        return Err(error);
+    }
+    let answer = Line {
+        peer: Some(own.clone()),
+        proof: prove(key, Role::Listener, &mine, &theirs, own),
+        ..Line::default()
+    };
+    write_line(stream, &answer, deadline)?;
+    Ok(peer)
+}
+
+/// The joiner's side: the listener, proven.
+fn join_exchange(stream: &TcpStream, own: &Peer, key: Option<&[u8]>) -> Result<Peer, String> {
+    let deadline = Instant::now() + TIMEOUT;
+    let mine = nonce()?;
+    let hello = Line {
+        nonce: mine.clone(),
+        ..Line::default()
+    };
+    write_line(stream, &hello, deadline)?;
+    let theirs = read_line(stream, deadline)?.nonce;
+    if theirs.is_empty() || theirs.len() > 128 {
+        return Err("no nonce".into());
+    }
+    let line = Line {
+        peer: Some(own.clone()),
+        proof: prove(key, Role::Joiner, &mine, &theirs, own),
+        ..Line::default()
+    };
+    write_line(stream, &line, deadline)?;
+    let (peer, proof) = peer_of(read_line(stream, deadline)?)?;
+    verify(key, Role::Listener, &theirs, &mine, &peer, &proof)?;
+    Ok(peer)
 }
 
 /// Listens on `port` (the HTTP listener's address) for agents that join this one: each
@@ -181,12 +352,10 @@ pub fn listen(shared: &Arc<Shared>, port: u16) -> Result<(), String> {
                 let Some(_slot) = Slot::take(&shared.peers.serving) else {
                     return;
                 };
-                let deadline = Instant::now() + TIMEOUT;
                 let own = Peer::of(&shared.config);
-                let exchanged = read_line(&stream, deadline).and_then(|peer| {
-                    write_line(&stream, &own, deadline)?;
-                    shared.peers.remember(&own, peer)
-                });
+                let key = shared.config.peer_key.as_deref();
+                let exchanged = serve_exchange(&stream, &own, key)
+                    .and_then(|peer| shared.peers.remember(&own, peer));
                 if let Err(error) = exchanged {
                     say!("a peer's join: {error}");
                 }
@@ -213,10 +382,8 @@ pub fn join(shared: &Shared, addresses: &[&str]) -> (usize, Vec<String>) {
             let target: SocketAddr = address
                 .parse()
                 .map_err(|_| "not an IP address and port (no names are looked up)".to_string())?;
-            let deadline = Instant::now() + TIMEOUT;
             let stream = TcpStream::connect_timeout(&target, TIMEOUT).map_err(|e| e.to_string())?;
-            write_line(&stream, &own, deadline)?;
-            let peer = read_line(&stream, deadline)?;
+            let peer = join_exchange(&stream, &own, shared.config.peer_key.as_deref())?;
             shared.peers.remember(&own, peer)
         })();
         match exchanged {

@@ -92,14 +92,15 @@ pub(super) fn members(shared: &Shared) -> Result<Reply, ApiError> {
     )
 }
 
-/// `/v1/regions`: this agent's and its peers', sorted.
-pub(super) fn regions(shared: &Shared) -> Result<Reply, ApiError> {
-    let mut regions: std::collections::BTreeSet<String> = shared
-        .peers
-        .list()
-        .into_iter()
-        .map(|peer| peer.region)
-        .collect();
+/// `/v1/regions`: this agent's region, and its peers' if `peers`, sorted.
+pub(super) fn regions(shared: &Shared, peers: bool) -> Result<Reply, ApiError> {
+    let known = if peers {
+        shared.peers.list()
+    } else {
+        Vec::new()
+    };
+    let mut regions: std::collections::BTreeSet<String> =
+        known.into_iter().map(|peer| peer.region).collect();
     regions.insert(shared.config.region.clone());
     plain(json!(regions))
 }

@@ -240,7 +240,12 @@ fn route(
         "status/peers" if is_get => {
             need(Need::Nothing).and_then(|()| plain(json!([shared.config.bind.to_string()])))
         }
-        "regions" if is_get => need(Need::Nothing).and_then(|()| regions(shared)),
+        // Anyone may ask (as of Nomad); the peers' regions only a token that may read the
+        // nodes is told of, when ACLs are on (issue 24).
+        "regions" if is_get => need(Need::Nothing).and_then(|()| {
+            let peers = check(authority, Need::NodeRead).is_ok();
+            regions(shared, peers)
+        }),
         // A GET of the event stream is answered by the connection layer (`events.rs`).
         "jobs" | "jobs/parse" | "validate/job" | "allocations" | "evaluations" | "services"
         | "nodes" | "agent/self" | "agent/members" | "agent/join" | "metrics" | "status/leader"
