@@ -74,3 +74,75 @@ def test_followers_that_go_free_their_places_at_once_and_a_quiet_stream_sends_he
         extra = b""
     assert b"{}" not in extra, extra
     plain.close()
+
+
+def agent_rss_mb(agent):
+    for line in open(f"/proc/{agent.proc.pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError("no VmRSS")
+
+
+def hold_unread(agent, paths, seconds):
+    """Sends each GET on a socket with a 4 KB receive buffer that is never read; returns the
+    agent's peak RSS over `seconds`, and the sockets."""
+    host, port = agent.address.removeprefix("http://").rsplit(":", 1)
+    held = []
+    peak = agent_rss_mb(agent)
+    for path in paths:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        held.append(sock)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        peak = max(peak, agent_rss_mb(agent))
+        time.sleep(0.05)
+    return peak, held
+
+
+def statuses(held):
+    counts = {}
+    for sock in held:
+        sock.settimeout(5)
+        head = sock.recv(4096).decode(errors="replace")
+        code = head.split(" ")[1]
+        counts[code] = counts.get(code, 0) + 1
+        if code == "503":
+            assert "retry-after: 1" in head.lower(), head
+        sock.close()
+    return counts
+
+
+def test_clients_that_never_read_hold_one_shared_copy_within_a_budget(agent):
+    """Issue 24, finding 3: 300 sockets asking for /v1/allocations (1,000 allocations) with a
+    4 KB receive buffer, never reading, took the agent from 40 MB to 1.56 GB. The same
+    answer is now one encoded copy however many hold it (+200 MB at most, the issue's
+    bound), a reader meanwhile is answered, and 300 different URLs — no sharing — are held
+    to the agent-wide budget of unsent answers: past it, a 503 with Retry-After."""
+    agent.http("PUT", "/v1/jobs", {"Job": {"ID": "many", "TaskGroups": [{
+        "Name": "g", "Count": 1000, "Tasks": [{
+            "Name": "t", "Driver": "mock_driver", "Config": {"run_for": "1h"}}]}]}})
+    agent.wait_until("1,000 allocations to run", lambda: agent.get(
+        "/v1/job/many/summary")["Summary"]["g"]["Running"] == 1000, timeout=60)
+    size = len(json.dumps(agent.get("/v1/allocations")))
+    assert size > 500_000, size
+    before = agent_rss_mb(agent)
+    peak, held = hold_unread(agent, ["/v1/allocations"] * 300, 3)
+    started = time.monotonic()
+    assert len(agent.get("/v1/allocations")) == 1000
+    took = time.monotonic() - started
+    assert statuses(held) == {"200": 300}
+    assert peak - before <= 200, f"RSS {before} MB, then {peak} MB with 300 non-readers"
+    assert took < 5, f"a reader meanwhile took {took:.2f} s"
+    shared_growth = peak - before
+
+    before = agent_rss_mb(agent)
+    peak, held = hold_unread(agent, [f"/v1/allocations?attempt={i}" for i in range(300)], 3)
+    counts = statuses(held)
+    assert peak - before <= 200, f"RSS {before} MB, then {peak} MB with 300 distinct non-readers"
+    # At most the budget's worth were encoded (64 MiB of 0.9 MB answers), the rest refused.
+    assert counts.get("503", 0) >= 150 and counts.get("200", 0) >= 30, counts
+    print(f"\nanswers of {size / 1e6:.2f} MB; 300 shared: +{shared_growth} MB; "
+          f"300 distinct: +{peak - before} MB, {counts}")

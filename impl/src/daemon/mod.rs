@@ -437,6 +437,8 @@ pub struct Shared {
     pub config: AgentConfig,
     /// The agent is stopping: its event streams end (`http::end_event_streams`).
     pub(crate) stopping: std::sync::atomic::AtomicBool,
+    /// The answers held for clients, agent-wide (`http::answers`).
+    pub answers: http::Answers,
 }
 
 impl Shared {

@@ -274,8 +274,14 @@ fn peer_of(line: Line) -> Result<(Peer, String), String> {
     }
 }
 
-/// The listener's side of an exchange: the joiner, proven.
-fn serve_exchange(stream: &TcpStream, own: &Peer, key: Option<&[u8]>) -> Result<Peer, String> {
+/// The listener's side of an exchange: the joiner, proven, is remembered before the answer
+/// goes (a joiner that has its answer finds itself listed).
+fn serve_exchange(
+    stream: &TcpStream,
+    own: &Peer,
+    key: Option<&[u8]>,
+    peers: &Peers,
+) -> Result<(), String> {
     let deadline = Instant::now() + TIMEOUT;
     let theirs = read_line(stream, deadline)?.nonce;
     if theirs.is_empty() || theirs.len() > 128 {
@@ -296,13 +302,20 @@ fn serve_exchange(stream: &TcpStream, own: &Peer, key: Option<&[u8]>) -> Result<
         let _ = write_line(stream, &refusal, deadline);
         return Err(error);
     }
+    if let Err(error) = peers.remember(own, peer) {
+        let refusal = Line {
+            error: error.clone(),
+            ..Line::default()
+        };
+        let _ = write_line(stream, &refusal, deadline);
+        return Err(error);
+    }
     let answer = Line {
         peer: Some(own.clone()),
         proof: prove(key, Role::Listener, &mine, &theirs, own),
         ..Line::default()
     };
-    write_line(stream, &answer, deadline)?;
-    Ok(peer)
+    write_line(stream, &answer, deadline)
 }
 
 /// The joiner's side: the listener, proven.
@@ -354,8 +367,7 @@ pub fn listen(shared: &Arc<Shared>, port: u16) -> Result<(), String> {
                 };
                 let own = Peer::of(&shared.config);
                 let key = shared.config.peer_key.as_deref();
-                let exchanged = serve_exchange(&stream, &own, key)
-                    .and_then(|peer| shared.peers.remember(&own, peer));
+                let exchanged = serve_exchange(&stream, &own, key, &shared.peers);
                 if let Err(error) = exchanged {
                     say!("a peer's join: {error}");
                 }

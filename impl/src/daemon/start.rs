@@ -108,6 +108,7 @@ impl Agent {
             exits: ExitWatcher::new().map_err(|e| format!("watching for task exits: {e}"))?,
             config,
             stopping: Default::default(),
+            answers: Default::default(),
         });
         {
             // An exit is queued for the client workers (who apply it after any pending

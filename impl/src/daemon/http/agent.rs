@@ -119,6 +119,11 @@ pub(super) fn metrics(shared: &Shared, query: &Query) -> Result<Reply, ApiError>
         ("nomad.nomad.job_summary.jobs", jobs as f64),
         ("nomad.nomad.state.allocations", allocs as f64),
         ("nomad.nomad.state.index", index as f64),
+        // quiesce's own: the encoded answers held for clients that have not taken them.
+        (
+            "quiesce.http.unsent_answer_bytes",
+            shared.answers.unsent() as f64,
+        ),
     ];
     match query.get("format") {
         None | Some("") | Some("json") => {}

@@ -342,6 +342,7 @@ pub(super) fn list_evals(shared: &Shared, query: &Query) -> Result<Reply, ApiErr
         index: Some(core.server.store.table_indexes().evals),
         next_token,
         raw: None,
+        encoded: None,
     })
 }
 

@@ -371,6 +371,7 @@ pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError>
             index: None,
             next_token: None,
             raw: None,
+            encoded: None,
         });
     }
     let wrapped = serde_json::to_vec(&json!({ "Job": job })).expect("JSON values serialize");
@@ -381,6 +382,7 @@ pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError>
         index: None,
         next_token: None,
         raw: None,
+        encoded: None,
     })
 }
 

@@ -257,6 +257,7 @@ pub(super) fn task_logs(shared: &Shared, alloc_id: &str, query: &Query) -> Resul
             index: None,
             next_token: None,
             raw: Some(data),
+            encoded: None,
         });
     }
     use base64::Engine;

@@ -11,6 +11,7 @@
 pub(super) mod acl;
 mod agent;
 mod allocs;
+pub mod answers;
 mod blocking;
 mod events;
 pub(super) mod guard;
@@ -25,6 +26,7 @@ mod services;
 use acl::{acl_routes, authority, check, Need};
 use agent::*;
 use allocs::*;
+pub use answers::Answers;
 use blocking::*;
 pub use events::end_all as end_event_streams;
 use guard::browser_guard;
@@ -56,6 +58,9 @@ pub struct Reply {
     next_token: Option<String>,
     /// Bytes sent as they are (`text/plain`) instead of `body` (a task log, `plain=true`).
     raw: Option<Vec<u8>>,
+    /// `body`, encoded already: an answer shared by the requests that asked for it
+    /// (`answers.rs`).
+    encoded: Option<bytes::Bytes>,
 }
 
 /// A JSON answer with no index (the agent's own state, not the store's).
@@ -66,6 +71,7 @@ fn plain(body: Value) -> Result<Reply, ApiError> {
         index: None,
         next_token: None,
         raw: None,
+        encoded: None,
     })
 }
 
@@ -76,6 +82,8 @@ pub struct ApiError {
     pub message: String,
     /// Not an answer yet: a blocking query found nothing new and waits up to this long.
     blocked: Option<Duration>,
+    /// `Retry-After` (seconds): a refusal for now, not for good.
+    retry_after: Option<u32>,
 }
 
 fn error(status: u16, message: impl Into<String>) -> ApiError {
@@ -83,6 +91,7 @@ fn error(status: u16, message: impl Into<String>) -> ApiError {
         status,
         message: message.into(),
         blocked: None,
+        retry_after: None,
     }
 }
 
@@ -93,6 +102,7 @@ impl ApiError {
             status: 200,
             message: String::new(),
             blocked: Some(wait),
+            retry_after: None,
         }
     }
 }
@@ -104,6 +114,7 @@ fn ok(body: Value, index: u64) -> Result<Reply, ApiError> {
         index: Some(index),
         next_token: None,
         raw: None,
+        encoded: None,
     })
 }
 
@@ -179,14 +190,110 @@ fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Rep
     }
     let mut query = Query::parse(&query)?;
     query.waited_out = waited_out;
-    route(
-        shared,
-        &authority,
-        &request.method,
-        &path,
-        &query,
-        &request.body,
-    )
+    let route = || {
+        route(
+            shared,
+            &authority,
+            &request.method,
+            &path,
+            &query,
+            &request.body,
+        )
+    };
+    if request.method == Method::Get && shares_answers(&path) {
+        shared_answer(shared, request, route)
+    } else {
+        route()
+    }
+}
+
+/// The reads of the store: their answers are the same for the same URL, token and index
+/// (no time, no file, no peer in them), so they are shared (`answers.rs`).
+fn shares_answers(path: &str) -> bool {
+    const PREFIXES: [&str; 11] = [
+        "/v1/jobs",
+        "/v1/job/",
+        "/v1/allocations",
+        "/v1/allocation/",
+        "/v1/evaluations",
+        "/v1/evaluation/",
+        "/v1/nodes",
+        "/v1/node/",
+        "/v1/services",
+        "/v1/service/",
+        "/v1/acl/",
+    ];
+    PREFIXES.iter().any(|prefix| path.starts_with(prefix))
+}
+
+/// A read's answer as [`answers::Answers`] holds it: the one already encoded for this URL,
+/// token and index if a client still holds it; else built — at most a few at once, and
+/// only while the agent-wide budget of unsent answers has room — encoded once, and kept
+/// for the next request of the same key.
+fn shared_answer(
+    shared: &Shared,
+    request: &ApiRequest,
+    build: impl FnOnce() -> Result<Reply, ApiError>,
+) -> Result<Reply, ApiError> {
+    let answers = &shared.answers;
+    let key = || answers::Key {
+        url: request.url.clone(),
+        token: request.token.clone(),
+        index: shared.core().server.store.index(),
+    };
+    let held = |key: &answers::Key| {
+        answers.get(key).map(|(bytes, meta)| Reply {
+            status: meta.status,
+            body: Value::Null,
+            index: meta.index,
+            next_token: meta.next_token,
+            raw: None,
+            encoded: Some(bytes),
+        })
+    };
+    if let Some(reply) = held(&key()) {
+        return Ok(reply);
+    }
+    let _turn = answers.turn();
+    let key = key();
+    if let Some(reply) = held(&key) {
+        return Ok(reply);
+    }
+    if !answers.has_room() {
+        let mut refused = error(
+            503,
+            format!(
+                "the agent holds {} MiB of answers its clients have not taken yet (at most \
+                 {} MiB): try again shortly",
+                answers.unsent() >> 20,
+                answers::MAX_UNSENT_BYTES >> 20
+            ),
+        );
+        refused.retry_after = Some(1);
+        return Err(refused);
+    }
+    let reply = build()?;
+    if reply.status != 200 || reply.raw.is_some() || reply.encoded.is_some() {
+        return Ok(reply);
+    }
+    let meta = answers::Meta {
+        status: reply.status,
+        index: reply.index,
+        next_token: reply.next_token.clone(),
+    };
+    let bytes = answers.keep(key, encode(&reply.body), meta);
+    Ok(Reply {
+        body: Value::Null,
+        encoded: Some(bytes),
+        ..reply
+    })
+}
+
+/// A JSON answer's bytes, as sent.
+fn encode(body: &Value) -> Vec<u8> {
+    let mut text = serde_json::to_vec(body).expect("JSON values serialize");
+    text.push(b'\n');
+    text
 }
 
 /// Routes a request, each route checking first what it needs of the token (`acl.rs`).

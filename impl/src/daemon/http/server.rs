@@ -107,6 +107,9 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// The kernel's send buffer of a connection (it doubles it for its bookkeeping).
+const SEND_BUFFER_BYTES: usize = 128 << 10;
+
 /// Accepts and serves connections on `listener` for as long as the runtime runs.
 pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
     listener
@@ -152,6 +155,14 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
         // Answers leave in one write; without this the last segment of a larger one waits
         // for the client's delayed ACK.
         let _ = stream.set_nodelay(true);
+        // What the kernel takes of an answer before its client reads is bounded too: the
+        // rest stays with the agent, counted against its budget of unsent answers
+        // (`answers.rs`), rather than in a socket buffer the budget cannot see.
+        let _ = nix::sys::socket::setsockopt(
+            &stream,
+            nix::sys::socket::sockopt::SndBuf,
+            &SEND_BUFFER_BYTES,
+        );
         let shared = Arc::clone(&shared);
         let bodies = Arc::clone(&bodies);
         tokio::spawn(async move {
@@ -217,7 +228,7 @@ async fn respond(
     let url = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     if url.len() > MAX_URL_BYTES {
         let e = super::error(414, format!("URL too long: at most {MAX_URL_BYTES} bytes"));
-        return Ok(render(Err(e)));
+        return Ok(render(&shared.answers, Err(e)));
     }
     let timeout = shared.config.http.body_timeout;
     let header = |name: &str| {
@@ -243,12 +254,12 @@ async fn respond(
     )
     .and_then(|()| super::acl::authority(&shared, token.as_deref()).map(drop));
     if let Err(refused) = known {
-        return Ok(render(Err(refused)));
+        return Ok(render(&shared.answers, Err(refused)));
     }
     let (body, reading) = if matches!(method, super::Method::Post | super::Method::Put) {
         match read_body(&parts, body, bodies, timeout).await {
             Ok(read) => read,
-            Err(e) => return Ok(render(Err(e))),
+            Err(e) => return Ok(render(&shared.answers, Err(e))),
         }
     } else {
         (Bytes::new(), None)
@@ -261,33 +272,40 @@ async fn respond(
         _reading: reading,
     };
     if super::events::streams(&request) {
-        return Ok(match super::events::stream(shared, request).await {
-            Ok(lines) => {
-                let mut response = Response::new(AnswerBody::Stream(lines));
-                let headers = response.headers_mut();
-                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                headers.insert(
-                    hyper::header::CACHE_CONTROL,
-                    HeaderValue::from_static("no-cache"),
-                );
-                response
-            }
-            Err(e) => render(Err(e)),
-        });
+        return Ok(
+            match super::events::stream(Arc::clone(&shared), request).await {
+                Ok(lines) => {
+                    let mut response = Response::new(AnswerBody::Stream(lines));
+                    let headers = response.headers_mut();
+                    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                    headers.insert(
+                        hyper::header::CACHE_CONTROL,
+                        HeaderValue::from_static("no-cache"),
+                    );
+                    response
+                }
+                Err(e) => render(&shared.answers, Err(e)),
+            },
+        );
     }
     if let Some(followed) = super::logs::follows(&request) {
-        return Ok(match super::logs::follow(shared, request, followed).await {
-            Ok((content_type, chunks)) => {
-                let mut response = Response::new(AnswerBody::Stream(chunks));
-                response
-                    .headers_mut()
-                    .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-                response
-            }
-            Err(e) => render(Err(e)),
-        });
+        return Ok(
+            match super::logs::follow(Arc::clone(&shared), request, followed).await {
+                Ok((content_type, chunks)) => {
+                    let mut response = Response::new(AnswerBody::Stream(chunks));
+                    response
+                        .headers_mut()
+                        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+                    response
+                }
+                Err(e) => render(&shared.answers, Err(e)),
+            },
+        );
     }
-    Ok(render(answer(shared, request).await))
+    Ok(render(
+        &shared.answers,
+        answer(Arc::clone(&shared), request).await,
+    ))
 }
 
 /// The body, whole: refused unread past [`MAX_BODY_BYTES`] when its length is declared, or
@@ -335,33 +353,52 @@ async fn read_body(
 
 /// An answer as Nomad sends it: JSON with the `X-Nomad-*` headers, or an error's plain
 /// text.
-fn render(answer: Result<Reply, ApiError>) -> Response<AnswerBody> {
+fn render(answers: &super::Answers, answer: Result<Reply, ApiError>) -> Response<AnswerBody> {
+    let mut retry_after = None;
     let (status, content_type, body, index, next_token) = match answer {
         Ok(Reply {
             status,
             raw: Some(raw),
             index,
             ..
-        }) => (status, "text/plain; charset=utf-8", raw, index, None),
+        }) => (
+            status,
+            "text/plain; charset=utf-8",
+            answers.hold(raw),
+            index,
+            None,
+        ),
+        Ok(Reply {
+            status,
+            encoded: Some(encoded),
+            index,
+            next_token,
+            ..
+        }) => (status, "application/json", encoded, index, next_token),
         Ok(reply) => {
-            let mut text = serde_json::to_vec(&reply.body).expect("JSON values serialize");
-            text.push(b'\n');
+            let text = answers.hold(super::encode(&reply.body));
             let next = reply.next_token;
             (reply.status, "application/json", text, reply.index, next)
         }
-        Err(e) => (
-            e.status,
-            "text/plain; charset=utf-8",
-            e.message.into_bytes(),
-            None,
-            None,
-        ),
+        Err(e) => {
+            retry_after = e.retry_after;
+            (
+                e.status,
+                "text/plain; charset=utf-8",
+                Bytes::from(e.message.into_bytes()),
+                None,
+                None,
+            )
+        }
     };
-    let mut response = Response::new(AnswerBody::Whole(Some(Bytes::from(body))));
+    let mut response = Response::new(AnswerBody::Whole(Some(body)));
     *response.status_mut() =
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Some(seconds) = retry_after {
+        headers.insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
     if let Some(index) = index {
         headers.insert("X-Nomad-Index", HeaderValue::from(index));
         headers.insert("X-Nomad-KnownLeader", HeaderValue::from_static("true"));
