@@ -146,3 +146,56 @@ def test_clients_that_never_read_hold_one_shared_copy_within_a_budget(agent):
     assert counts.get("503", 0) >= 150 and counts.get("200", 0) >= 30, counts
     print(f"\nanswers of {size / 1e6:.2f} MB; 300 shared: +{shared_growth} MB; "
           f"300 distinct: +{peak - before} MB, {counts}")
+
+
+def test_idle_connections_cannot_lock_out_the_api_and_tasks_keep_the_agents_first_limit(tmp_path):
+    """Issue 24, finding 6: ~16,500 idle connections timed out 8 of 11 `/v1/status/leader`
+    probes at 5 s, and tasks inherited the agent's raised descriptor limit (20,000), so a task
+    could do it. Now the connection idle the longest makes room for each new one, and a task
+    starts with the limit the agent was started with."""
+    import resource
+    from conftest import Agent, validate_log
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard >= 17_000, f"this test holds 16,500 connections: the hard limit is {hard}"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    agent = Agent(tmp_path / "data")
+    # Started with a soft limit of 1,024, which it raises for itself.
+    agent.start(prefix=("prlimit", f"--nofile=1024:{hard}"))
+    held = []
+    try:
+        agent.http("PUT", "/v1/jobs", {"Job": {"ID": "limits", "TaskGroups": [{"Name": "g", "Tasks": [{
+            "Name": "main", "Driver": "raw_exec", "Config": {
+                "command": "/bin/sh", "args": ["-c", "ulimit -n; ulimit -Hn; exec sleep 1000"]}}]}]}})
+        [alloc] = agent.running("limits", 1)
+        out = agent.wait_until("the task's limits", lambda: (
+            agent.task_dir(alloc["ID"], "main") / "stdout.log").read_text().split())
+        assert out == ["1024", str(hard)], out
+        agent_limit = [line for line in open(f"/proc/{agent.proc.pid}/limits")
+                       if line.startswith("Max open files")][0].split()[3]
+        assert agent_limit == str(hard), agent_limit
+
+        host, port = agent.address.removeprefix("http://").rsplit(":", 1)
+        started = time.monotonic()
+        for _ in range(16_500):
+            held.append(socket.create_connection((host, int(port))))
+        opened = time.monotonic() - started
+        took = []
+        for _ in range(11):
+            before = time.monotonic()
+            sock, head = raw_get(agent, "/v1/status/leader", timeout=5)
+            sock.close()
+            took.append(time.monotonic() - before)
+            assert head.startswith("HTTP/1.1 200"), head
+        assert max(took) < 1.0, f"the leader answered in {sorted(took)}"
+        gauges = {g["Name"]: g["Value"] for g in agent.get("/v1/metrics")["Gauges"]}
+        assert gauges["quiesce.http.connections_shed"] >= 16_500 - hard // 2, gauges
+        assert gauges["quiesce.http.connections"] <= hard // 2 + 20, gauges
+        print(f"\n16,500 idle connections opened in {opened:.1f} s; 11 leader probes, the "
+              f"slowest {max(took) * 1000:.0f} ms; {gauges['quiesce.http.connections_shed']:.0f} "
+              f"shed, {gauges['quiesce.http.connections']:.0f} open")
+    finally:
+        for sock in held:
+            sock.close()
+        agent.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    validate_log(agent)

@@ -439,6 +439,8 @@ pub struct Shared {
     pub(crate) stopping: std::sync::atomic::AtomicBool,
     /// The answers held for clients, agent-wide (`http::answers`).
     pub answers: http::Answers,
+    /// The HTTP connections, once the agent serves (`http::connections`).
+    pub connections: std::sync::OnceLock<Arc<http::Connections>>,
 }
 
 impl Shared {

@@ -109,6 +109,7 @@ impl Agent {
             config,
             stopping: Default::default(),
             answers: Default::default(),
+            connections: Default::default(),
         });
         {
             // An exit is queued for the client workers (who apply it after any pending
@@ -196,6 +197,9 @@ impl Agent {
 fn raise_open_files_limit() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        // Tasks get the limit the agent was given, not the one it raised for itself: a
+        // task could otherwise hold as many connections to the agent as the agent can.
+        crate::client::raw_exec::set_task_open_files_limit(soft);
         if soft < hard {
             // An error leaves the limit as it was.
             let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
@@ -216,12 +220,35 @@ fn restore_acl(records: Vec<persist::AclRecord>) -> Result<crate::acl::AclStore,
     crate::acl::AclStore::restore(tokens, policies, bootstrapped)
 }
 
+/// How many connections the kernel queues for the agent to accept: std's listener takes
+/// 128, and a crowd of new connections (issue 24's 16,500) then waits out SYN retransmits
+/// of a second and more, the agent's own clients among them.
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// The HTTP listener on `address`, with [`LISTEN_BACKLOG`] (the kernel caps it at
+/// `net.core.somaxconn`).
+fn listen(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use nix::sys::socket::{self, sockopt, AddressFamily, Backlog, SockFlag, SockType};
+    let family = if address.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let fd = socket::socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    socket::setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    socket::bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &socket::SockaddrStorage::from(address),
+    )?;
+    socket::listen(&fd, Backlog::new(LISTEN_BACKLOG)?)?;
+    Ok(std::net::TcpListener::from(fd))
+}
+
 /// Binds the HTTP listener on `config.bind` (port 0 picks a free one), starts the agent and
 /// serves HTTP on a background thread. Returns the agent with `config.bind` set to the bound
 /// address.
 pub fn spawn(mut config: AgentConfig) -> Result<Agent, String> {
-    let socket = std::net::TcpListener::bind(config.bind)
-        .map_err(|e| format!("listening on {}: {e}", config.bind))?;
+    let socket = listen(config.bind).map_err(|e| format!("listening on {}: {e}", config.bind))?;
     config.bind = socket
         .local_addr()
         .map_err(|e| format!("listening on {}: {e}", config.bind))?;

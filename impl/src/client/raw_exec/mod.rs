@@ -69,6 +69,16 @@ pub const ENV_DENYLIST: &[&str] = &[
     "GOOGLE_APPLICATION_CREDENTIALS",
 ];
 
+/// The soft open-files limit a supervisor (and so its task) starts with: the one the agent
+/// was started with, before it raised its own (0: the agent's own, unchanged).
+static TASK_OPEN_FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Sets the soft open-files limit tasks start with (issue 24: tasks inherited the agent's
+/// raised 20,000, enough to take every connection the agent serves).
+pub fn set_task_open_files_limit(soft: u64) {
+    TASK_OPEN_FILES.store(soft, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The abstract socket name of a task directory's supervisor.
 fn socket_name(dir: &Path) -> String {
     // FNV-1a over the path: stable across daemon restarts, short enough for any path.
@@ -253,6 +263,18 @@ pub fn launch(
         .stderr(log(STDERR_FILE)?)
         // Its own process group: a signal to the daemon's group does not reach it.
         .process_group(0);
+    let open_files = TASK_OPEN_FILES.load(std::sync::atomic::Ordering::Relaxed);
+    if open_files > 0 {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+        // SAFETY: setrlimit is a system call (async-signal-safe); nothing is allocated.
+        unsafe {
+            command.pre_exec(move || {
+                setrlimit(Resource::RLIMIT_NOFILE, open_files.min(hard), hard)?;
+                Ok(())
+            });
+        }
+    }
     let mut child = command.spawn()?;
     // The daemon's copy of the listener must go: the supervisor's exit has to close it.
     drop(command);

@@ -109,6 +109,7 @@ pub(super) fn regions(shared: &Shared, peers: bool) -> Result<Reply, ApiError> {
 /// sink is kept, so no counters or samples; no Prometheus text).
 pub(super) fn metrics(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
     let runners = shared.runner_count();
+    let (connections, shed) = shared.connections.get().map_or((0, 0), |c| c.counts());
     let (jobs, allocs, index) = {
         let core = shared.core();
         let store = &core.server.store;
@@ -119,7 +120,10 @@ pub(super) fn metrics(shared: &Shared, query: &Query) -> Result<Reply, ApiError>
         ("nomad.nomad.job_summary.jobs", jobs as f64),
         ("nomad.nomad.state.allocations", allocs as f64),
         ("nomad.nomad.state.index", index as f64),
-        // quiesce's own: the encoded answers held for clients that have not taken them.
+        // quiesce's own: the HTTP connections open, those shed to make room for new ones,
+        // and the encoded answers held for clients that have not taken them.
+        ("quiesce.http.connections", connections as f64),
+        ("quiesce.http.connections_shed", shed as f64),
         (
             "quiesce.http.unsent_answer_bytes",
             shared.answers.unsent() as f64,

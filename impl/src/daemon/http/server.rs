@@ -107,6 +107,8 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+use super::connections::{Admission, Busy, Handle, Registry};
+
 /// The kernel's send buffer of a connection (it doubles it for its bookkeeping).
 const SEND_BUFFER_BYTES: usize = 128 << 10;
 
@@ -117,16 +119,15 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
         .expect("a listening socket can be made non-blocking");
     let listener = TcpListener::from_std(listener).expect("the runtime takes the listener");
     let limits = shared.config.http;
-    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(u64::MAX, |(soft, _)| soft);
+    let connections = Registry::new(Registry::cap_for(limits.max_connections, limit));
+    let _ = shared.connections.set(Arc::clone(&connections));
     let bodies = Arc::new(Semaphore::new(MAX_BODY_READERS));
     let mut backoff: Option<Duration> = None;
     loop {
-        let permit = Arc::clone(&connections)
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) if out_of_descriptors(&e) => {
                 let wait = match backoff {
                     None => {
@@ -152,6 +153,12 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
         if backoff.take().is_some() {
             crate::daemon::say!("accepting HTTP connections again");
         }
+        // At the cap, the connection idle the longest makes room; with none idle, this one
+        // is closed at once rather than left waiting (`connections.rs`).
+        let Admission::Admitted(handle) = connections.admit(peer.ip()) else {
+            drop(stream);
+            continue;
+        };
         // Answers leave in one write; without this the last segment of a larger one waits
         // for the client's delayed ACK.
         let _ = stream.set_nodelay(true);
@@ -165,23 +172,68 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
         );
         let shared = Arc::clone(&shared);
         let bodies = Arc::clone(&bodies);
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                respond(Arc::clone(&shared), Arc::clone(&bodies), request)
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.idle_timeout)
-                .max_header_size(MAX_HEADER_BYTES)
-                .max_buf_size(MAX_HEADER_BYTES)
-                .max_headers(MAX_HEADERS)
-                .serve_connection(
-                    TokioIo::new(Stalling::new(stream, limits.write_timeout)),
-                    service,
-                )
-                .await;
-            drop(permit);
-        });
+        tokio::spawn(serve_connection(shared, bodies, stream, handle, limits));
+    }
+}
+
+/// Serves one connection until it ends, or until it is shed (then it ends once the request
+/// in flight, if any, is answered).
+async fn serve_connection(
+    shared: Arc<Shared>,
+    bodies: Arc<Semaphore>,
+    stream: tokio::net::TcpStream,
+    handle: Arc<Handle>,
+    limits: HttpLimits,
+) {
+    let on = Arc::clone(&handle);
+    let service = hyper::service::service_fn(move |request| {
+        let busy = on.busy();
+        let answered = respond(Arc::clone(&shared), Arc::clone(&bodies), request);
+        async move {
+            let response = answered.await?;
+            Ok::<_, std::convert::Infallible>(response.map(|body| Tracked { body, _busy: busy }))
+        }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.idle_timeout)
+        .max_header_size(MAX_HEADER_BYTES)
+        .max_buf_size(MAX_HEADER_BYTES)
+        .max_headers(MAX_HEADERS)
+        .serve_connection(
+            TokioIo::new(Stalling::new(stream, limits.write_timeout)),
+            service,
+        );
+    let mut connection = std::pin::pin!(connection);
+    let mut shed = std::pin::pin!(handle.shed.notified());
+    let mut shedding = false;
+    let _ = std::future::poll_fn(|cx| {
+        use std::future::Future;
+        if !shedding && shed.as_mut().poll(cx).is_ready() {
+            shedding = true;
+            connection.as_mut().graceful_shutdown();
+        }
+        connection.as_mut().poll(cx)
+    })
+    .await;
+}
+
+/// A response's body with its request's standing on the connection: in flight until the
+/// body is dropped (all sent, or the connection gone).
+pub struct Tracked {
+    body: AnswerBody,
+    _busy: Busy,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
     }
 }
 

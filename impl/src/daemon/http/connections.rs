@@ -1,0 +1,265 @@
+//! Who holds the agent's connections, so that nobody can hold all of them (issue 24,
+//! finding 6: ~16,500 idle connections, reopened as the agent closed them at 30 s, timed out
+//! 8 of 11 `/v1/status/leader` probes at 5 s; the 16,384 connections waited for a place
+//! in the backlog, and a task, inheriting a 20,000-descriptor limit, could do it).
+//!
+//! * **A cap that leaves descriptors over**: at most half the agent's open-files limit (and
+//!   at most the configured maximum) is connections; the rest is for the tasks' control
+//!   connections and pidfds, the store and the logs.
+//! * **Idle connections are shed, oldest first**: a connection is idle while it has no
+//!   request in flight (a blocking query waiting is in flight). A new connection that
+//!   finds the cap reached sheds the connection idle the longest, and is served; only if
+//!   none is idle is it closed at once. So a crowd of idle connections makes room for
+//!   every new one.
+//! * **A share per peer address**: a non-loopback address holds at most a quarter of the
+//!   cap; past it, its own oldest idle connection is shed (or the new one refused). Every
+//!   local client comes from 127.0.0.1, so loopback has the whole cap.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// One connection's standing, shared with its task.
+#[derive(Debug)]
+pub struct Handle {
+    /// Woken when the connection is to go.
+    pub shed: tokio::sync::Notify,
+    id: u64,
+    registry: Arc<Registry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    peer: IpAddr,
+    /// Requests in flight (a response being sent counts until its body is dropped).
+    in_flight: u32,
+    /// Since when it has had none (`None` while one is in flight).
+    idle_since: Option<Instant>,
+    /// Asked to go: not counted as idle any more.
+    shedding: bool,
+    handle: std::sync::Weak<Handle>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_id: u64,
+    entries: HashMap<u64, Entry>,
+    per_peer: HashMap<IpAddr, usize>,
+    /// Connections shed since the start (for the metrics).
+    shed: u64,
+}
+
+#[derive(Debug)]
+pub struct Registry {
+    cap: usize,
+    peer_cap: usize,
+    state: Mutex<State>,
+}
+
+/// What [`Registry::admit`] decided.
+pub enum Admission {
+    Admitted(Arc<Handle>),
+    /// The cap is reached and nothing is idle: the connection is closed at once.
+    Refused,
+}
+
+impl Registry {
+    /// A registry for at most `cap` connections, a quarter of them per non-loopback peer.
+    pub fn new(cap: usize) -> Arc<Registry> {
+        let cap = cap.max(4);
+        Arc::new(Registry {
+            cap,
+            peer_cap: (cap / 4).max(1),
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// The cap for an agent whose open-files limit is `limit`: at most `configured`, and at
+    /// most half the limit (the rest is the tasks' and the store's).
+    pub fn cap_for(configured: usize, limit: u64) -> usize {
+        let half = usize::try_from(limit / 2).unwrap_or(usize::MAX);
+        configured.min(half).max(4)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .expect("the connections' lock is never poisoned")
+    }
+
+    /// A new connection from `peer`: admitted, shedding the connection idle the longest
+    /// where the cap (or the peer's share) is reached; refused if none is idle.
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Admission {
+        let mut shed = None;
+        let mut state = self.state();
+        let peer_full =
+            !peer.is_loopback() && state.per_peer.get(&peer).copied().unwrap_or(0) >= self.peer_cap;
+        let full = state.entries.len() >= self.cap;
+        if full || peer_full {
+            let oldest = state
+                .entries
+                .iter()
+                .filter(|(_, e)| !e.shedding && (!peer_full || e.peer == peer))
+                .filter_map(|(id, e)| e.idle_since.map(|since| (since, *id)))
+                .min();
+            let Some((_, id)) = oldest else {
+                return Admission::Refused;
+            };
+            let entry = state.entries.get_mut(&id).expect("found above");
+            entry.shedding = true;
+            shed = entry.handle.upgrade();
+            state.shed += 1;
+        }
+        state.next_id += 1;
+        let id = state.next_id;
+        let handle = Arc::new(Handle {
+            shed: tokio::sync::Notify::new(),
+            id,
+            registry: Arc::clone(self),
+        });
+        state.entries.insert(
+            id,
+            Entry {
+                peer,
+                in_flight: 0,
+                idle_since: Some(Instant::now()),
+                shedding: false,
+                handle: Arc::downgrade(&handle),
+            },
+        );
+        *state.per_peer.entry(peer).or_default() += 1;
+        drop(state);
+        // Told, and let go of, outside the lock: this may be the last reference to it, and
+        // its drop takes the lock.
+        if let Some(shed) = shed {
+            shed.shed.notify_one();
+        }
+        Admission::Admitted(handle)
+    }
+
+    /// Connections open now, and shed since the start.
+    pub fn counts(&self) -> (usize, u64) {
+        let state = self.state();
+        (state.entries.len(), state.shed)
+    }
+}
+
+impl Handle {
+    /// A request arrived: in flight until the returned guard (kept with its response's
+    /// body) is dropped.
+    pub fn busy(self: &Arc<Self>) -> Busy {
+        let mut state = self.registry.state();
+        if let Some(entry) = state.entries.get_mut(&self.id) {
+            entry.in_flight += 1;
+            entry.idle_since = None;
+        }
+        Busy(Arc::clone(self))
+    }
+}
+
+impl Drop for Handle {
+    /// The connection has ended.
+    fn drop(&mut self) {
+        let mut state = self.registry.state();
+        if let Some(entry) = state.entries.remove(&self.id) {
+            if let Some(count) = state.per_peer.get_mut(&entry.peer) {
+                *count -= 1;
+                if *count == 0 {
+                    state.per_peer.remove(&entry.peer);
+                }
+            }
+        }
+    }
+}
+
+/// A request in flight on a connection (see [`Handle::busy`]).
+#[derive(Debug)]
+pub struct Busy(Arc<Handle>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut state = self.0.registry.state();
+        if let Some(entry) = state.entries.get_mut(&self.0.id) {
+            entry.in_flight = entry.in_flight.saturating_sub(1);
+            if entry.in_flight == 0 {
+                entry.idle_since = Some(Instant::now());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admitted(registry: &Arc<Registry>, peer: &str) -> Option<Arc<Handle>> {
+        match registry.admit(peer.parse().unwrap()) {
+            Admission::Admitted(handle) => Some(handle),
+            Admission::Refused => None,
+        }
+    }
+
+    #[test]
+    fn at_the_cap_the_oldest_idle_connection_is_shed_and_busy_ones_are_kept() {
+        let registry = Registry::new(4);
+        let handles: Vec<_> = (0..4)
+            .map(|_| admitted(&registry, "127.0.0.1").unwrap())
+            .collect();
+        let busy = handles[0].busy();
+        // The fifth sheds the oldest idle one: the second (the first is busy).
+        let fifth = admitted(&registry, "127.0.0.1").unwrap();
+        assert_eq!(registry.counts().1, 1);
+        let shed_one = |handle: &Arc<Handle>| {
+            let notified = handle.shed.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable()
+        };
+        assert!(
+            shed_one(&handles[1]),
+            "the oldest idle connection is asked to go"
+        );
+        assert!(!shed_one(&handles[2]) && !shed_one(&handles[0]));
+        drop(handles);
+        drop(busy);
+        assert_eq!(registry.counts().0, 1, "only the fifth is left");
+        drop(fifth);
+        assert_eq!(registry.counts().0, 0);
+    }
+
+    #[test]
+    fn with_nothing_idle_a_new_connection_is_refused() {
+        let registry = Registry::new(4);
+        let handles: Vec<_> = (0..4)
+            .map(|_| admitted(&registry, "127.0.0.1").unwrap())
+            .collect();
+        let _busy: Vec<_> = handles.iter().map(Handle::busy).collect();
+        assert!(admitted(&registry, "127.0.0.1").is_none());
+    }
+
+    #[test]
+    fn a_remote_peer_holds_a_quarter_of_the_cap_and_sheds_its_own() {
+        let registry = Registry::new(16);
+        let theirs: Vec<_> = (0..4)
+            .map(|_| admitted(&registry, "10.0.0.9").unwrap())
+            .collect();
+        let ours = admitted(&registry, "127.0.0.1").unwrap();
+        let _fifth = admitted(&registry, "10.0.0.9").unwrap();
+        let notified = ours.shed.notified();
+        let mut notified = std::pin::pin!(notified);
+        assert!(
+            !notified.as_mut().enable(),
+            "another peer's connection is not shed"
+        );
+        let notified = theirs[0].shed.notified();
+        let mut notified = std::pin::pin!(notified);
+        assert!(notified.as_mut().enable(), "the peer's own oldest is");
+    }
+
+    #[test]
+    fn the_cap_leaves_half_the_descriptors() {
+        assert_eq!(Registry::cap_for(16_384, 20_000), 10_000);
+        assert_eq!(Registry::cap_for(16_384, 1 << 20), 16_384);
+        assert_eq!(Registry::cap_for(16_384, 1_024), 512);
+    }
+}
