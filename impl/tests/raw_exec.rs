@@ -21,6 +21,7 @@ fn shell(dir: &Path, script: &str) -> Launch {
         files: Vec::new(),
         dir: dir.to_path_buf(),
         state: None,
+        cgroups: None,
         command: "/bin/sh".into(),
         args: vec!["-c".into(), script.into()],
         env: vec![("GREETING".into(), "hello".into())],
@@ -34,6 +35,7 @@ fn sleep(dir: &Path, user: Option<&str>) -> Launch {
         files: Vec::new(),
         dir: dir.to_path_buf(),
         state: None,
+        cgroups: None,
         command: "/bin/sleep".into(),
         args: vec!["60".into()],
         env: Vec::new(),
@@ -163,6 +165,7 @@ fn a_task_that_cannot_start_says_why() {
         files: Vec::new(),
         dir: dir.clone(),
         state: None,
+        cgroups: None,
         command: "/no/such/program".into(),
         args: Vec::new(),
         env: Vec::new(),
@@ -533,4 +536,88 @@ fn a_second_run_is_a_new_process_not_the_first_runs_record() {
             other => panic!("{state:?}: {other:?}"),
         }
     }
+}
+
+/// Issue 24, finding 7: a task's child in a session of its own left the task's process
+/// group, and survived the task. In a cgroup of its own, it goes with the task, and so does
+/// the cgroup; SIGKILL after the kill timeout reaches it too. Needs a cgroup2 hierarchy this
+/// process may write (CI runs as root).
+#[test]
+fn a_tasks_escaped_children_go_with_it_in_its_cgroup() {
+    let data = task_dir("cgroup-data");
+    std::fs::create_dir_all(&data).unwrap();
+    let root = match raw_exec::cgroup::prepare(&data) {
+        Ok(root) => root,
+        Err(why) => panic!("this host has no usable cgroup2 hierarchy: {why}"),
+    };
+    for forced in [false, true] {
+        let dir = task_dir(if forced { "cgroup-forced" } else { "cgroup" });
+        let mut launch = shell(
+            &dir,
+            "setsid /bin/sleep 1000 & echo child $!; trap '' TERM; while :; do sleep 0.05; done",
+        );
+        launch.cgroups = Some(root.clone());
+        let attached = raw_exec::launch(supervisor(), &["supervise"], &launch)
+            .unwrap()
+            .expect("the task starts");
+        wait_for_output(&dir, "child ");
+        let log = std::fs::read_to_string(dir.join(raw_exec::STDOUT_FILE)).unwrap();
+        let child: i32 = log
+            .split_whitespace()
+            .nth(1)
+            .and_then(|pid| pid.parse().ok())
+            .expect("the child's pid");
+        let alive = |pid: i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                !stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        assert!(alive(child));
+        let cgroups: Vec<_> = std::fs::read_dir(&root).unwrap().flatten().collect();
+        assert!(
+            cgroups
+                .iter()
+                .any(|e| std::fs::read_to_string(e.path().join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|p| p == child.to_string())),
+            "the child is in the task's cgroup"
+        );
+        let signaller = attached.signaller().unwrap();
+        if forced {
+            // The task ignores its signal: SIGKILL after the timeout, to the whole cgroup.
+            signaller.kill_signal(1, libc::SIGTERM, 0).unwrap();
+            signaller.force_kill(1, libc::SIGTERM, 0).unwrap();
+        } else {
+            signaller.kill_signal(1, libc::SIGINT, 0).unwrap();
+        }
+        let (record, reaper) = attached.wait();
+        reaper.reap();
+        assert_eq!(
+            record.signal,
+            Some(if forced { libc::SIGKILL } else { libc::SIGINT })
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while alive(child) {
+            assert!(
+                Instant::now() < deadline,
+                "the escaped child outlived its task"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let left: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .collect();
+        assert!(left.is_empty(), "the run's cgroup is removed: {left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    std::fs::remove_dir(&root).unwrap();
+    std::fs::remove_dir_all(&data).unwrap();
 }

@@ -124,3 +124,57 @@ def test_a_nobody_task_racing_its_siblings_restarts_cannot_redirect_the_template
     print(f"\n{restarts} restarts ({restarts * TEMPLATES} template writes) and {refused} refused "
           f"launches over {allocations} allocations; the victim untouched")
     assert restarts > 0 and refused > 0, "the race must have run both ways"
+
+
+def forking_job(job_id):
+    from conftest import WITNESS
+    return {"Job": {"ID": job_id, "TaskGroups": [{"Name": "g", "Tasks": [{
+        "Name": "main", "Driver": "raw_exec", "KillTimeout": SECOND,
+        "Config": {"command": WITNESS, "args": ["--fork-child"]}}]}]}}
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def children(agent, alloc_id):
+    return [r["child"] for r in agent.witness(alloc_id, "main") if r["event"] == "start"]
+
+
+def test_a_tasks_child_in_a_session_of_its_own_ends_with_the_task(agent):
+    """Issue 24, finding 7: a `setsid` child of a task (out of its process group, as a
+    daemonizing program's) survived stop, purge and the agent's stop, re-parented to init.
+    Each task now runs in a cgroup of its own: the child ends with its run — an in-place
+    restart, a stop, a purge — and nothing is left of the task's cgroups."""
+    agent.http("PUT", "/v1/jobs", forking_job("forks"))
+    [alloc] = agent.running("forks", 1)
+    [first] = agent.wait_until("the child", lambda: children(agent, alloc["ID"]))
+    assert alive(first)
+    # The child's cgroup (cgroup2's line of /proc/PID/cgroup), under the agent's.
+    [line] = [line for line in open(f"/proc/{first}/cgroup").read().splitlines()
+              if line.startswith("0::")]
+    path = line.removeprefix("0::")
+    assert path.count("/") == 2 and path.split("/")[1].startswith("quiesce-"), path
+    mount = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
+    root = mount + "/" + path.split("/")[1]
+    status, answer, _ = agent.http("POST", f"/v1/client/allocation/{alloc['ID']}/restart", {})
+    assert status == 200, answer
+    agent.wait_until("the second run's child", lambda: len(children(agent, alloc["ID"])) == 2)
+    second = children(agent, alloc["ID"])[1]
+    agent.wait_until("the first run's child to end with its run", lambda: not alive(first), timeout=5)
+    assert alive(second)
+    out = agent.cli("job", "stop", "-no-shutdown-delay", "forks").stdout
+    assert "Stop complete" in out, out
+    agent.wait_until("the child to end with the task", lambda: not alive(second), timeout=5)
+
+    agent.http("PUT", "/v1/jobs", forking_job("purged"))
+    [purged] = agent.running("purged", 1)
+    [third] = agent.wait_until("the child", lambda: children(agent, purged["ID"]))
+    agent.cli("job", "stop", "-purge", "purged")
+    agent.wait_until("the purged task's child to end", lambda: not alive(third), timeout=10)
+    agent.wait_until("the tasks' cgroups to go", lambda: not [
+        d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))], timeout=10)

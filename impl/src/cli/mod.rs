@@ -65,6 +65,9 @@ pub enum Top {
         /// The user to run the task as.
         #[arg(long)]
         user: Option<String>,
+        /// The cgroup (v2) the task runs in, made by the agent.
+        #[arg(long)]
+        cgroup: Option<PathBuf>,
         #[arg(last = true, required = true)]
         argv: Vec<String>,
     },
@@ -415,10 +418,16 @@ pub fn main(args: Vec<String>) -> i32 {
             [flag, user, rest @ ..] if flag == "--user" => (Some(user.as_str()), rest),
             _ => (None, rest),
         };
+        let (cgroup, rest) = match rest {
+            [flag, cgroup, rest @ ..] if flag == "--cgroup" => {
+                (Some(std::path::Path::new(cgroup)), rest)
+            }
+            _ => (None, rest),
+        };
         if let [dash, argv @ ..] = rest {
             if supervise == "supervise" && dash == "--" && !argv.is_empty() {
                 let dir = std::path::Path::new(dir);
-                return crate::client::raw_exec::supervise(dir, user, argv);
+                return crate::client::raw_exec::supervise(dir, user, cgroup, argv);
             }
         }
     }
@@ -450,8 +459,18 @@ pub fn main(args: Vec<String>) -> i32 {
         }
     }
     let result = match cli.command {
-        Top::Supervise { dir, user, argv } => {
-            return crate::client::raw_exec::supervise(&dir, user.as_deref(), &argv)
+        Top::Supervise {
+            dir,
+            user,
+            cgroup,
+            argv,
+        } => {
+            return crate::client::raw_exec::supervise(
+                &dir,
+                user.as_deref(),
+                cgroup.as_deref(),
+                &argv,
+            )
         }
         Top::Agent(args) => agent(args),
         Top::Job(command) => job(command),

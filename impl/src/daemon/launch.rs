@@ -62,6 +62,7 @@ pub(super) fn launch_of(
         .collect();
     Launch {
         state: None,
+        cgroups: agent.cgroups.clone(),
         dir: dir.to_path_buf(),
         command: interpolate(&command, &env),
         args: args.iter().map(|arg| interpolate(arg, &env)).collect(),

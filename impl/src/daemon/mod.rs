@@ -66,6 +66,9 @@ pub struct AgentConfig {
     pub first_heartbeat: node::FirstHeartbeat,
     /// The port other agents join this one on (`/v1/agent/join`), if any.
     pub serf_port: Option<u16>,
+    /// The agent's cgroup (v2), where each task's is made (`None`: none; see
+    /// `raw_exec::cgroup`). Found at start.
+    pub cgroups: Option<PathBuf>,
     /// The peers' shared key (Nomad's `server.encrypt`): with it, a peer is taken only if
     /// it proves it holds the same key (see `peers`).
     pub peer_key: Option<Vec<u8>>,
@@ -94,6 +97,7 @@ impl AgentConfig {
             first_heartbeat: node::FirstHeartbeat::NextWholeSecond,
             serf_port: None,
             peer_key: None,
+            cgroups: None,
             max_kill_timeout_ns: DEFAULT_MAX_KILL_TIMEOUT_NS,
             supervisor,
             supervisor_args: vec!["supervise".to_string()],

@@ -7,8 +7,17 @@ impl Agent {
     /// Opens the data dir, restores the server and the runners (reattaching to their tasks),
     /// and starts the scheduler, client and timer threads. The HTTP listener is separate
     /// ([`http::serve`]).
-    pub fn start(config: AgentConfig) -> Result<Agent, String> {
+    pub fn start(mut config: AgentConfig) -> Result<Agent, String> {
         raise_open_files_limit();
+        if config.client_enabled {
+            match crate::client::raw_exec::cgroup::prepare(&config.data_dir) {
+                Ok(root) => config.cgroups = Some(root),
+                Err(why) => say!(
+                    "tasks run without a cgroup of their own ({why}): a task's processes \
+                     that leave its process group are not stopped with it"
+                ),
+            }
+        }
         let (persist, loaded) = Persist::open(&config.data_dir)?;
         let seed = unix_now_ns() as u64 ^ u64::from(std::process::id()).rotate_left(32);
         let mut store = StateStore::restore(loaded.index, loaded.tables, loaded.table_indexes);

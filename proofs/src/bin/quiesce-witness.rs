@@ -165,12 +165,13 @@ struct Options {
     exit_after_ns: Option<i64>,
     exit_code: i32,
     crash_agent: Option<(i32, std::path::PathBuf)>,
+    fork_child: bool,
 }
 
 const USAGE: &str =
     "usage: quiesce-witness [--services A,B] [--agent URL] [--namespace NS] [--kill-signal SIG] \
 [--drain DURATION] [--ignore-kill-signal] [--exit-after DURATION] [--exit-code N] \
-[--crash-agent PID:FILE]";
+[--crash-agent PID:FILE] [--fork-child]";
 
 const HELP: &str = "A raw_exec task that records, as JSON lines on its stdout, the signals it
 inherited blocked and ignored, every signal it receives (when, on CLOCK_MONOTONIC, and how
@@ -183,7 +184,9 @@ how it ended. Every record also carries `unix_ns` (CLOCK_REALTIME).
   --ignore-kill-signal    record the kill signal and run on
   --exit-after DURATION   end on its own after this long, with --exit-code (default 0)
   --crash-agent PID:FILE  the first witness to get its kill signal (the one that creates
-                          FILE) kill -9s PID, the agent";
+                          FILE) kill -9s PID, the agent
+  --fork-child            start a child, /bin/sleep, in a session of its own (setsid: out of
+                          the task's process group), its pid in the start record as `child`";
 
 fn parse_options(args: &[String]) -> Result<Options, String> {
     let mut options = Options {
@@ -198,6 +201,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         exit_after_ns: None,
         exit_code: 0,
         crash_agent: None,
+        fork_child: false,
     };
     let mut args = args.iter();
     while let Some(flag) = args.next() {
@@ -228,6 +232,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             }
             "--drain" => options.drain_ns = duration(value("a duration")?)?,
             "--ignore-kill-signal" => options.ignore_kill_signal = true,
+            "--fork-child" => options.fork_child = true,
             "--exit-after" => options.exit_after_ns = Some(duration(value("a duration")?)?),
             "--exit-code" => {
                 let text = value("a number")?;
@@ -373,6 +378,30 @@ fn main() {
     };
     let started = monotonic_ns();
     let alloc = std::env::var("NOMAD_ALLOC_ID").unwrap_or_default();
+    // A child that leaves the task's process group, as a daemonizing program's does: it must
+    // still end with the task (issue 24).
+    let child = options.fork_child.then(|| {
+        use std::os::unix::process::CommandExt;
+        let mut command = std::process::Command::new("/bin/sleep");
+        command
+            .arg("1000000")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        // SAFETY: setsid is a system call; nothing is allocated between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        match command.spawn() {
+            Ok(child) => child.id(),
+            Err(error) => {
+                eprintln!("quiesce-witness: --fork-child: {error}");
+                std::process::exit(2);
+            }
+        }
+    });
     // Every recorded signal is blocked and taken with sigtimedwait, one at a time, on this
     // (only) thread: none is lost to a handler's race, and two of the same kind coalesce
     // only if the second comes before the first has been taken.
@@ -394,6 +423,7 @@ fn main() {
         "ignored": bits(INHERITED_IGNORED.load(Ordering::Relaxed)),
         "alloc": alloc,
         "task": std::env::var("NOMAD_TASK_NAME").unwrap_or_default(),
+        "child": child,
     }));
     let mut ending: Option<(i64, libc::c_int)> = None;
     loop {

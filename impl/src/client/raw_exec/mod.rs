@@ -32,6 +32,7 @@
 //! * supervisor → daemon, when the task has exited: `exit {…}` ([`ExitRecord`]).
 
 pub mod beneath;
+pub mod cgroup;
 mod protocol;
 mod supervisor;
 mod task_start;
@@ -113,6 +114,9 @@ pub struct Launch {
     /// restart never reattaches to the run before it. The task's logs and working directory
     /// stay the task directory's, across runs.
     pub state: Option<PathBuf>,
+    /// The agent's cgroup, where the run's own is made (`None`: the host has none the agent
+    /// can use, and the task runs in its process group alone).
+    pub cgroups: Option<PathBuf>,
 }
 
 /// A new directory name for run `run` (≥ 1) of a task: `run-N-` and 64 random bits, so that
@@ -228,6 +232,11 @@ pub fn launch(
             other => other?,
         }
     }
+    let cgroup = launch
+        .cgroups
+        .as_deref()
+        .map(|root| cgroup::for_run(root, &state))
+        .transpose()?;
     let listener = UnixListener::bind_addr(&socket_addr(&state)?)?;
     let log = |name: &str| {
         fs::OpenOptions::new()
@@ -245,6 +254,11 @@ pub fn launch(
                 .user
                 .iter()
                 .flat_map(|user| ["--user", user.as_str()]),
+        )
+        .args(
+            cgroup
+                .iter()
+                .flat_map(|dir| [std::ffi::OsStr::new("--cgroup"), dir.as_os_str()]),
         )
         .arg("--")
         .arg(&launch.command)

@@ -5,6 +5,7 @@
 //! what it delivered, in `exit.json` and as an `exit` line on every control connection. The
 //! protocol is in the parent module's documentation.
 
+use super::cgroup::TaskCgroup;
 use super::task_start::{reset_signals, Credentials};
 use super::{Delivery, ExitRecord, Hello, Request, EXIT_FILE, MAX_DELIVERIES, MAX_REQUEST_LINE};
 use nix::errno::Errno;
@@ -89,6 +90,8 @@ struct Deliveries {
     refused: u32,
     /// A daemon asked for the task's exit (`report`).
     report: bool,
+    /// The task's cgroup, if it has one: SIGKILL reaches all of it.
+    cgroup: Option<std::sync::Arc<TaskCgroup>>,
     /// The task has exited.
     exited: bool,
 }
@@ -188,6 +191,11 @@ impl Deliveries {
         // SAFETY: killpg has no memory-safety preconditions; the task is not reaped (see
         // `serve_until_exit`), so its pid is still its own.
         unsafe { libc::killpg(pid, signal) };
+        if forced {
+            if let Some(cgroup) = &self.cgroup {
+                cgroup.kill();
+            }
+        }
         if self.recent.len() == MAX_DELIVERIES {
             self.recent.remove(0);
         }
@@ -205,7 +213,7 @@ impl Deliveries {
 /// The supervisor process: runs `argv` in `dir` in its own process group and records how it
 /// ended. Standard input is the listening control socket (see [`super::launch`]). Returns
 /// the supervisor's own exit code.
-pub fn supervise(dir: &Path, user: Option<&str>, argv: &[String]) -> i32 {
+pub fn supervise(dir: &Path, user: Option<&str>, cgroup: Option<&Path>, argv: &[String]) -> i32 {
     // SAFETY: fd 0 is the listening socket `launch` passed; nothing else owns it.
     let listener = unsafe { UnixListener::from_raw_fd(0) };
     let mut exit_file = ExitFile::create(dir);
@@ -226,6 +234,17 @@ pub fn supervise(dir: &Path, user: Option<&str>, argv: &[String]) -> i32 {
         Ok(credentials) => credentials,
         Err(error) => return record(ExitRecord::failed(127, error)),
     };
+    // Opened before the fork: the task joins it between fork and exec.
+    let cgroup = match cgroup.map(TaskCgroup::open).transpose() {
+        Ok(cgroup) => cgroup.map(std::sync::Arc::new),
+        Err(error) => {
+            return record(ExitRecord::failed(
+                127,
+                format!("the task's cgroup: {error}"),
+            ))
+        }
+    };
+    let joins = cgroup.clone();
     let mut command = Command::new(program);
     // Its own session (so its own process group, the pid, for killpg) with no controlling
     // terminal: a task cannot reach the terminal of an operator who started the agent from
@@ -241,6 +260,10 @@ pub fn supervise(dir: &Path, user: Option<&str>, argv: &[String]) -> i32 {
         command.pre_exec(move || {
             nix::unistd::setsid()?;
             reset_signals()?;
+            // Into its cgroup while still root (the user could not write cgroup.procs).
+            if let Some(cgroup) = &joins {
+                cgroup.join()?;
+            }
             if let Some(credentials) = &credentials {
                 credentials.take_on()?;
             }
@@ -277,7 +300,10 @@ pub fn supervise(dir: &Path, user: Option<&str>, argv: &[String]) -> i32 {
             ));
         }
     };
-    let mut deliveries = Deliveries::default();
+    let mut deliveries = Deliveries {
+        cgroup: cgroup.clone(),
+        ..Deliveries::default()
+    };
     let mut connections = serve_until_exit(&listener, &pidfd, pid, &mut deliveries);
     let status = match child.wait() {
         Ok(status) => status,
@@ -288,6 +314,13 @@ pub fn supervise(dir: &Path, user: Option<&str>, argv: &[String]) -> i32 {
             ))
         }
     };
+    // Whatever of the task is left in its cgroup (a child in a session of its own) goes
+    // with it, and so does the cgroup.
+    if let Some(cgroup) = &cgroup {
+        if let Err(error) = cgroup.remove() {
+            eprintln!("quiesce supervise: {error}");
+        }
+    }
     let (exit_code, signal) = match status.signal() {
         Some(signal) => (128 + signal, Some(signal)),
         None => (status.code().unwrap_or(-1), None),
@@ -481,6 +514,9 @@ fn serve_until_exit(
             // What the task left running in its group goes with it (the pid is not reaped
             // yet).
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            if let Some(cgroup) = &deliveries.cgroup {
+                cgroup.kill();
+            }
             exited = Some(std::time::Instant::now());
             deliveries.task_exited();
             watching = false;
