@@ -29,6 +29,14 @@ def probe(address, *args, witness=True, timeout=240):
     return done.returncode, done.stdout + done.stderr, parsed
 
 
+def judgement(report, scenario, invariant):
+    """The report's whole judgement of one invariant in one scenario (for a failure's message)."""
+    for s in report["scenarios"]:
+        if s["name"] == scenario:
+            return [j for j in s["invariants"] if j["invariant"] == invariant]
+    return None
+
+
 def verdicts(report):
     """{(scenario, invariant): verdict}"""
     return {
@@ -72,7 +80,8 @@ def test_the_probe_conforms_against_the_reference_agent(agent):
     seen = verdicts(report)
     for scenario, invariants in MUST_HOLD.items():
         for invariant in invariants:
-            assert seen.get((scenario, invariant)) == "holds", (scenario, invariant, output)
+            assert seen.get((scenario, invariant)) == "holds", (
+                scenario, invariant, judgement(report, scenario, invariant))
     assert all(s["error"] is None for s in report["scenarios"]), output
     # One line per scenario and invariant.
     for (scenario, invariant), verdict in seen.items():

@@ -11,6 +11,11 @@
 //!   finds the cap reached sheds the connection idle the longest, and is served; only if
 //!   none is idle is it closed at once. So a crowd of idle connections makes room for
 //!   every new one.
+//! * **Never more open than the cap, plus one**: a shed connection closes a moment later,
+//!   not at once, so the accept loop waits for [`Registry::room`] before it accepts again
+//!   (the kernel's backlog holds the newcomers meanwhile). Without it a burst of newcomers
+//!   each shed one and added one, and the agent ran out of descriptors (CI, 320
+//!   connections under `--nofile=256`).
 //! * **A share per peer address**: a non-loopback address holds at most a quarter of the
 //!   cap; past it, its own oldest idle connection is shed (or the new one refused). Every
 //!   local client comes from 127.0.0.1, so loopback has the whole cap.
@@ -55,7 +60,13 @@ pub struct Registry {
     cap: usize,
     peer_cap: usize,
     state: Mutex<State>,
+    /// Woken whenever a connection ends.
+    freed: tokio::sync::Notify,
 }
+
+/// How long the accept loop waits for shed connections to close before it goes on anyway
+/// (one that took a request in the moment before it was told to go finishes it first).
+const SHED_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What [`Registry::admit`] decided.
 pub enum Admission {
@@ -72,7 +83,32 @@ impl Registry {
             cap,
             peer_cap: (cap / 4).max(1),
             state: Mutex::new(State::default()),
+            freed: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Whether a connection accepted now keeps the open ones within the cap plus one: below
+    /// the cap, or at it with none shed and still open (a newcomer then sheds one).
+    fn has_room(&self) -> bool {
+        let state = self.state();
+        state.entries.len() < self.cap || !state.entries.values().any(|e| e.shedding)
+    }
+
+    /// Returns once there is room for one more connection (see [`Registry::has_room`]), or
+    /// after [`SHED_PATIENCE`] without any.
+    pub async fn room(&self) {
+        let deadline = tokio::time::Instant::now() + SHED_PATIENCE;
+        loop {
+            let freed = self.freed.notified();
+            let mut freed = std::pin::pin!(freed);
+            freed.as_mut().enable();
+            if self.has_room() {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// The cap for an agent whose open-files limit is `limit`: at most `configured`, and at
@@ -170,6 +206,8 @@ impl Drop for Handle {
                 }
             }
         }
+        drop(state);
+        self.registry.freed.notify_waiters();
     }
 }
 
@@ -254,6 +292,36 @@ mod tests {
         let notified = theirs[0].shed.notified();
         let mut notified = std::pin::pin!(notified);
         assert!(notified.as_mut().enable(), "the peer's own oldest is");
+    }
+
+    #[test]
+    fn while_a_shed_connection_is_open_there_is_no_room_at_the_cap() {
+        let registry = Registry::new(4);
+        let mut handles: Vec<_> = (0..4)
+            .map(|_| admitted(&registry, "127.0.0.1").unwrap())
+            .collect();
+        assert!(registry.has_room(), "at the cap, a newcomer may shed one");
+        handles.push(admitted(&registry, "127.0.0.1").unwrap());
+        assert!(!registry.has_room(), "the shed one has not closed yet");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let waiting = {
+            let registry = Arc::clone(&registry);
+            runtime.spawn(async move { registry.room().await })
+        };
+        let shed = handles.remove(0);
+        runtime.block_on(async {
+            tokio::task::yield_now().await;
+            assert!(!waiting.is_finished(), "no room until it closes");
+            drop(shed);
+            tokio::time::timeout(std::time::Duration::from_millis(500), waiting)
+                .await
+                .expect("room as soon as it closed")
+                .unwrap();
+        });
+        assert!(registry.has_room());
     }
 
     #[test]

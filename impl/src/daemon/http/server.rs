@@ -126,6 +126,7 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
     let bodies = Arc::new(Semaphore::new(MAX_BODY_READERS));
     let mut backoff: Option<Duration> = None;
     loop {
+        connections.room().await;
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) if out_of_descriptors(&e) => {

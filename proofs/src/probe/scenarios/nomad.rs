@@ -142,6 +142,14 @@ pub(super) fn nomad_deregister(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> 
             job["Stop"]
         ))
     });
+    // Read once more just before the flagged stop: a task still in its delay here ended
+    // after this moment, whatever the clocks say (see below).
+    let read_sent = now_ns();
+    let in_delay_before = read_alloc(ctx, &alloc)?
+        .tasks
+        .get("leader")
+        .and_then(|t| t.kill())
+        .is_some_and(|kill| kill.end.is_none());
     let (second_sent, second) = job_stop(ctx, &id, true)?;
     parts.push(write_answer(
         "the second, flagged stop of the stopped job",
@@ -168,10 +176,36 @@ pub(super) fn nomad_deregister(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> 
     ) {
         (Some(kill), Some(skew)) => match kill.end {
             None => Verdict::NotObservable("the task has no end event".into()),
-            // The latest the flagged stop can have been sent, on the client's clock.
-            Some(end) if end <= second_sent + skew.high => Verdict::NotObservable(
-                "the task may have ended before the flagged stop was sent".into(),
-            ),
+            // The task may have ended before the flagged stop was sent, on the client's
+            // clock (the skew's bound is loose by the scheduling latency it was measured
+            // across). It was still in its delay when the probe read it just before: if it
+            // ended well inside the delay, on the client's own clock, the rest was not
+            // waited — nothing but the flagged stop came between.
+            Some(end) if end <= second_sent + skew.high => {
+                let into = end - kill.killing;
+                if in_delay_before && into < long / 2 {
+                    Verdict::Holds(format!(
+                        "the task was still in its delay when read {} before the flagged stop \
+                         was sent, and ended {} into its {} delay (clocks too close to order the \
+                         end and the stop)",
+                        ms(second_sent - read_sent),
+                        ms(into),
+                        ms(long)
+                    ))
+                } else {
+                    Verdict::NotObservable(format!(
+                        "the task may have ended before the flagged stop was sent ({} into its \
+                         {} delay{})",
+                        ms(into),
+                        ms(long),
+                        if in_delay_before {
+                            ""
+                        } else {
+                            "; no longer in it when read just before"
+                        }
+                    ))
+                }
+            }
             Some(end) => {
                 let rest = long - (second_sent + skew.high - kill.killing);
                 if rest < long / 2 || rest < 4 * skew.width() {
