@@ -332,14 +332,7 @@ fn direct_kill(mut children: Vec<Child>) -> Duration {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("supervise") {
-        std::process::exit(quiesce::cli::main(
-            std::iter::once("quiesce".to_string())
-                .chain(args[1..].iter().cloned())
-                .collect(),
-        ));
-    }
+    quiesce_benches::supervise_if_asked();
     let mut bench = Bench::start();
     // Profiling: `QUIESCE_BENCH_STOPS=N` runs N flagged stops of 100 allocations (or
     // `QUIESCE_BENCH_ALLOCS`) and prints each one's time (and where it starts) and a direct

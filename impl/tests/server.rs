@@ -681,3 +681,94 @@ fn the_event_journal_keeps_each_write_as_it_ended_while_a_stream_is_open() {
     );
     server.store.subscribe_events(false);
 }
+
+use quiesce::server::gc::Cutoffs;
+
+#[test]
+fn a_live_batch_jobs_completed_allocations_are_not_collected_so_its_work_is_not_run_again() {
+    // The reviewer's case: a batch job of two, one completed, one failed and replaced by a
+    // re-registration's evaluation; the first evaluation's allocations all ended.
+    let mut server = server_with(job("batch", 2));
+    let ids = alloc_ids(&server);
+    server.client_report(&ids[0], report(ClientStatus::Complete));
+    server.client_report(&ids[1], report(ClientStatus::Failed));
+    server.register_job(job("batch", 2)).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    let collected = server.collect_garbage(Cutoffs::ALL);
+    assert_eq!(collected.jobs, 0, "the job still runs");
+    assert!(
+        server.store.alloc_record(&ids[0]).is_some(),
+        "the completed allocation is what keeps index 0 from running again"
+    );
+    server.register_job(job("batch", 2)).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    let live: Vec<_> = server
+        .store
+        .allocs_by_job("web")
+        .filter(|a| !a.is_terminal())
+        .map(|a| a.name.clone())
+        .collect();
+    assert_eq!(
+        live,
+        ["web.web[1]"],
+        "only the failed index was placed again"
+    );
+}
+
+#[test]
+fn a_service_job_whose_allocations_ended_is_kept_until_it_is_stopped() {
+    let mut server = server_with(job("service", 1));
+    let ids = alloc_ids(&server);
+    server.client_report(&ids[0], report(ClientStatus::Failed));
+    server.collect_garbage(Cutoffs::ALL);
+    assert!(server.store.job("web").is_some(), "never stopped: kept");
+    server.stop_job("web", StopJobOptions::default()).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    let collected = server.collect_garbage(Cutoffs::ALL);
+    assert_eq!(collected.jobs, 1);
+    assert!(server.store.job("web").is_none());
+    assert!(server.store.allocs_by_job("web").next().is_none());
+    assert_eq!(server.store.evals().count(), 0);
+}
+
+#[test]
+fn a_job_with_a_pending_evaluation_or_a_recent_change_is_not_collected() {
+    let mut server = server_with(job("service", 1));
+    let ids = alloc_ids(&server);
+    server.stop_job("web", StopJobOptions::default()).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    server.client_report(&ids[0], report(ClientStatus::Complete));
+    let ended = server.store.alloc_record(&ids[0]).unwrap().modify_index;
+    // Another stop: its evaluation is pending. (Evaluations are not collected on their
+    // own here: an evaluation cutoff of 0.)
+    server.stop_job("web", StopJobOptions::default()).unwrap();
+    let jobs_only = |jobs| Cutoffs { evals: 0, jobs };
+    assert_eq!(
+        server.collect_garbage(jobs_only(u64::MAX)).jobs,
+        0,
+        "pending"
+    );
+    server.process_next_eval().unwrap().unwrap();
+    // The allocation's last change is newer than the job cutoff: not old enough yet.
+    assert_eq!(server.collect_garbage(jobs_only(ended - 1)).jobs, 0);
+    assert!(server.store.job("web").is_some());
+    let old = jobs_only(server.store.index());
+    assert_eq!(server.collect_garbage(old).jobs, 1);
+}
+
+#[test]
+fn a_running_allocation_is_never_collected_and_an_ended_one_goes_with_its_evaluation() {
+    let mut server = server_with(job("service", 2));
+    let ids = alloc_ids(&server);
+    server.client_report(&ids[0], report(ClientStatus::Running));
+    server.stop_alloc(&ids[1], false).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    server.client_report(&ids[1], report(ClientStatus::Complete));
+    let collected = server.collect_garbage(Cutoffs::ALL);
+    assert_eq!(collected.jobs, 0);
+    assert!(server.store.alloc_record(&ids[0]).is_some(), "running");
+    assert!(
+        server.store.alloc_record(&ids[1]).is_none(),
+        "ended, and its evaluation's other allocation is not: the ended one goes"
+    );
+}

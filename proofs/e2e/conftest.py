@@ -9,6 +9,7 @@ binaries and installs the clients."""
 
 import json
 import os
+import re
 import pathlib
 import signal
 import subprocess
@@ -88,7 +89,20 @@ class Agent:
             if addressed and ready:
                 break
         else:
-            raise RuntimeError(f"the agent exited: {self.stderr()}")
+            holders = ""
+            if "Address already in use" in self.stderr():
+                # Who holds the port, and what they are: the test's failure should say.
+                listed = subprocess.run(["ss", "-Hltnp", f"sport = :{self.port}"],
+                                        capture_output=True, text=True).stdout
+                holders = f"\nlistening on {self.port}: {listed}"
+                for pid in set(re.findall(r"pid=(\d+)", listed)):
+                    try:
+                        with open(f"/proc/{pid}/cmdline", "rb") as f:
+                            command = f.read().replace(b"\0", b" ").decode()
+                        holders += f"\n{pid}: {command}"
+                    except OSError:
+                        pass
+            raise RuntimeError(f"the agent exited: {self.stderr()}{holders}")
         return self
 
     def stderr(self):
@@ -97,6 +111,15 @@ class Agent:
     def kill9(self):
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
+        # A child the agent forked a moment before (a supervisor, between fork and exec)
+        # holds a copy of the listening socket until its exec closes it: on a busy machine
+        # that outlived the agent, and the restart found the port in use (seen once in a
+        # full run beside a build). An operator's restart comes later; this one waits for it.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and subprocess.run(
+                ["ss", "-Hltn", f"sport = :{self.port}"], capture_output=True,
+                text=True).stdout.strip():
+            time.sleep(0.01)
 
     def close(self):
         if self.proc and self.proc.poll() is None:

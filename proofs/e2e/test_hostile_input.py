@@ -272,6 +272,37 @@ def test_connections_never_take_the_last_descriptors(tmp_path):
     validate_log(agent)
 
 
+def test_connections_that_sent_part_of_a_head_are_shed_at_once(tmp_path):
+    """Issue 24 review: a shed connection closed gracefully, and hyper's graceful shutdown
+    of one that has sent part of a request head waits out the 30 s header timeout, while the
+    accept loop waited for it: 400 connections sending one line of a head each, under
+    `--nofile=256` (a cap of 128), held the loop to an accept a second and a probe behind
+    them waited minutes. Now an idle shed connection closes at once."""
+    import socket
+    from conftest import Agent
+    agent = Agent(tmp_path / "data")
+    agent.start(prefix=["prlimit", "--nofile=256:256"])
+    try:
+        held = []
+        for _ in range(400):
+            connection = socket.create_connection(("127.0.0.1", agent.port), timeout=30)
+            connection.sendall(b"GET /v1/jobs HTTP/1.1\r\nHo")
+            held.append(connection)
+        started = time.monotonic()
+        status, _, _ = agent.http("GET", "/v1/status/leader")
+        took = time.monotonic() - started
+        # Before: ~270 accepts at one a second ahead of it.
+        assert status == 200 and took < 10, (status, took)
+        gauges = {g["Name"]: g["Value"] for g in agent.get("/v1/metrics")["Gauges"]}
+        assert gauges["quiesce.http.connections"] <= 129, gauges
+        assert gauges["quiesce.http.connections_shed"] >= 400 - 129, gauges
+        for connection in held:
+            connection.close()
+        assert "backing off" not in agent.stderr(), agent.stderr()
+    finally:
+        agent.close()
+
+
 FLOODER = r"""
 import socket, sys, time
 name = sys.argv[1].encode()

@@ -148,6 +148,29 @@ def test_clients_that_never_read_hold_one_shared_copy_within_a_budget(agent):
           f"300 distinct: +{peak - before} MB, {counts}")
 
 
+def test_log_reads_that_are_never_taken_are_held_to_the_same_budget(agent):
+    """Issue 24 review: a log read (up to a MiB a request) was counted against the budget
+    of unsent answers but never refused past it, so non-readers of logs held what the
+    shared reads no longer could. 300 sockets asking for a task's 1 MiB of stdout, never
+    reading: within the budget, the rest refused with Retry-After."""
+    agent.http("PUT", "/v1/jobs", {"Job": {"ID": "loud", "TaskGroups": [{"Name": "g", "Tasks": [{
+        "Name": "main", "Driver": "raw_exec", "Config": {
+            "command": "/bin/sh",
+            "args": ["-c", "head -c 1048576 /dev/zero | tr '\\0' x; exec sleep 1000"]}}]}]}})
+    [alloc] = agent.running("loud", 1)
+    agent.wait_until("a MiB of stdout", lambda: (
+        agent.task_dir(alloc["ID"], "main") / "stdout.log").stat().st_size >= 1 << 20)
+    path = f"/v1/client/fs/logs/{alloc['ID']}?task=main&type=stdout&origin=start&offset=0"
+    before = agent_rss_mb(agent)
+    peak, held = hold_unread(agent, [f"{path}&attempt={i}" for i in range(300)], 3)
+    counts = statuses(held)
+    # Before: every read answered, ~1.4 MB each held (+400 MB).
+    assert peak - before <= 200, f"RSS {before} MB, then {peak} MB with 300 log non-readers"
+    assert counts.get("503", 0) >= 150 and counts.get("200", 0) >= 20, counts
+    agent.http("DELETE", "/v1/job/loud?no_shutdown_delay=true")
+    print(f"\n300 log non-readers: +{peak - before} MB, {counts}")
+
+
 def test_idle_connections_cannot_lock_out_the_api_and_tasks_keep_the_agents_first_limit(tmp_path):
     """Issue 24, finding 6: ~16,500 idle connections timed out 8 of 11 `/v1/status/leader`
     probes at 5 s, and tasks inherited the agent's raised descriptor limit (20,000), so a task
@@ -164,12 +187,15 @@ def test_idle_connections_cannot_lock_out_the_api_and_tasks_keep_the_agents_firs
     held = []
     try:
         agent.http("PUT", "/v1/jobs", {"Job": {"ID": "limits", "TaskGroups": [{"Name": "g", "Tasks": [{
-            "Name": "main", "Driver": "raw_exec", "Config": {
-                "command": "/bin/sh", "args": ["-c", "ulimit -n; ulimit -Hn; exec sleep 1000"]}}]}]}})
+            "Name": "main", "Driver": "raw_exec", "User": "nobody", "Config": {
+                "command": "/bin/sh", "args": ["-c", "ulimit -n; ulimit -Hn; "
+                                               "(ulimit -n 4096) 2>/dev/null && echo raised "
+                                               "|| echo refused; exec sleep 1000"]}}]}]}})
         [alloc] = agent.running("limits", 1)
         out = agent.wait_until("the task's limits", lambda: (
             agent.task_dir(alloc["ID"], "main") / "stdout.log").read_text().split())
-        assert out == ["1024", str(hard)], out
+        # The hard limit too: a task that could raise its own could take every connection.
+        assert out == ["1024", "1024", "refused"], out
         agent_limit = [line for line in open(f"/proc/{agent.proc.pid}/limits")
                        if line.startswith("Max open files")][0].split()[3]
         assert agent_limit == str(hard), agent_limit
@@ -198,4 +224,78 @@ def test_idle_connections_cannot_lock_out_the_api_and_tasks_keep_the_agents_firs
             sock.close()
         agent.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    validate_log(agent)
+
+
+def test_garbage_is_collected_after_nomads_thresholds_and_job_versions_are_bounded(tmp_path):
+    """Issue 24, finding 4: nothing was ever collected — 3 evaluations per register, stop
+    and purge, every job version (300 re-registers kept 300; Nomad keeps 6), terminal
+    allocations, their directories. With Nomad's settings shortened in -config, a dead job
+    goes after `job_gc_threshold`, a terminal evaluation and its allocations after
+    `eval_gc_threshold`, a forgotten allocation's directory once `gc_max_allocs` newer ones
+    are kept, and `job_max_versions` bounds the versions; `PUT /v1/system/gc` collects
+    what is collectable at once."""
+    from conftest import Agent, validate_log
+    config = tmp_path / "gc.hcl"
+    config.write_text("""
+server {
+  job_gc_threshold  = "3s"
+  eval_gc_threshold = "1s"
+  job_gc_interval   = "200ms"
+  job_max_versions  = 6
+}
+client {
+  gc_max_allocs = 3
+}
+""")
+    agent = Agent(tmp_path / "data")
+    agent.start(args=("-config", str(config)))
+
+    def job(job_id, version=0, driver="mock_driver"):
+        config = {"run_for": "1h"} if driver == "mock_driver" else {
+            "command": "/bin/sleep", "args": ["1000"]}
+        return {"Job": {"ID": job_id, "Meta": {"v": str(version)}, "TaskGroups": [{
+            "Name": "g", "Tasks": [{"Name": "t", "Driver": driver, "Config": config}]}]}}
+
+    def running(job_id):
+        return agent.wait_until(f"{job_id} to run", lambda: [
+            a for a in agent.allocs(job_id) if a["ClientStatus"] == "running"])
+
+    try:
+        for version in range(20):
+            assert agent.http("PUT", "/v1/jobs", job("versions", version))[0] == 200
+        versions = agent.get("/v1/job/versions/versions")["Versions"]
+        assert [v["Version"] for v in versions] == list(range(19, 13, -1)), versions
+        for cycle in range(8):
+            agent.http("PUT", "/v1/jobs", job("cycle", cycle, "raw_exec"))
+            running("cycle")
+            agent.cli("job", "stop", "-purge", "cycle")
+        stopped = job("stopped")
+        agent.http("PUT", "/v1/jobs", stopped)
+        [kept] = running("stopped")
+        agent.cli("job", "stop", "stopped")
+        assert agent.get("/v1/job/stopped")["Status"] == "dead"
+
+        def evals_of(job_id):
+            return [e for e in agent.get("/v1/evaluations") if e["JobID"] == job_id]
+
+        # The purged jobs' evaluations, after eval_gc_threshold; their directories but 3.
+        agent.wait_until("the purged jobs' evaluations to go", lambda: not evals_of("cycle"))
+        dirs = [d.name for d in (agent.data_dir / "alloc").iterdir()]
+        assert len(dirs) == 3, dirs
+        # The stopped job, dead, after job_gc_threshold, with its allocation and evaluations.
+        agent.wait_until("the dead job to go", lambda: agent.http("GET", "/v1/job/stopped")[0] == 404)
+        assert agent.http("GET", f"/v1/allocation/{kept['ID']}")[0] == 404
+        assert not evals_of("stopped")
+        # A forced collection takes what is collectable now.
+        agent.cli("job", "stop", "versions")
+        agent.wait_until("the stop", lambda: agent.get("/v1/job/versions")["Status"] == "dead")
+        assert agent.http("PUT", "/v1/system/gc")[0] == 200
+        assert agent.http("GET", "/v1/job/versions")[0] == 404
+        gauges = {g["Name"]: g["Value"] for g in agent.get("/v1/metrics")["Gauges"]}
+        assert gauges["quiesce.state.evaluations"] == 0, gauges
+        assert gauges["nomad.nomad.state.allocations"] == 0, gauges
+        assert gauges["quiesce.gc.jobs"] == 2 and gauges["quiesce.gc.evals"] >= 8, gauges
+    finally:
+        agent.close()
     validate_log(agent)

@@ -74,6 +74,7 @@ pub(super) fn agent(args: AgentArgs) -> Result<(), String> {
     }
     config.serf_port = settings.serf_port;
     config.peer_key = settings.peer_key.clone();
+    config.gc = settings.gc.over(config.gc);
     if config.serf_port.is_some() && config.peer_key.is_none() {
         // Nomad's gossip without `encrypt` takes anyone too; say so rather than be silent.
         let line = "==> peers: no server.encrypt key: any process that reaches the serf port \

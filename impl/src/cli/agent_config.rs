@@ -57,6 +57,11 @@ pub struct ServerBlock {
     /// Nomad's gossip key: 16, 24 or 32 bytes, base64 (`nomad operator gossip keyring
     /// generate` makes one).
     pub encrypt: Option<String>,
+    /// Nomad's garbage collection: thresholds (Go durations), how often, versions kept.
+    pub job_gc_threshold: Option<String>,
+    pub eval_gc_threshold: Option<String>,
+    pub job_gc_interval: Option<String>,
+    pub job_max_versions: Option<usize>,
     pub bootstrap_expect: Option<u32>,
     pub raft_protocol: Option<u32>,
 }
@@ -65,6 +70,8 @@ pub struct ServerBlock {
 #[serde(deny_unknown_fields)]
 pub struct ClientBlock {
     pub enabled: Option<bool>,
+    /// Terminal allocations whose directories the client keeps (Nomad's default: 50).
+    pub gc_max_allocs: Option<usize>,
     pub options: Option<BTreeMap<String, String>>,
 }
 
@@ -80,6 +87,36 @@ pub struct VaultBlock {
     pub enabled: Option<bool>,
 }
 
+/// The garbage collection's settings, each where a file sets it.
+#[derive(Debug, Default, PartialEq, Eq, Clone, Copy)]
+pub struct GcSettings {
+    pub job_threshold: Option<std::time::Duration>,
+    pub eval_threshold: Option<std::time::Duration>,
+    pub interval: Option<std::time::Duration>,
+    pub job_max_versions: Option<usize>,
+    pub max_alloc_dirs: Option<usize>,
+}
+
+impl GcSettings {
+    /// The agent's collection: these settings over Nomad's defaults.
+    pub fn over(self, mut gc: crate::daemon::gc::GcConfig) -> crate::daemon::gc::GcConfig {
+        gc.job_threshold = self.job_threshold.unwrap_or(gc.job_threshold);
+        gc.eval_threshold = self.eval_threshold.unwrap_or(gc.eval_threshold);
+        gc.interval = self.interval.unwrap_or(gc.interval);
+        gc.job_max_versions = self.job_max_versions.unwrap_or(gc.job_max_versions);
+        gc.max_alloc_dirs = self.max_alloc_dirs.unwrap_or(gc.max_alloc_dirs);
+        gc
+    }
+}
+
+/// A Go duration of the configuration (`"1h"`, `"30s"`), named by `key` if it is not one.
+fn duration(key: &str, text: &str) -> Result<std::time::Duration, String> {
+    crate::spec::parse_go_duration(text)
+        .filter(|ns| *ns >= 0)
+        .map(|ns| std::time::Duration::from_nanos(ns as u64))
+        .ok_or_else(|| format!("{key} {text:?} is not a duration such as 1h or 30s"))
+}
+
 /// The settings of every file, in order: a later file's setting wins, as in Nomad.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Settings {
@@ -93,6 +130,9 @@ pub struct Settings {
     pub serf_port: Option<u16>,
     /// The peers' shared key (`server.encrypt`), decoded.
     pub peer_key: Option<Vec<u8>>,
+    /// `server.job_gc_threshold`, `eval_gc_threshold`, `job_gc_interval`,
+    /// `job_max_versions` and `client.gc_max_allocs`, where set.
+    pub gc: GcSettings,
     pub client_enabled: Option<bool>,
     pub acl_enabled: Option<bool>,
     /// Keys set that have no effect here (see [`IGNORED`]).
@@ -202,10 +242,47 @@ fn merge(settings: &mut Settings, file: ConfigFile) -> Result<(), String> {
         if let Some(key) = server.encrypt {
             settings.peer_key = Some(peer_key(&key)?);
         }
+        let gc = &mut settings.gc;
+        for (key, text, slot) in [
+            (
+                "server.job_gc_threshold",
+                server.job_gc_threshold,
+                &mut gc.job_threshold,
+            ),
+            (
+                "server.eval_gc_threshold",
+                server.eval_gc_threshold,
+                &mut gc.eval_threshold,
+            ),
+            (
+                "server.job_gc_interval",
+                server.job_gc_interval,
+                &mut gc.interval,
+            ),
+        ] {
+            if let Some(text) = text {
+                *slot = Some(duration(key, &text)?);
+            }
+        }
+        if gc.interval == Some(std::time::Duration::ZERO) {
+            return Err(
+                "server.job_gc_interval \"0s\" would collect without a pause: give a duration \
+                 such as 5m"
+                    .into(),
+            );
+        }
+        match server.job_max_versions {
+            Some(0) => return Err("server.job_max_versions must be at least 1".into()),
+            Some(max) => gc.job_max_versions = Some(max),
+            None => {}
+        }
     }
     if let Some(client) = file.client {
         if client.enabled.is_some() {
             settings.client_enabled = client.enabled;
+        }
+        if client.gc_max_allocs.is_some() {
+            settings.gc.max_alloc_dirs = client.gc_max_allocs;
         }
         if client.options.is_some_and(|o| !o.is_empty()) {
             ignored.push("client.options");
@@ -286,6 +363,32 @@ mod tests {
                 error.contains("server.encrypt") && error.contains(named),
                 "{error}"
             );
+        }
+    }
+
+    #[test]
+    fn the_collectors_settings_read_and_bad_ones_are_named() {
+        let good = file(
+            "gc.hcl",
+            "server {\n  job_gc_threshold = \"2h\"\n  job_max_versions = 3\n}\n\
+             client {\n  gc_max_allocs = 7\n}\n",
+        );
+        let gc = read(&[good])
+            .unwrap()
+            .gc
+            .over(crate::daemon::gc::GcConfig::default());
+        assert_eq!(gc.job_threshold, std::time::Duration::from_secs(7200));
+        assert_eq!((gc.job_max_versions, gc.max_alloc_dirs), (3, 7));
+        for (text, named) in [
+            (r#"{"server":{"job_gc_interval":"0s"}}"#, "job_gc_interval"),
+            (
+                r#"{"server":{"eval_gc_threshold":"soon"}}"#,
+                "eval_gc_threshold",
+            ),
+            (r#"{"server":{"job_max_versions":0}}"#, "job_max_versions"),
+        ] {
+            let error = read(&[file("bad-gc.json", text)]).unwrap_err();
+            assert!(error.contains(named), "{text}: {error}");
         }
     }
 

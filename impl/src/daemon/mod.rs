@@ -19,6 +19,7 @@
 //! supervisors, signal process groups, (de)register services and report to the server, and
 //! store the runner's progress in the same transaction as a hook's effect.
 
+pub mod gc;
 pub mod host;
 pub mod http;
 pub mod keyring;
@@ -83,6 +84,8 @@ pub struct AgentConfig {
     /// The HTTP layer's timeouts and connection cap (the defaults are documented limits;
     /// tests shorten the timeouts).
     pub http: http::HttpLimits,
+    /// What is collected when (Nomad's defaults unless configured).
+    pub gc: gc::GcConfig,
 }
 
 impl AgentConfig {
@@ -103,6 +106,7 @@ impl AgentConfig {
             supervisor_args: vec!["supervise".to_string()],
             acl_enabled: false,
             http: http::HttpLimits::default(),
+            gc: gc::GcConfig::default(),
         }
     }
 }
@@ -443,6 +447,8 @@ pub struct Shared {
     pub(crate) stopping: std::sync::atomic::AtomicBool,
     /// The answers held for clients, agent-wide (`http::answers`).
     pub answers: http::Answers,
+    /// The garbage collector's state (`gc`).
+    pub gc: gc::Collector,
     /// The HTTP connections, once the agent serves (`http::connections`).
     pub connections: std::sync::OnceLock<Arc<http::Connections>>,
 }

@@ -203,7 +203,8 @@ fn verify(
     let Some(key) = key else {
         return Ok(());
     };
-    let bytes: Option<Vec<u8>> = (proof.len() == 64)
+    // Hex, so bytes are characters (a multi-byte character must not split a slice).
+    let bytes: Option<Vec<u8>> = (proof.len() == 64 && proof.is_ascii())
         .then(|| {
             (0..32)
                 .map(|i| u8::from_str_radix(&proof[2 * i..2 * i + 2], 16).ok())
@@ -404,4 +405,24 @@ pub fn join(shared: &Shared, addresses: &[&str]) -> (usize, Vec<String>) {
         }
     }
     (joined, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proof_of_multi_byte_characters_is_refused_not_a_panic() {
+        let peer = Peer {
+            name: "a".into(),
+            region: "global".into(),
+            datacenter: "dc1".into(),
+            http_addr: "127.0.0.1:4646".into(),
+        };
+        // 64 bytes, 22 characters: slicing it by byte pairs would split a character.
+        let proof = format!("{}a", "€".repeat(21));
+        assert_eq!(proof.len(), 64);
+        let refused = verify(Some(b"key"), Role::Joiner, "n1", "n2", &peer, &proof);
+        assert!(refused.unwrap_err().contains("server.encrypt"));
+    }
 }

@@ -21,6 +21,7 @@ impl Agent {
         let (persist, loaded) = Persist::open(&config.data_dir)?;
         let seed = unix_now_ns() as u64 ^ u64::from(std::process::id()).rotate_left(32);
         let mut store = StateStore::restore(loaded.index, loaded.tables, loaded.table_indexes);
+        store.limit_job_versions(config.gc.job_max_versions);
         // The event stream's journal starts with this run, as Nomad's event buffer does.
         // `QUIESCE_NO_JOURNAL` leaves it out, to measure what it costs (ARCHITECTURE.md).
         if std::env::var_os("QUIESCE_NO_JOURNAL").is_none() {
@@ -119,6 +120,7 @@ impl Agent {
             stopping: Default::default(),
             answers: Default::default(),
             connections: Default::default(),
+            gc: Default::default(),
         });
         {
             // An exit is queued for the client workers (who apply it after any pending
@@ -183,9 +185,11 @@ impl Agent {
         for stored in loaded.runners {
             restore_runner(&shared, stored);
         }
+        forget_unknown_alloc_dirs(&shared);
         for (name, body) in [
             ("scheduler", scheduler_loop as fn(Arc<Shared>)),
             ("client", client_loop),
+            ("gc", gc::run),
         ] {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -197,6 +201,35 @@ impl Agent {
             node::first_heartbeat(&shared, node);
         }
         Ok(Agent { shared })
+    }
+}
+
+/// Queues for removal the directories of allocations neither the store nor a runner knows
+/// any more (forgotten before a restart, the removal still to come): a runner is forgotten
+/// only once it is terminal, and a task is launched only once its runner is stored, so
+/// nothing runs in them.
+fn forget_unknown_alloc_dirs(shared: &Shared) {
+    let allocs = shared.config.data_dir.join("alloc");
+    let Ok(entries) = std::fs::read_dir(&allocs) else {
+        return;
+    };
+    let unknown: Vec<std::path::PathBuf> = {
+        let registry = shared
+            .runners
+            .lock()
+            .expect("the registry lock is never poisoned");
+        let core = shared.core();
+        entries
+            .flatten()
+            .filter(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                !registry.contains_key(&name) && core.server.store.alloc_for_client(&name).is_none()
+            })
+            .map(|entry| entry.path())
+            .collect()
+    };
+    for dir in unknown {
+        shared.gc.forgot(dir, shared.config.gc.max_alloc_dirs);
     }
 }
 

@@ -46,6 +46,13 @@ fn forget_if_gone(shared: &Arc<Shared>, id: &AllocId, shell: &RunnerShell<Daemon
     core.commit(None, forget);
     // Whatever the commit took for the client to pull, someone is woken for it.
     shared.notify(&core);
+    drop(core);
+    drop(registry);
+    // Its directory goes once newer ones are kept (Nomad's client `gc_max_allocs`).
+    let dir = shared.config.data_dir.join("alloc").join(id);
+    if dir.exists() {
+        shared.gc.forgot(dir, shared.config.gc.max_alloc_dirs);
+    }
 }
 
 /// Starts a named thread (the name shows in `top -H` and in profiles). A thread that cannot

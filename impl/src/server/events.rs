@@ -44,6 +44,9 @@ pub enum WriteType {
     NodeUpdate,
     /// An ACL write: its records are not the store's, and publish nothing.
     Acl,
+    /// A garbage collection pass: its deletions publish nothing but the jobs' (Nomad's
+    /// `JobBatchDeregistered`).
+    GarbageCollect,
 }
 
 impl WriteType {
@@ -61,6 +64,8 @@ impl WriteType {
             (WriteType::NodeRegister, _) => "NodeRegistration",
             (WriteType::NodeUpdate, _) => "NodeStreamEvent",
             (WriteType::Acl, _) => "",
+            (WriteType::GarbageCollect, Topic::Job) => "JobBatchDeregistered",
+            (WriteType::GarbageCollect, _) => "",
         }
     }
 }

@@ -4,6 +4,7 @@
 mod broker;
 mod evals;
 pub mod events;
+pub mod gc;
 pub mod placement;
 mod plan;
 mod scheduler;

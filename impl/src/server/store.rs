@@ -48,6 +48,8 @@ pub struct StateStore {
     /// keeps none. With it, the write in progress: what it changed so far.
     events: Option<EventJournal>,
     open: Option<OpenWrite>,
+    /// At most this many versions of each job are kept (`None`: all).
+    max_job_versions: Option<usize>,
 }
 
 /// A write's changes until it ends (the next write starts, or a reader looks): its
@@ -253,6 +255,8 @@ impl StateStore {
                             .map(|snapshot| event_of(write.kind, snapshot))
                     })
                 })
+                // A write that publishes nothing of a topic (a collection's evaluations).
+                .filter(|event| !event.event_type.is_empty())
                 .collect();
             if let Some(journal) = self.events.as_mut() {
                 journal.push(Batch {
@@ -295,7 +299,8 @@ impl StateStore {
             let event = self
                 .snapshot_of(&record)
                 .or_else(|| deleted.remove(&record))
-                .map(|snapshot| event_of(kind, snapshot));
+                .map(|snapshot| event_of(kind, snapshot))
+                .filter(|event| !event.event_type.is_empty());
             events.extend(event);
         }
         if let Some(journal) = self.events.as_mut() {
@@ -513,7 +518,33 @@ impl StateStore {
 
     pub(super) fn put_job_version(&mut self, job: Job) {
         self.wrote(Record::Job(job.id.clone()));
-        self.jobs.entry(job.id.clone()).or_default().push(job);
+        let versions = self.jobs.entry(job.id.clone()).or_default();
+        versions.push(job);
+        // Nomad's `job_max_versions`: the oldest go (the latest is always kept).
+        if let Some(max) = self.max_job_versions {
+            let extra = versions.len().saturating_sub(max.max(1));
+            versions.drain(..extra);
+        }
+    }
+
+    /// Keeps at most `max` versions of each job from now on (Nomad's `job_max_versions`,
+    /// 6 by default); unset, every version is kept (the simulator's, which the model's
+    /// full history follows).
+    pub fn limit_job_versions(&mut self, max: usize) {
+        self.max_job_versions = Some(max);
+    }
+
+    /// The IDs of the jobs that have allocations (a purged job's tombstones included).
+    pub fn allocs_by_job_ids(&self) -> impl Iterator<Item = &JobId> {
+        self.allocs_by_job.keys()
+    }
+
+    pub(super) fn delete_eval(&mut self, id: &str) {
+        self.deleting(Record::Eval(id.to_string()), |store| {
+            Some(Snapshot::Eval(Box::new(store.eval(id)?.clone())))
+        });
+        self.wrote(Record::Eval(id.to_string()));
+        self.evals.remove(id);
     }
 
     pub(super) fn delete_job(&mut self, id: &str) {
@@ -577,6 +608,9 @@ impl StateStore {
             self.client_changes.push(alloc.id.clone());
             if let Some(ids) = self.allocs_by_job.get_mut(&alloc.job_id) {
                 ids.remove(id);
+                if ids.is_empty() {
+                    self.allocs_by_job.remove(&alloc.job_id);
+                }
             }
         }
     }

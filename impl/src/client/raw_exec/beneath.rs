@@ -8,10 +8,12 @@
 //! opens one component relative to the last with `openat2(RESOLVE_BENEATH |
 //! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (or, on a kernel before 5.6, `openat` with
 //! `O_NOFOLLOW`, the same for a single component), so a symbolic link anywhere on the way
-//! is refused and a directory renamed away is still the one opened. A file is opened
-//! without truncating, checked on its descriptor (a regular file with one link: not a FIFO
-//! or device, nor a hard link to somebody else's file), and only then emptied, written,
-//! chowned and chmodded — all on that descriptor.
+//! is refused and a directory renamed away is still the one opened. A file is never
+//! opened where it is: a new one is made beside it (`O_CREAT | O_EXCL`), written, chowned
+//! and chmodded on its descriptor, and renamed over the name, so whatever the task put
+//! there — a hard link to somebody else's file, swapped in after any check — is replaced as
+//! an entry and its file never written (the review of issue 24: an open-then-`fstat` check
+//! of the link count lost the race to a task unlinking its hard link in between).
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::ffi::OsStr;
@@ -133,30 +135,71 @@ impl Dir {
         }
         let at = at.as_ref().unwrap_or(self);
         let shown = at.shown.join(name);
-        // Not O_TRUNC: the file is emptied only once its descriptor shows what it is. Not
-        // blocking: a FIFO with no reader would hold the agent.
-        let fd = open_one(
-            &at.fd,
-            name,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| named(&shown, e))?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| named(&shown, e.into()))?;
-        let regular = rustix::fs::FileType::from_raw_mode(stat.st_mode).is_file();
-        if !regular || stat.st_nlink != 1 {
-            return Err(io::Error::other(format!(
-                "{}: not a plain file (a FIFO, a device or a hard link), not written",
-                shown.display()
-            )));
+        // What is there now, for a clear refusal: a link, a FIFO, a device or a hard link is
+        // the task's doing and worth an error. (Only the message rests on this look: the
+        // task can change the entry right after it, and the rename below never opens it.)
+        match rustix::fs::statat(&at.fd, *name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => {
+                let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+                if kind.is_symlink() {
+                    return Err(named(&shown, io::Error::from_raw_os_error(libc::ELOOP)));
+                }
+                if !kind.is_file() || stat.st_nlink != 1 {
+                    return Err(io::Error::other(format!(
+                        "{}: not a plain file (a FIFO, a device or a hard link), not written",
+                        shown.display()
+                    )));
+                }
+            }
+            Err(rustix::io::Errno::NOENT) => {}
+            Err(error) => return Err(named(&shown, error.into())),
         }
-        let mut file = std::fs::File::from(fd);
-        file.set_len(0).map_err(|e| named(&shown, e))?;
-        file.write_all(contents).map_err(|e| named(&shown, e))?;
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::fchown(&file, Some(uid), Some(gid)).map_err(|e| named(&shown, e))?;
+        // A file of its own, new (O_EXCL: nothing the task made is ever opened), written,
+        // owned and moded on its descriptor, then renamed over the name: whatever the task
+        // has put there meanwhile (a hard link to somebody else's file, say) is replaced as
+        // an entry, its file never written.
+        let (temporary, fd) = Self::fresh(at, name).map_err(|e| named(&shown, e))?;
+        let written = (|| {
+            let mut file = std::fs::File::from(fd);
+            file.write_all(contents)?;
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+            }
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))?;
+            rustix::fs::renameat(&at.fd, &temporary, &at.fd, *name)?;
+            Ok(())
+        })();
+        if written.is_err() {
+            let _ = rustix::fs::unlinkat(&at.fd, &temporary, rustix::fs::AtFlags::empty());
         }
-        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(|e| named(&shown, e.into()))
+        written.map_err(|e: io::Error| named(&shown, e))
+    }
+
+    /// A new, empty file beside `name` in `at`, made here and now (a name the task took
+    /// first is passed over).
+    fn fresh(at: &Dir, name: &OsStr) -> io::Result<(std::ffi::OsString, OwnedFd)> {
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mut last = io::Error::from_raw_os_error(libc::EEXIST);
+        for _ in 0..16 {
+            let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let mut temporary = std::ffi::OsString::from(".");
+            temporary.push(name);
+            temporary.push(format!(".quiesce-{}-{made}-{nanos}", std::process::id()));
+            match open_one(
+                &at.fd,
+                &temporary,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+                Mode::from_raw_mode(0o600),
+            ) {
+                Ok(fd) => return Ok((temporary, fd)),
+                Err(error) if error.raw_os_error() == Some(libc::EEXIST) => last = error,
+                Err(error) => return Err(error),
+            }
+        }
+        Err(last)
     }
 }
 
@@ -278,6 +321,60 @@ mod tests {
             written > 0 && refused > 0,
             "{written} written, {refused} refused"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The review's attack on the first fix: the task hard-links the victim where the file
+    /// goes and unlinks it again, as fast as it can, so that an open file's link count is
+    /// back to one when it is checked. The file is never opened where it is, so the victim
+    /// is never written.
+    #[test]
+    fn a_hard_link_swapped_in_and_out_mid_write_never_gets_written() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = scratch("hard-link");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"root's").unwrap();
+        std::fs::create_dir(dir.join("local/conf")).unwrap();
+        let target = dir.join("local/conf/app.conf");
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let racer = {
+            let (done, victim, target) = (done.clone(), victim.clone(), target.clone());
+            std::thread::spawn(move || {
+                let mut links = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    let _ = std::fs::remove_file(&target);
+                    if std::fs::hard_link(&victim, &target).is_ok() {
+                        links += 1;
+                        let _ = std::fs::remove_file(&target);
+                    }
+                }
+                links
+            })
+        };
+        let open = Dir::open(&dir).unwrap();
+        let (mut written, mut refused) = (0, 0);
+        for _ in 0..5_000 {
+            match open.write_file(Path::new("local/conf/app.conf"), b"template", 0o644, None) {
+                Ok(()) => written += 1,
+                Err(_) => refused += 1,
+            }
+        }
+        done.store(true, Ordering::Relaxed);
+        let links = racer.join().unwrap();
+        assert_eq!(
+            std::fs::read(&victim).unwrap(),
+            b"root's",
+            "{written} written, {refused} refused, {links} links"
+        );
+        assert!(links > 1_000, "the race ran: {links} links");
+        assert!(written > 0, "{written} written, {refused} refused");
+        let left: Vec<_> = std::fs::read_dir(dir.join("local/conf"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name())
+            .filter(|name| name.to_string_lossy().contains(".quiesce-"))
+            .collect();
+        assert!(left.is_empty(), "no temporary file is left: {left:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -70,8 +70,8 @@ pub const ENV_DENYLIST: &[&str] = &[
     "GOOGLE_APPLICATION_CREDENTIALS",
 ];
 
-/// The soft open-files limit a supervisor (and so its task) starts with: the one the agent
-/// was started with, before it raised its own (0: the agent's own, unchanged).
+/// The open-files limit, soft and hard, a supervisor (and so its task) starts with: the agent's
+/// soft limit as it was started, before it raised its own (0: the agent's own, unchanged).
 static TASK_OPEN_FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Sets the soft open-files limit tasks start with (issue 24: tasks inherited the agent's
@@ -284,7 +284,9 @@ pub fn launch(
         // SAFETY: setrlimit is a system call (async-signal-safe); nothing is allocated.
         unsafe {
             command.pre_exec(move || {
-                setrlimit(Resource::RLIMIT_NOFILE, open_files.min(hard), hard)?;
+                // The hard limit as well: a task (not root) cannot raise it back.
+                let soft = open_files.min(hard);
+                setrlimit(Resource::RLIMIT_NOFILE, soft, soft)?;
                 Ok(())
             });
         }

@@ -110,10 +110,21 @@ pub(super) fn regions(shared: &Shared, peers: bool) -> Result<Reply, ApiError> {
 pub(super) fn metrics(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
     let runners = shared.runner_count();
     let (connections, shed) = shared.connections.get().map_or((0, 0), |c| c.counts());
-    let (jobs, allocs, index) = {
+    let collected = shared.gc.total();
+    let (jobs, allocs, index, evals, versions) = {
         let core = shared.core();
         let store = &core.server.store;
-        (store.jobs().count(), store.allocs().count(), store.index())
+        let versions: usize = store
+            .jobs()
+            .map(|job| store.job_versions(&job.id).map_or(0, <[_]>::len))
+            .sum();
+        (
+            store.jobs().count(),
+            store.allocs().count(),
+            store.index(),
+            store.evals().count(),
+            versions,
+        )
     };
     let gauges = [
         ("nomad.client.allocations.runners", runners as f64),
@@ -123,6 +134,11 @@ pub(super) fn metrics(shared: &Shared, query: &Query) -> Result<Reply, ApiError>
         // quiesce's own: the HTTP connections open, those shed to make room for new ones,
         // and the encoded answers held for clients that have not taken them.
         ("quiesce.http.connections", connections as f64),
+        ("quiesce.state.evaluations", evals as f64),
+        ("quiesce.state.job_versions", versions as f64),
+        ("quiesce.gc.jobs", collected.jobs as f64),
+        ("quiesce.gc.evals", collected.evals as f64),
+        ("quiesce.gc.allocs", collected.allocs as f64),
         ("quiesce.http.connections_shed", shed as f64),
         (
             "quiesce.http.unsent_answer_bytes",

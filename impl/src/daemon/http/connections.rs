@@ -10,7 +10,10 @@
 //!   request in flight (a blocking query waiting is in flight). A new connection that
 //!   finds the cap reached sheds the connection idle the longest, and is served; only if
 //!   none is idle is it closed at once. So a crowd of idle connections makes room for
-//!   every new one.
+//!   every new one. A shed connection with no request in flight is closed at once, not
+//!   gracefully: hyper's graceful shutdown waits out the header-read timeout (30 s) on a
+//!   connection that has sent part of a request head, and a crowd sending one byte each
+//!   would have held the accept loop to one connection a second.
 //! * **Never more open than the cap, plus one**: a shed connection closes a moment later,
 //!   not at once, so the accept loop waits for [`Registry::room`] before it accepts again
 //!   (the kernel's backlog holds the newcomers meanwhile). Without it a burst of newcomers
@@ -182,6 +185,15 @@ impl Registry {
 }
 
 impl Handle {
+    /// Whether it has a request in flight now.
+    pub fn is_busy(&self) -> bool {
+        self.registry
+            .state()
+            .entries
+            .get(&self.id)
+            .is_some_and(|entry| entry.in_flight > 0)
+    }
+
     /// A request arrived: in flight until the returned guard (kept with its response's
     /// body) is dropped.
     pub fn busy(self: &Arc<Self>) -> Busy {

@@ -204,9 +204,27 @@ fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Rep
     };
     if request.method == Method::Get && shares_answers(&path) {
         shared_answer(shared, request, route)
+    } else if request.method == Method::Get && path.starts_with("/v1/client/fs/") {
+        held_file_read(&shared.answers, route)
     } else {
         route()
     }
+}
+
+/// The 503 of a read that would need a new answer while the agent holds its budget of
+/// answers not yet taken (`answers.rs`).
+fn over_budget(answers: &Answers) -> ApiError {
+    let mut refused = error(
+        503,
+        format!(
+            "the agent holds {} MiB of answers its clients have not taken yet (at most \
+             {} MiB): try again shortly",
+            answers.unsent() >> 20,
+            answers::MAX_UNSENT_BYTES >> 20
+        ),
+    );
+    refused.retry_after = Some(1);
+    refused
 }
 
 /// The reads of the store: their answers are the same for the same URL, token and index
@@ -262,17 +280,7 @@ fn shared_answer(
         return Ok(reply);
     }
     if !answers.has_room() {
-        let mut refused = error(
-            503,
-            format!(
-                "the agent holds {} MiB of answers its clients have not taken yet (at most \
-                 {} MiB): try again shortly",
-                answers.unsent() >> 20,
-                answers::MAX_UNSENT_BYTES >> 20
-            ),
-        );
-        refused.retry_after = Some(1);
-        return Err(refused);
+        return Err(over_budget(answers));
     }
     let reply = build()?;
     if reply.status != 200 || reply.raw.is_some() || reply.encoded.is_some() {
@@ -289,6 +297,21 @@ fn shared_answer(
         encoded: Some(bytes),
         ..reply
     })
+}
+
+/// A file's read (up to a MiB of log, more as JSON) is held until its client takes it, as
+/// a store read's is: built a few at a time and refused past the budget; it is counted as
+/// it is rendered, a moment after its turn. (A followed log's reads come here too, and read
+/// the reply's body; its frames are small and go one at a time.)
+fn held_file_read(
+    answers: &Answers,
+    build: impl FnOnce() -> Result<Reply, ApiError>,
+) -> Result<Reply, ApiError> {
+    let _turn = answers.turn();
+    if !answers.has_room() {
+        return Err(over_budget(answers));
+    }
+    build()
 }
 
 /// A JSON answer's bytes, as sent.
@@ -351,6 +374,11 @@ fn route(
         }
         // Anyone may ask (as of Nomad); the peers' regions only a token that may read the
         // nodes is told of, when ACLs are on (issue 24).
+        // Nomad's: a forced collection, for a management token; answered once it is done.
+        "system/gc" if is_write => need(Need::Management).and_then(|()| {
+            crate::daemon::gc::force(shared).map_err(|e| error(500, e))?;
+            plain(Value::Null)
+        }),
         "regions" if is_get => need(Need::Nothing).and_then(|()| {
             let peers = check(authority, Need::NodeRead).is_ok();
             regions(shared, peers)
@@ -358,7 +386,7 @@ fn route(
         // A GET of the event stream is answered by the connection layer (`events.rs`).
         "jobs" | "jobs/parse" | "validate/job" | "allocations" | "evaluations" | "services"
         | "nodes" | "agent/self" | "agent/members" | "agent/join" | "metrics" | "status/leader"
-        | "status/peers" | "regions" | "event/stream" => invalid(),
+        | "status/peers" | "regions" | "event/stream" | "system/gc" => invalid(),
         _ => {
             if let Some(acl) = rest.strip_prefix("acl/") {
                 return acl_routes(shared, authority, method, acl, body);

@@ -210,7 +210,13 @@ async fn serve_connection(
     let mut shedding = false;
     let _ = std::future::poll_fn(|cx| {
         use std::future::Future;
+        use std::task::Poll;
         if !shedding && shed.as_mut().poll(cx).is_ready() {
+            // Idle: closed now (a part of a head it sent is dropped with it). With a request
+            // in flight: once that is answered.
+            if !handle.is_busy() {
+                return Poll::Ready(Ok(()));
+            }
             shedding = true;
             connection.as_mut().graceful_shutdown();
         }

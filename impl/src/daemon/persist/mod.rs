@@ -18,9 +18,10 @@
 //! times instead of once per group of steps.
 //!
 //! The event log's JSON-lines file (`events.jsonl`) is an export of the log table: appended
-//! after each commit, so it is current for anyone who reads it once a stop has finished, and
-//! rewritten from the table at start-up. Between a crash and the restart it may hold the last
-//! few entries the store lost (at most [`DURABILITY_LAG`] of them); the restart drops them.
+//! after each commit, so it is current for anyone who reads it once a stop has finished,
+//! rotated by size, and brought up to the table at start-up from its tail
+//! ([`event_log`]). Between a crash and the restart it may hold the last few entries the
+//! store lost (at most [`DURABILITY_LAG`] of them); the restart cuts them off.
 
 use crate::client::AllocRunner;
 use crate::server::structs::{Allocation, Evaluation, ServiceRegistration};
@@ -30,10 +31,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long a commit nobody waits for (runner progress) may stay undurable: the committer
@@ -55,6 +54,11 @@ const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
 const INDEXES: TableDefinition<&str, &[u8]> = TableDefinition::new("indexes");
 const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("keys");
 const LOG: TableDefinition<u64, &str> = TableDefinition::new("log");
+
+mod committer;
+mod event_log;
+
+pub use committer::Committer;
 
 pub const DATABASE_FILE: &str = "state.redb";
 pub const EVENT_LOG_FILE: &str = "events.jsonl";
@@ -260,6 +264,10 @@ pub struct Persist {
     /// When that was last tried: at most once per [`RETRY_AFTER`] (a rewrite needs room
     /// for the whole file).
     export_tried: Option<Instant>,
+    /// The current event log file's size, as appended, and the size it rotates past (see
+    /// `event_log.rs`).
+    log_bytes: u64,
+    log_bound: u64,
 }
 
 fn error(what: &str, e: impl std::fmt::Display) -> String {
@@ -324,8 +332,8 @@ fn refuse_a_lost_state(dir: &Path, path: &Path) -> Result<(), String> {
 }
 
 impl Persist {
-    /// Opens (or creates) the database under `dir`, reads everything, and rewrites the event
-    /// log file from the log table.
+    /// Opens (or creates) the database under `dir`, reads everything, and brings the event
+    /// log file up to the log table (`event_log.rs`).
     pub fn open(dir: &Path) -> Result<(Persist, Loaded), String> {
         // A data dir the agent makes is DATA_DIR; one it is given keeps its mode (it may be
         // a shared one, /tmp say: what is in it is private by its own modes).
@@ -373,6 +381,8 @@ impl Persist {
             log_path: dir.join(EVENT_LOG_FILE),
             export_stale: false,
             export_tried: None,
+            log_bytes: 0,
+            log_bound: event_log::max_log_file_bytes(),
         };
         let loaded = persist.load()?;
         Ok((persist, loaded))
@@ -430,7 +440,7 @@ impl Persist {
         each(&read, Table::Acl, |record| loaded.acl.push(record))?;
         // The file is an export: an agent on a full disk starts without it, and writes it
         // once it can.
-        loaded.log_seq = match self.export_log() {
+        loaded.log_seq = match self.reconcile_log() {
             Ok(last) => last,
             Err(failure) => {
                 crate::daemon::say!("{failure}; the event log file is written once it can be");
@@ -453,48 +463,9 @@ impl Persist {
             log_path,
             export_stale: true,
             export_tried: None,
+            log_bytes: 0,
+            log_bound: event_log::max_log_file_bytes(),
         })
-    }
-
-    /// Writes the event log file from the log table (through a temporary file and a
-    /// rename); returns the last sequence number.
-    fn export_log(&self) -> Result<u64, String> {
-        let read = self.db.begin_read().map_err(|e| error("reading", e))?;
-        let log = read.open_table(LOG).map_err(|e| error("log", e))?;
-        let mut text = String::new();
-        let mut last = 0;
-        for row in log.iter().map_err(|e| error("log", e))? {
-            let (seq, line) = row.map_err(|e| error("log", e))?;
-            last = seq.value();
-            text.push_str(line.value());
-            text.push('\n');
-        }
-        let temporary = self.log_path.with_extension("jsonl.tmp");
-        fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(PRIVATE_FILE)
-            .open(&temporary)
-            .and_then(|mut file| file.write_all(text.as_bytes()))
-            .and_then(|()| {
-                fs::set_permissions(&temporary, fs::Permissions::from_mode(PRIVATE_FILE))
-            })
-            .and_then(|()| fs::rename(&temporary, &self.log_path))
-            .map_err(|e| {
-                // What the temporary file took of a full disk goes back at once.
-                let _ = fs::remove_file(&temporary);
-                error(&format!("writing {}", self.log_path.display()), e)
-            })?;
-        Ok(last)
-    }
-
-    /// The last sequence number in the log table.
-    fn last_log_seq(&self) -> Result<u64, String> {
-        let read = self.db.begin_read().map_err(|e| error("reading", e))?;
-        let log = read.open_table(LOG).map_err(|e| error("log", e))?;
-        let last = log.last().map_err(|e| error("log", e))?;
-        Ok(last.map_or(0, |(seq, _)| seq.value()))
     }
 
     /// Commits batches, in order, as one transaction, durable (syncing the disk, which
@@ -565,209 +536,8 @@ impl Persist {
         drop(opened);
         drop(log);
         write.commit().map_err(|e| error("commit", e))?;
-        // The file is an export of the table, which holds the entries now: a failure here
-        // (a full disk) loses nothing; the file is rewritten whole once it can be.
-        let exported = if self.export_stale {
-            if self
-                .export_tried
-                .is_some_and(|tried| tried.elapsed() < RETRY_AFTER)
-            {
-                return Ok(());
-            }
-            self.export_tried = Some(Instant::now());
-            self.export_log().map(|_| ())
-        } else if !lines.is_empty() {
-            fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .mode(PRIVATE_FILE)
-                .open(&self.log_path)
-                .and_then(|mut file| file.write_all(lines.as_bytes()))
-                .map_err(|e| error(&format!("appending to {}", self.log_path.display()), e))
-        } else {
-            Ok(())
-        };
-        match exported {
-            Ok(()) => self.export_stale = false,
-            Err(failure) if !self.export_stale => {
-                crate::daemon::say!("{failure}; the event log file is rewritten later");
-                self.export_stale = true;
-            }
-            Err(_) => {}
-        }
+        self.export(&lines);
         Ok(())
-    }
-}
-
-#[derive(Default)]
-struct Queue {
-    batches: Vec<Batch>,
-    /// Batches submitted so far; a batch's ticket is its number.
-    submitted: u64,
-    /// Batches durable so far.
-    durable: u64,
-    /// The committer thread waits for batches (a submit wakes it only then).
-    committer_asleep: bool,
-    /// The last commit failed (a full disk, say), with this error: it is retried every
-    /// [`RETRY_AFTER`] until it succeeds, and writes are refused until then.
-    failing: Option<String>,
-}
-
-/// The committer thread's queue: batches go in in order and are committed in that order,
-/// several at a time.
-#[derive(Clone)]
-pub struct Committer {
-    shared: Arc<(Mutex<Queue>, Condvar)>,
-}
-
-impl Committer {
-    /// Starts the committer thread over `persist`.
-    pub fn start(persist: Persist) -> Result<Committer, String> {
-        let committer = Committer {
-            shared: Arc::new((Mutex::new(Queue::default()), Condvar::new())),
-        };
-        let thread = committer.clone();
-        std::thread::Builder::new()
-            .name("committer".into())
-            .spawn(move || thread.run(persist))
-            .map_err(|e| e.to_string())?;
-        Ok(committer)
-    }
-
-    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.shared
-            .0
-            .lock()
-            .expect("the commit queue is never poisoned")
-    }
-
-    /// Queues a batch; returns its ticket for [`Committer::wait`].
-    pub fn submit(&self, batch: Batch) -> u64 {
-        let mut queue = self.queue();
-        queue.batches.push(batch);
-        queue.submitted += 1;
-        if queue.committer_asleep {
-            self.shared.1.notify_all();
-        }
-        queue.submitted
-    }
-
-    /// Waits until the batch with `ticket` (and every batch before it) is durable.
-    pub fn wait(&self, ticket: u64) -> Result<(), String> {
-        let mut queue = self.queue();
-        loop {
-            if queue.durable >= ticket {
-                return Ok(());
-            }
-            if let Some(failure) = &queue.failing {
-                return Err(format!(
-                    "{failure} (the agent keeps it and retries; it is stored once there is room)"
-                ));
-            }
-            queue = self
-                .shared
-                .1
-                .wait(queue)
-                .expect("the commit queue is never poisoned");
-        }
-    }
-
-    /// How many batches are durable (a batch's ticket is its number).
-    pub fn durable(&self) -> u64 {
-        self.queue().durable
-    }
-
-    /// Why commits fail now, if they do: an API write is refused up front then (nothing
-    /// changes), rather than taken in memory and not stored.
-    pub fn failing(&self) -> Option<String> {
-        self.queue().failing.clone()
-    }
-
-    fn run(&self, persist: Persist) {
-        let mut persist = persist;
-        // When the oldest commit that is not durable yet was made, and the batches committed
-        // since the last durable commit: a failed commit's reopen may lose them, so a retry
-        // commits them again (every write is a put or a delete by key: idempotent).
-        let mut undurable: Option<Instant> = None;
-        let mut since_durable: Vec<Batch> = Vec::new();
-        loop {
-            let (batches, upto) = {
-                let mut queue = self.queue();
-                while queue.batches.is_empty() {
-                    // Asleep until a batch comes, or until the oldest undurable commit is
-                    // due for its sync.
-                    let due = undurable.map(|since| {
-                        (since + DURABILITY_LAG).saturating_duration_since(Instant::now())
-                    });
-                    if due.is_some_and(|left| left.is_zero()) {
-                        break;
-                    }
-                    queue.committer_asleep = true;
-                    let poisoned = "the commit queue is never poisoned";
-                    queue = match due {
-                        Some(left) => self.shared.1.wait_timeout(queue, left).expect(poisoned).0,
-                        None => self.shared.1.wait(queue).expect(poisoned),
-                    };
-                    queue.committer_asleep = false;
-                }
-                (std::mem::take(&mut queue.batches), queue.submitted)
-            };
-            // Durable if someone waits for it, or if the oldest undurable commit is due (an
-            // empty group: the wait above timed out).
-            let durable = batches.iter().any(|batch| batch.durable)
-                || undurable.is_some_and(|since| since.elapsed() >= DURABILITY_LAG);
-            let result = persist.commit(&batches, durable);
-            let mut queue = self.queue();
-            if result.is_ok() && queue.failing.take().is_some() {
-                crate::daemon::say!("storing state again");
-            }
-            match result {
-                Ok(()) if durable => {
-                    undurable = None;
-                    since_durable.clear();
-                    queue.durable = upto;
-                }
-                Ok(()) => {
-                    undurable.get_or_insert_with(Instant::now);
-                    since_durable.extend(batches);
-                }
-                Err(failure) => {
-                    // Nothing later may commit over a lost batch: the failed ones go back
-                    // at the head of the queue, after those the reopen may lose, in order.
-                    if queue.failing.is_none() {
-                        crate::daemon::say!(
-                            "storing state failed: {failure}; API writes are \
-                             refused and the agent retries every {RETRY_AFTER:?}"
-                        );
-                    }
-                    queue.failing = Some(failure);
-                    let mut retry = std::mem::take(&mut since_durable);
-                    retry.extend(batches);
-                    retry.append(&mut queue.batches);
-                    // One batch, the last value of each record: a long outage holds one
-                    // copy of each runner's state, not one per step.
-                    queue.batches = vec![Batch::merge(retry)];
-                    self.shared.1.notify_all();
-                    drop(queue);
-                    std::thread::sleep(RETRY_AFTER);
-                    let (db_path, log_path) = (persist.db_path.clone(), persist.log_path.clone());
-                    drop(persist);
-                    persist = loop {
-                        match Persist::reopen(db_path.clone(), log_path.clone()) {
-                            Ok(reopened) => break reopened,
-                            Err(failure) => {
-                                self.queue().failing = Some(failure);
-                                std::thread::sleep(RETRY_AFTER);
-                            }
-                        }
-                    };
-                    // Every retry syncs: what it stores was acknowledged or waited for.
-                    undurable = Some(Instant::now() - DURABILITY_LAG);
-                    continue;
-                }
-            }
-            self.shared.1.notify_all();
-        }
     }
 }
 
