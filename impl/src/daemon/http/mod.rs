@@ -300,9 +300,10 @@ fn shared_answer(
 }
 
 /// A file's read (up to a MiB of log, more as JSON) is held until its client takes it, as
-/// a store read's is: built a few at a time and refused past the budget; it is counted as
-/// it is rendered, a moment after its turn. (A followed log's reads come here too, and read
-/// the reply's body; its frames are small and go one at a time.)
+/// a store read's is: built a few at a time, counted as soon as it is built (its JSON
+/// encoded in its turn), and refused past the budget. A followed log's reads come here too
+/// and read the reply's body, which is kept beside the bytes until the reply is rendered;
+/// plain text is counted as it is rendered, a moment after its turn.
 fn held_file_read(
     answers: &Answers,
     build: impl FnOnce() -> Result<Reply, ApiError>,
@@ -311,7 +312,15 @@ fn held_file_read(
     if !answers.has_room() {
         return Err(over_budget(answers));
     }
-    build()
+    let reply = build()?;
+    if reply.raw.is_some() || reply.encoded.is_some() {
+        return Ok(reply);
+    }
+    let bytes = answers.hold(encode(&reply.body));
+    Ok(Reply {
+        encoded: Some(bytes),
+        ..reply
+    })
 }
 
 /// A JSON answer's bytes, as sent.
