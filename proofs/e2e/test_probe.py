@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import CONFORM, WITNESS, Agent, clean_env, validate_log
+from conftest import CONFORM, QUIESCE, WITNESS, Agent, clean_env, free_port, validate_log
 from faulty_proxy import FaultyProxy
 
 
@@ -271,3 +271,35 @@ def test_bad_arguments_are_named(agent):
                           capture_output=True, text=True, env=clean_env())
     assert done.returncode == 2 and "not an http:// URL" in done.stderr, done.stderr
     assert probe_jobs(agent) == []
+
+
+def test_a_probe_started_with_its_agent_waits_for_a_ready_node(tmp_path):
+    """As scripts start them: `quiesce agent -dev & quiesce-conform probe …` at once. The
+    agent is not listening yet and its node is ready only at its first heartbeat; the probe
+    says what it waits for, and runs once the node is ready."""
+    agent = Agent(tmp_path / "data")
+    agent.port = free_port()
+    agent.address = f"http://127.0.0.1:{agent.port}"
+    agent.proc = subprocess.Popen(
+        [QUIESCE, "agent", "-dev", "-data-dir", str(agent.data_dir), "-port", str(agent.port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env())
+    try:
+        code, output, report = probe(agent.address, "--scenario", "job-stop-flagged",
+                                     "--delay", "1s", "--patience", "30s")
+        assert code == 0, output
+        assert "waiting up to 30 s for " in output, output
+        assert verdicts(report)[("job-stop-flagged", "flag_is_honoured")] == "holds", output
+    finally:
+        agent.close()
+
+
+def test_a_probe_whose_patience_runs_out_says_what_it_waited_for():
+    port = free_port()
+    started = time.monotonic()
+    code, output, _ = probe(f"http://127.0.0.1:{port}", "--patience", "1s", timeout=60)
+    took = time.monotonic() - started
+    assert code != 0, output
+    assert "waiting up to 1 s for the agent to answer" in output, output
+    assert "waited" in output and "--patience 1 s" in output, output
+    # It gave up once its patience ran out, not at the first refusal nor much later.
+    assert 1.0 <= took < 20, took

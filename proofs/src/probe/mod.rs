@@ -110,8 +110,7 @@ pub struct ServerFacts {
 
 /// Reads the server's facts. A token that may not read the agent (`agent:read`) gets none:
 /// the server is taken for a Nomad of unknown version, offering no extension.
-fn server_facts(api: &api::Api) -> Result<ServerFacts, String> {
-    let answer = api.send("GET", "/v1/agent/self", None)?;
+fn server_facts(answer: api::Answer) -> Result<ServerFacts, String> {
     if answer.status == 403 {
         return Ok(ServerFacts {
             told: "a Nomad-API server; /v1/agent/self refused (403): no extensions assumed".into(),
@@ -154,13 +153,14 @@ pub fn major_minor(version: &str) -> Option<(u64, u64)> {
 }
 
 /// raw_exec where a ready node offers it healthy (the witness if its path was given), else
-/// mock_driver where one offers that; else no scenario can run.
+/// mock_driver where one offers that; else no scenario can run yet (the inner error: a node
+/// becomes ready at its first heartbeat).
 /// A token that may not read the nodes (`node:read`) gets raw_exec assumed.
-fn choose_tasks(api: &api::Api, witness: Option<&str>) -> Result<(jobs::Tasks, bool), String> {
+fn choose_tasks(api: &api::Api, witness: Option<&str>) -> Attempt<(jobs::Tasks, bool)> {
     let raw_exec = || witness.map_or(jobs::Tasks::Sleep, |w| jobs::Tasks::Witness(w.to_string()));
     let answer = api.send("GET", "/v1/nodes", None)?;
     if answer.status == 403 {
-        return Ok((raw_exec(), true));
+        return Ok(Ok((raw_exec(), true)));
     }
     let nodes = answer.into_ok()?;
     let offers = |driver: &str| {
@@ -173,9 +173,50 @@ fn choose_tasks(api: &api::Api, witness: Option<&str>) -> Result<(jobs::Tasks, b
         })
     };
     if offers("raw_exec") {
-        return Ok((raw_exec(), false));
+        return Ok(Ok((raw_exec(), false)));
     }
-    choose_without_raw_exec(offers("mock_driver")).map(|tasks| (tasks, false))
+    Ok(choose_without_raw_exec(offers("mock_driver")).map(|tasks| (tasks, false)))
+}
+
+/// One try at something that may come within the patience: the outer error ends the probe,
+/// the inner one says why it has not come yet.
+type Attempt<T> = Result<Result<T, String>, String>;
+
+/// Tries `attempt` until it comes, or `patience` runs out: a script that starts an agent and
+/// the probe at once (`quiesce agent -dev & quiesce-conform probe …`) finds the agent not yet
+/// listening, and its node ready only at its first heartbeat. Says once what it waits for.
+fn patiently<T>(
+    what: &str,
+    patience: Duration,
+    print: &mut impl FnMut(&str),
+    mut attempt: impl FnMut() -> Attempt<T>,
+) -> Result<T, String> {
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        let why = match attempt()? {
+            Ok(found) => return Ok(found),
+            Err(why) => why,
+        };
+        if run::INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err("interrupted".into());
+        }
+        if started.elapsed() >= patience {
+            return Err(format!(
+                "{why} (waited {:.1} s for {what}: --patience {} s)",
+                started.elapsed().as_secs_f64(),
+                patience.as_secs()
+            ));
+        }
+        if !said {
+            print(&format!(
+                "waiting up to {} s for {what}: {why}",
+                patience.as_secs()
+            ));
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn choose_without_raw_exec(mock: bool) -> Result<jobs::Tasks, String> {
@@ -212,13 +253,17 @@ pub fn probe(options: &Options, mut print: impl FnMut(&str)) -> Result<Report, S
         quiesce,
         nomad_version,
         extensions,
-    } = server_facts(&api)?;
+    } = patiently("the agent to answer", options.patience, &mut print, || {
+        Ok(api.send("GET", "/v1/agent/self", None).map(server_facts))
+    })??;
     print(&format!(
         "probing {} ({server}) in namespace {}",
         api.address(),
         api.namespace()
     ));
-    let (tasks, assumed) = choose_tasks(&api, options.witness.as_deref())?;
+    let (tasks, assumed) = patiently("a ready node", options.patience, &mut print, || {
+        choose_tasks(&api, options.witness.as_deref())
+    })?;
     if assumed {
         print("the nodes could not be read (403: the token lacks node:read): raw_exec assumed");
     }
