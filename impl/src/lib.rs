@@ -12,6 +12,7 @@ pub mod cli;
 pub mod client;
 pub mod daemon;
 pub mod fuzzing;
+pub mod gotime;
 pub mod hcl_jobspec;
 pub mod ids;
 pub mod server;

@@ -395,9 +395,10 @@ fn each_table_keeps_the_index_of_its_own_last_write() {
     assert_eq!(registered.index, 2);
     server.process_next_eval().unwrap();
     let tables = server.store.table_indexes();
+    // The placement moves the job too: its status went from pending to running.
     assert_eq!(
         (tables.allocs, tables.evals, tables.jobs, tables.nodes),
-        (3, 3, 2, 1)
+        (3, 3, 3, 1)
     );
     // A purge deletes, and the tables' indexes still move forward.
     let purge = StopJobOptions {
@@ -600,6 +601,116 @@ fn a_stopping_allocation_keeps_its_static_port_until_its_client_ends_it() {
 /// each event carries its record as the write left it (a later write does not change it);
 /// with none, it names the record, read as it is when a subscriber asks.
 #[test]
+fn a_jobs_status_moves_its_modify_index_and_is_published_in_the_write_that_changes_it() {
+    use quiesce::server::events::{Since, Snapshot};
+    let mut server = Server::new(vec!["node-0".into()], 3);
+    server.store.journal_events();
+    server.store.subscribe_events(true);
+    server.register_job(job("service", 2)).unwrap();
+    let job_of = |server: &Server| server.store.job("web").unwrap().clone();
+    assert_eq!(server.store.job_status(&job_of(&server)), "pending");
+    server.process_next_eval().unwrap().unwrap();
+    let placed = server.store.index();
+    assert_eq!(server.store.job_status(&job_of(&server)), "running");
+    assert_eq!(job_of(&server).modify_index, placed, "pending to running");
+    let ids = alloc_ids(&server);
+    for id in &ids {
+        server.client_report(id, report(ClientStatus::Running));
+    }
+    assert_eq!(job_of(&server).modify_index, placed, "still running");
+    let stop = server
+        .stop_job(
+            "web",
+            StopJobOptions {
+                no_shutdown_delay: true,
+                ..StopJobOptions::default()
+            },
+        )
+        .unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    // Told to stop, its tasks still running: not dead yet (Nomad would say dead here).
+    assert_eq!(server.store.job_status(&job_of(&server)), "running");
+    server.client_report(&ids[0], report(ClientStatus::Complete));
+    assert_eq!(server.store.job_status(&job_of(&server)), "running");
+    let before_last = job_of(&server).modify_index;
+    server.client_report(&ids[1], report(ClientStatus::Complete));
+    let ended = server.store.index();
+    let stopped = job_of(&server);
+    assert_eq!(server.store.job_status(&stopped), "dead");
+    assert!(before_last < ended);
+    assert_eq!(
+        stopped.modify_index, ended,
+        "the last allocation's end moves the job"
+    );
+    assert_eq!(server.store.table_indexes().jobs, ended);
+    assert_eq!(
+        stopped.job_modify_index, stop.index,
+        "the spec did not change"
+    );
+    let Since::Batches(batches) = server.store.events().unwrap().since(stop.index, 100) else {
+        panic!("nothing was dropped");
+    };
+    let last = batches.last().expect("a batch");
+    assert_eq!(last.index, ended);
+    let job_events: Vec<_> = last
+        .events
+        .iter()
+        .filter(|e| e.topic.name() == "Job")
+        .collect();
+    assert_eq!(job_events.len(), 1, "one Job event, in the ending write");
+    assert_eq!(job_events[0].event_type, "AllocationUpdated");
+    match job_events[0].snapshot.as_ref() {
+        Snapshot::Job { status, job, .. } => {
+            assert_eq!((*status, job.modify_index), ("dead", ended));
+        }
+        other => panic!("a copy of the job, not {other:?}"),
+    }
+    server.store.subscribe_events(false);
+}
+
+/// A clock that moves a second at every look (a write reads it once, when it starts).
+fn ticking() -> i64 {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static NOW: AtomicI64 = AtomicI64::new(1_796_274_611_000_000_000);
+    NOW.fetch_add(1_000_000_000, Ordering::Relaxed)
+}
+
+#[test]
+fn writes_stamp_their_time_on_what_they_create_and_change_and_a_stop_keeps_the_submit_time() {
+    let mut server = Server::new(vec!["node-0".into()], 3);
+    server.store.set_clock(ticking);
+    server.register_job(job("service", 1)).unwrap();
+    let submitted = server.store.job("web").unwrap().submit_time;
+    assert!(submitted > 0, "the register's time");
+    server.process_next_eval().unwrap().unwrap();
+    let id = alloc_ids(&server).remove(0);
+    let placed = server.store.alloc(&id).unwrap().clone();
+    assert!(placed.create_time > submitted);
+    assert_eq!(placed.modify_time, placed.create_time);
+    server.client_report(&id, report(ClientStatus::Running));
+    let running = server.store.alloc(&id).unwrap().clone();
+    assert_eq!(running.create_time, placed.create_time, "created once");
+    assert!(running.modify_time > placed.modify_time, "changed later");
+    let eval = server.store.evals().next().unwrap().clone();
+    assert!(
+        eval.create_time >= submitted && eval.modify_time > eval.create_time,
+        "{eval:?}"
+    );
+    server.stop_job("web", StopJobOptions::default()).unwrap();
+    let stopped = server.store.job("web").unwrap();
+    assert!(stopped.stop);
+    assert_eq!(
+        stopped.submit_time, submitted,
+        "a stop writes no new specification"
+    );
+    // A store without a clock (the simulator's) stamps nothing.
+    let plain = server_with(job("service", 1));
+    let alloc = plain.store.allocs().next().unwrap();
+    assert_eq!((alloc.create_time, alloc.modify_time), (0, 0));
+    assert_eq!(plain.store.job("web").unwrap().submit_time, 0);
+}
+
+#[test]
 fn the_event_journal_keeps_each_write_as_it_ended_while_a_stream_is_open() {
     use quiesce::server::events::{Since, Snapshot};
     let mut server = Server::new(vec!["node-0".into()], 3);
@@ -626,8 +737,10 @@ fn the_event_journal_keeps_each_write_as_it_ended_while_a_stream_is_open() {
         types,
         [
             vec![("Job", "JobRegistered"), ("Evaluation", "JobRegistered")],
+            // The placement changes the job's status (pending to running): the job too.
             vec![
                 ("Allocation", "PlanResult"),
+                ("Job", "PlanResult"),
                 ("Evaluation", "EvaluationUpdated")
             ],
         ]

@@ -66,6 +66,8 @@ pub(crate) fn alloc(stop: bool, flag: bool, group_delay_s: i64, task_delay_s: i6
         create_index: 1,
         modify_index: 1,
         alloc_modify_index: 1,
+        create_time: 0,
+        modify_time: 0,
         tombstone: false,
     }
 }

@@ -22,6 +22,7 @@ impl Agent {
         let seed = unix_now_ns() as u64 ^ u64::from(std::process::id()).rotate_left(32);
         let mut store = StateStore::restore(loaded.index, loaded.tables, loaded.table_indexes);
         store.limit_job_versions(config.gc.job_max_versions);
+        store.set_clock(unix_now_ns);
         // The event stream's journal starts with this run, as Nomad's event buffer does.
         // `QUIESCE_NO_JOURNAL` leaves it out, to measure what it costs (ARCHITECTURE.md).
         if std::env::var_os("QUIESCE_NO_JOURNAL").is_none() {

@@ -249,6 +249,9 @@ impl Server {
                 create_index: index,
                 modify_index: index,
                 alloc_modify_index: index,
+                // Stamped by the store.
+                create_time: 0,
+                modify_time: 0,
                 ports,
                 tombstone: false,
                 job: Arc::clone(&job),

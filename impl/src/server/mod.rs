@@ -208,6 +208,8 @@ impl Server {
             queued_allocations: BTreeMap::new(),
             create_index: index,
             modify_index: index,
+            create_time: 0,
+            modify_time: 0,
         }
     }
 
@@ -294,6 +296,7 @@ impl Server {
         job.create_index = previous.as_ref().map_or(index, |p| p.create_index);
         job.modify_index = index;
         job.job_modify_index = index;
+        job.submit_time = self.store.now();
         let eval = self.new_eval(
             &job,
             "job-register",

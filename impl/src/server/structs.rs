@@ -115,7 +115,26 @@ pub struct TaskState {
     pub state: TaskStateName,
     pub failed: bool,
     pub restarts: u64,
+    /// When it last became `running`, when it became `dead` (set once), when a
+    /// `Restarting` event was last recorded: Unix nanoseconds, written as Go's `time.Time`
+    /// (its zero time while unset), as Nomad's task runner keeps them.
+    #[serde(default, with = "crate::gotime::serde_time")]
+    pub last_restart: i64,
+    #[serde(default, with = "crate::gotime::serde_time")]
+    pub started_at: i64,
+    #[serde(default, with = "crate::gotime::serde_time")]
+    pub finished_at: i64,
     pub events: Vec<TaskEvent>,
+}
+
+impl TaskState {
+    /// It is dead from `now` (Nomad: `FinishedAt` is set the first time only).
+    pub fn finish(&mut self, now: i64) {
+        self.state = TaskStateName::Dead;
+        if self.finished_at == 0 {
+            self.finished_at = now;
+        }
+    }
 }
 
 impl Default for TaskState {
@@ -124,6 +143,9 @@ impl Default for TaskState {
             state: TaskStateName::Pending,
             failed: false,
             restarts: 0,
+            last_restart: 0,
+            started_at: 0,
+            finished_at: 0,
             events: Vec::new(),
         }
     }
@@ -162,6 +184,12 @@ pub struct Allocation {
     pub next_allocation: Option<AllocId>,
     pub create_index: u64,
     pub modify_index: u64,
+    /// Unix nanoseconds of the write that placed it and of its last write (0 where the
+    /// store has no clock: the simulator's).
+    #[serde(default)]
+    pub create_time: i64,
+    #[serde(default)]
+    pub modify_time: i64,
     /// Bumped by every change the client must act on: desired status, the flag, a purge.
     pub alloc_modify_index: u64,
     /// The ports of its group's network, given at placement (the API shows them under
@@ -229,6 +257,11 @@ pub struct Evaluation {
     pub queued_allocations: BTreeMap<String, u64>,
     pub create_index: u64,
     pub modify_index: u64,
+    /// Unix nanoseconds, as the allocation's.
+    #[serde(default)]
+    pub create_time: i64,
+    #[serde(default)]
+    pub modify_time: i64,
 }
 
 /// A client node (`/v1/node/:id`): the daemon's one node, as Nomad's API shows it. The

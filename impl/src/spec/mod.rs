@@ -56,6 +56,9 @@ pub struct Job {
     pub create_index: u64,
     pub modify_index: u64,
     pub job_modify_index: u64,
+    /// Unix nanoseconds of the register that wrote this version's specification (a stop's
+    /// version keeps it).
+    pub submit_time: i64,
 }
 
 impl Job {
@@ -90,6 +93,7 @@ impl Job {
             create_index: 0,
             modify_index: 0,
             job_modify_index: 0,
+            submit_time: 0,
             ..self.clone()
         }
     }

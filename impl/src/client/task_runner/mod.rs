@@ -201,6 +201,9 @@ impl TaskRunner {
     }
 
     pub(super) fn record(&mut self, event: TaskEvent) {
+        if event.event_type == event_types::RESTARTING {
+            self.state.last_restart = event.time;
+        }
         self.state.events.push(event);
         if self.state.events.len() > MAX_TASK_EVENTS {
             self.state.events.remove(0);
@@ -209,6 +212,9 @@ impl TaskRunner {
 
     pub(super) fn start(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {
         self.phase = TaskPhase::Running;
+        if self.state.state != TaskStateName::Running {
+            self.state.started_at = now;
+        }
         self.state.state = TaskStateName::Running;
         self.record(event(
             event_types::STARTED,
@@ -363,7 +369,7 @@ impl TaskRunner {
             ));
         }
         self.phase = TaskPhase::Dead;
-        self.state.state = TaskStateName::Dead;
+        self.state.finish(now);
         self.state.failed = was == TaskPhase::Running && exit.exit_code != 0;
         for hook in self.stop_hooks() {
             hook.stop(ix, out);

@@ -167,7 +167,7 @@ impl TaskRunner {
     /// The policy leaves it dead: `Not Restarting`.
     pub(in crate::client) fn stay_dead(&mut self, failed: bool, reason: String, now: i64) {
         self.phase = TaskPhase::Dead;
-        self.state.state = TaskStateName::Dead;
+        self.state.finish(now);
         self.state.failed = failed;
         self.record(event(
             event_types::NOT_RESTARTING,
@@ -186,7 +186,9 @@ impl TaskRunner {
             });
         }
         self.phase = TaskPhase::Dead;
-        self.state.state = TaskStateName::Dead;
+        // It ended at its last event (its exit's, or the restart delay's start).
+        let ended = self.state.events.last().map_or(0, |event| event.time);
+        self.state.finish(ended);
         self.state.failed = self
             .last_exit
             .as_ref()
@@ -205,6 +207,8 @@ impl TaskRunner {
             ));
         }
         self.state.restarts += 1;
+        // Nomad's task never reads `dead` between its runs, so it has no finish time yet.
+        self.state.finished_at = 0;
         self.restart = RestartMark::None;
         self.pre_kill_done = false;
         self.signalled = false;

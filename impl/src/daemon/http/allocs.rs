@@ -131,6 +131,8 @@ pub(super) struct AllocStub<'a> {
     create_index: u64,
     modify_index: u64,
     alloc_modify_index: u64,
+    create_time: i64,
+    modify_time: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     allocated_resources: Option<Value>,
 }
@@ -158,6 +160,8 @@ pub(super) fn alloc_stub(alloc: &Allocation, node_name: &str, resources: bool) -
         create_index: alloc.create_index,
         modify_index: alloc.modify_index,
         alloc_modify_index: alloc.alloc_modify_index,
+        create_time: alloc.create_time,
+        modify_time: alloc.modify_time,
         allocated_resources: resources.then(|| allocated_resources(alloc)),
     })
     .expect("allocations serialize")
@@ -265,7 +269,7 @@ fn related_evals(store: &StateStore, eval: &Evaluation) -> Vec<Value> {
                 "Status": eval_json(e)["Status"], "StatusDescription": e.status_description,
                 "WaitUntil": null, "NextEval": e.next_eval, "PreviousEval": e.previous_eval,
                 "BlockedEval": e.blocked_eval, "CreateIndex": e.create_index,
-                "ModifyIndex": e.modify_index, "CreateTime": 0, "ModifyTime": 0,
+                "ModifyIndex": e.modify_index, "CreateTime": e.create_time, "ModifyTime": e.modify_time,
             })
         })
         .collect()

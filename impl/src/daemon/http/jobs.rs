@@ -85,7 +85,9 @@ pub(super) fn summary(core: &Core, job: &Job) -> Value {
     json!({
         "JobID": job.id, "Namespace": job.namespace, "Summary": groups,
         "Children": {"Pending": 0, "Running": 0, "Dead": 0},
-        "CreateIndex": job.create_index, "ModifyIndex": job.modify_index,
+        // Nomad's summary is rewritten with every change of an allocation's client status.
+        "CreateIndex": job.create_index,
+        "ModifyIndex": job_index(&core.server.store, job),
     })
 }
 
@@ -106,7 +108,7 @@ pub(super) fn list_jobs(shared: &Shared, query: &Query) -> Result<Reply, ApiErro
                 "Status": job_status(&core, job), "StatusDescription": "",
                 "JobSummary": summary(&core, job), "CreateIndex": job.create_index,
                 "ModifyIndex": job.modify_index, "JobModifyIndex": job.job_modify_index,
-                "Version": job.version, "SubmitTime": 0,
+                "Version": job.version, "SubmitTime": job.submit_time,
             })
         })
         .collect();

@@ -5,15 +5,16 @@
 //! `index` table): a list answers, and blocks on, its own table's index, so a write to one
 //! table does not wake the readers of another.
 
-use super::events::{
-    Batch, Event, EventJournal, LightWrite, ServiceOwner, Snapshot, Topic, WriteType,
-};
+mod journal;
+mod status;
+
+use super::events::{EventJournal, Snapshot, WriteType};
 use super::structs::{
     AllocId, Allocation, EvalId, Evaluation, JobId, Node, NodeId, ServiceRegistration,
 };
 use crate::spec::Job;
+use status::Counts;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 /// A durable copy's records, table by table (see [`StateStore::restore`]).
 #[derive(Clone, Debug, Default)]
@@ -33,6 +34,8 @@ pub struct StateStore {
     allocs: BTreeMap<AllocId, Allocation>,
     /// Allocation IDs by job, so a job's allocations are found without a scan.
     allocs_by_job: BTreeMap<JobId, BTreeSet<AllocId>>,
+    /// What each job's status is derived from (`status.rs`).
+    counts: BTreeMap<JobId, Counts>,
     evals: BTreeMap<EvalId, Evaluation>,
     services: BTreeMap<String, ServiceRegistration>,
     nodes: BTreeMap<NodeId, Node>,
@@ -50,6 +53,11 @@ pub struct StateStore {
     open: Option<OpenWrite>,
     /// At most this many versions of each job are kept (`None`: all).
     max_job_versions: Option<usize>,
+    /// Where a write's time comes from (the daemon's wall clock). Without one no record is
+    /// stamped (the simulator's carry 0, so its states stay comparable).
+    clock: Option<fn() -> i64>,
+    /// The time of the write in progress, Unix nanoseconds (`None`: no clock, or restoring).
+    now: Option<i64>,
 }
 
 /// A write's changes until it ends (the next write starts, or a reader looks): its
@@ -121,13 +129,14 @@ impl StateStore {
         };
         let mut store = StateStore {
             index,
-            jobs,
             written: Some(BTreeSet::new()),
             ..StateStore::default()
         };
+        // Before the jobs: restored statuses are as they were stored, no write of their own.
         for alloc in allocs {
             store.put_alloc(alloc);
         }
+        store.jobs = jobs;
         for eval in evals {
             store.put_eval(eval);
         }
@@ -215,219 +224,22 @@ impl StateStore {
         self.close_write();
         self.wrote(Record::Index);
         self.index += 1;
+        self.now = self.clock.map(|clock| clock());
         if let Some(journal) = &self.events {
             self.open = Some(OpenWrite::new(self.index, kind, journal.subscribed()));
         }
         self.index
     }
 
-    /// Starts keeping the event journal (see [`super::events`]): every write from now on
-    /// publishes what it changed.
-    pub fn journal_events(&mut self) {
-        self.events.get_or_insert_with(EventJournal::default);
+    /// Stamps every write from now on with `clock`'s time (Unix nanoseconds): allocations'
+    /// and evaluations' `CreateTime` and `ModifyTime`, a job version's `SubmitTime`.
+    pub fn set_clock(&mut self, clock: fn() -> i64) {
+        self.clock = Some(clock);
     }
 
-    /// The event journal up to the last write (which has ended: readers look between
-    /// writes), if one is kept.
-    pub fn events(&mut self) -> Option<&EventJournal> {
-        self.close_write();
-        self.convert_light();
-        self.events.as_ref()
-    }
-
-    /// The writes made while nobody was subscribed, made into batches (in index order,
-    /// after every batch kept: they are newer), each event naming its record.
-    fn convert_light(&mut self) {
-        let Some(light) = self.events.as_mut().map(EventJournal::take_light) else {
-            return;
-        };
-        for write in light {
-            let mut seen = BTreeSet::new();
-            let mut deleted = write.deleted;
-            let events: Vec<Event> = write
-                .order
-                .into_iter()
-                .filter(|record| seen.insert(record.clone()))
-                .filter_map(|record| {
-                    self.named(write.kind, &record).or_else(|| {
-                        deleted
-                            .remove(&record)
-                            .map(|snapshot| event_of(write.kind, snapshot))
-                    })
-                })
-                // A write that publishes nothing of a topic (a collection's evaluations).
-                .filter(|event| !event.event_type.is_empty())
-                .collect();
-            if let Some(journal) = self.events.as_mut() {
-                journal.push(Batch {
-                    index: write.index,
-                    events,
-                });
-            }
-        }
-    }
-
-    /// Ends the write in progress: its events go to the journal, each with its record as
-    /// it is now (or, deleted, as it was) while a stream is open, else naming the record.
-    fn close_write(&mut self) {
-        let Some(open) = self.open.take() else {
-            return;
-        };
-        let OpenWrite {
-            index,
-            kind,
-            copies: open_copies,
-            order,
-            mut deleted,
-            ..
-        } = open;
-        if !open_copies {
-            // Nobody subscribed: which records changed, made into events only if a
-            // subscriber asks (`events`).
-            if let Some(journal) = self.events.as_mut() {
-                journal.push_light(LightWrite {
-                    index,
-                    kind,
-                    order,
-                    deleted,
-                });
-            }
-            return;
-        }
-        let mut events = Vec::with_capacity(order.len());
-        for record in order {
-            let event = self
-                .snapshot_of(&record)
-                .or_else(|| deleted.remove(&record))
-                .map(|snapshot| event_of(kind, snapshot))
-                .filter(|event| !event.event_type.is_empty());
-            events.extend(event);
-        }
-        if let Some(journal) = self.events.as_mut() {
-            journal.push(Batch { index, events });
-        }
-    }
-
-    /// A stream opens, or closes (see [`EventJournal::subscribe`]).
-    pub fn subscribe_events(&mut self, open: bool) {
-        self.close_write();
-        // Before the first copying write: the batches stay in index order.
-        self.convert_light();
-        if let Some(journal) = self.events.as_mut() {
-            if open {
-                journal.subscribe();
-            } else {
-                journal.unsubscribe();
-            }
-        }
-    }
-
-    /// A record as it is now, as an event shows it (`None` if it is gone).
-    pub fn snapshot_of(&self, record: &Record) -> Option<Snapshot> {
-        match record {
-            Record::Index => None,
-            Record::Job(id) => self.job(id).map(|job| Snapshot::Job {
-                status: self.job_status(job),
-                job: Box::new(job.clone()),
-                deleted: false,
-            }),
-            Record::Alloc(id) => self
-                .alloc_for_client(id)
-                .map(|alloc| Snapshot::Alloc(Box::new(alloc.clone()))),
-            Record::Eval(id) => self
-                .eval(id)
-                .map(|eval| Snapshot::Eval(Box::new(eval.clone()))),
-            Record::Service(id) => self.service(id).map(|service| Snapshot::Service {
-                owner: self.service_owner(service),
-                service: service.clone(),
-                deleted: false,
-            }),
-            Record::Node(id) => self
-                .node(id)
-                .map(|node| Snapshot::Node(Box::new(node.clone()))),
-        }
-    }
-
-    /// The event of a record that exists, naming it rather than copying it.
-    fn named(&self, kind: WriteType, record: &Record) -> Option<Event> {
-        let (topic, key, filter_keys, namespace) = match record {
-            Record::Index => return None,
-            Record::Job(id) => {
-                let job = self.job(id)?;
-                (Topic::Job, id.clone(), Vec::new(), job.namespace.clone())
-            }
-            Record::Alloc(id) => {
-                let alloc = self.alloc_for_client(id)?;
-                let keys = vec![alloc.job_id.clone(), String::new()];
-                (Topic::Allocation, id.clone(), keys, alloc.namespace.clone())
-            }
-            Record::Eval(id) => {
-                let eval = self.eval(id)?;
-                let keys = vec![eval.job_id.clone(), String::new()];
-                (Topic::Evaluation, id.clone(), keys, eval.namespace.clone())
-            }
-            Record::Service(id) => {
-                let service = self.service(id)?;
-                let keys = vec![service.job_id.clone(), service.service_name.clone()];
-                let namespace = self
-                    .alloc_for_client(&service.alloc_id)
-                    .map_or_else(|| "default".to_string(), |a| a.namespace.clone());
-                (Topic::Service, id.clone(), keys, namespace)
-            }
-            Record::Node(id) => {
-                self.node(id)?;
-                (Topic::Node, id.clone(), Vec::new(), String::new())
-            }
-        };
-        Some(Event {
-            topic,
-            event_type: kind.event_type(topic),
-            key,
-            filter_keys,
-            namespace,
-            snapshot: Arc::new(Snapshot::Current(record.clone())),
-        })
-    }
-
-    fn service_owner(&self, service: &ServiceRegistration) -> Option<ServiceOwner> {
-        self.alloc_for_client(&service.alloc_id)
-            .map(|alloc| ServiceOwner {
-                job: alloc.job.clone(),
-                task_group: alloc.task_group.clone(),
-                ports: alloc.ports.clone(),
-                namespace: alloc.namespace.clone(),
-            })
-    }
-
-    /// Keeps what a write deletes, for its event.
-    fn deleting(&mut self, record: Record, snapshot: impl FnOnce(&Self) -> Option<Snapshot>) {
-        if self.events.is_none() {
-            return;
-        }
-        if let Some(snapshot) = snapshot(self) {
-            let index = self.index;
-            let copies = self.events.as_ref().is_some_and(EventJournal::subscribed);
-            self.open
-                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl, copies))
-                .deleted
-                .insert(record, snapshot);
-        }
-    }
-
-    /// Nomad's job status: `running` while an allocation runs, `dead` once stopped (or
-    /// done) with none running, `pending` before any ran.
-    pub fn job_status(&self, job: &Job) -> &'static str {
-        let mut any = false;
-        let mut live = false;
-        for alloc in self.allocs_by_job(&job.id).filter(|a| !a.tombstone) {
-            any = true;
-            live |= !alloc.client_status.is_terminal();
-        }
-        match (live, job.stop, any) {
-            (true, _, _) => "running",
-            (false, true, _) | (false, false, true) => "dead",
-            (false, false, false) => "pending",
-        }
+    /// The time of the write in progress (0 without a clock).
+    pub fn now(&self) -> i64 {
+        self.now.unwrap_or(0)
     }
 
     pub fn job(&self, id: &str) -> Option<&Job> {
@@ -560,13 +372,25 @@ impl StateStore {
         self.jobs.remove(id);
     }
 
-    pub(super) fn put_alloc(&mut self, alloc: Allocation) {
+    pub(super) fn put_alloc(&mut self, mut alloc: Allocation) {
         self.wrote(Record::Alloc(alloc.id.clone()));
+        if let Some(now) = self.now {
+            if alloc.create_time == 0 {
+                alloc.create_time = now;
+            }
+            alloc.modify_time = now;
+        }
         self.allocs_by_job
             .entry(alloc.job_id.clone())
             .or_default()
             .insert(alloc.id.clone());
-        self.allocs.insert(alloc.id.clone(), alloc);
+        let job_id = alloc.job_id.clone();
+        let came = Counts::of(&alloc);
+        let gone = self
+            .allocs
+            .insert(alloc.id.clone(), alloc)
+            .map_or_else(Counts::default, |old| Counts::of(&old));
+        self.recount(&job_id, gone, came);
     }
 
     /// Changes one allocation at `index`. `client_visible` bumps `AllocModifyIndex` too, so
@@ -583,12 +407,19 @@ impl StateStore {
         }
         self.wrote(Record::Alloc(id.to_string()));
         let alloc = self.allocs.get_mut(id).expect("checked");
+        let gone = Counts::of(alloc);
         change(alloc);
         alloc.modify_index = index;
+        if let Some(now) = self.now {
+            alloc.modify_time = now;
+        }
+        let came = Counts::of(alloc);
+        let job_id = alloc.job_id.clone();
         if client_visible {
             alloc.alloc_modify_index = index;
             self.client_changes.push(alloc.id.clone());
         }
+        self.recount(&job_id, gone, came);
         true
     }
 
@@ -605,6 +436,7 @@ impl StateStore {
         });
         self.wrote(Record::Alloc(id.to_string()));
         if let Some(alloc) = self.allocs.remove(id) {
+            self.recount(&alloc.job_id, Counts::of(&alloc), Counts::default());
             self.client_changes.push(alloc.id.clone());
             if let Some(ids) = self.allocs_by_job.get_mut(&alloc.job_id) {
                 ids.remove(id);
@@ -615,14 +447,25 @@ impl StateStore {
         }
     }
 
-    pub(super) fn put_eval(&mut self, eval: Evaluation) {
+    pub(super) fn put_eval(&mut self, mut eval: Evaluation) {
         self.wrote(Record::Eval(eval.id.clone()));
+        if let Some(now) = self.now {
+            if eval.create_time == 0 {
+                eval.create_time = now;
+            }
+            eval.modify_time = now;
+        }
         self.evals.insert(eval.id.clone(), eval);
     }
 
     pub(super) fn eval_mut(&mut self, id: &str) -> Option<&mut Evaluation> {
         self.wrote(Record::Eval(id.to_string()));
-        self.evals.get_mut(id)
+        let now = self.now;
+        let eval = self.evals.get_mut(id)?;
+        if let Some(now) = now {
+            eval.modify_time = now;
+        }
+        Some(eval)
     }
 
     pub(super) fn put_service(&mut self, service: ServiceRegistration) {
@@ -659,60 +502,5 @@ impl StateStore {
     /// The node an allocation runs on, for hosts that route pulls.
     pub fn node_of(&self, alloc_id: &str) -> Option<&NodeId> {
         self.allocs.get(alloc_id).map(|alloc| &alloc.node_id)
-    }
-}
-
-impl OpenWrite {
-    fn new(index: u64, kind: WriteType, copies: bool) -> OpenWrite {
-        OpenWrite {
-            index,
-            kind,
-            copies,
-            order: Vec::new(),
-            seen: BTreeSet::new(),
-            deleted: BTreeMap::new(),
-        }
-    }
-}
-
-/// The event of one record a write of `kind` changed.
-fn event_of(kind: WriteType, snapshot: Snapshot) -> Event {
-    let (topic, key, filter_keys, namespace) = match &snapshot {
-        Snapshot::Alloc(alloc) => (
-            Topic::Allocation,
-            alloc.id.clone(),
-            vec![alloc.job_id.clone(), String::new()],
-            alloc.namespace.clone(),
-        ),
-        Snapshot::Job { job, .. } => (
-            Topic::Job,
-            job.id.clone(),
-            Vec::new(),
-            job.namespace.clone(),
-        ),
-        Snapshot::Eval(eval) => (
-            Topic::Evaluation,
-            eval.id.clone(),
-            vec![eval.job_id.clone(), String::new()],
-            eval.namespace.clone(),
-        ),
-        Snapshot::Service { service, owner, .. } => (
-            Topic::Service,
-            service.id.clone(),
-            vec![service.job_id.clone(), service.service_name.clone()],
-            owner
-                .as_ref()
-                .map_or_else(|| "default".to_string(), |o| o.namespace.clone()),
-        ),
-        Snapshot::Node(node) => (Topic::Node, node.id.clone(), Vec::new(), String::new()),
-        Snapshot::Current(_) => unreachable!("events naming their records are made by `named`"),
-    };
-    Event {
-        topic,
-        event_type: kind.event_type(topic),
-        key,
-        filter_keys,
-        namespace,
-        snapshot: Arc::new(snapshot),
     }
 }

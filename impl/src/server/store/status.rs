@@ -1,0 +1,80 @@
+//! A job's status, derived from its allocations as Nomad's state store derives it, and
+//! moved with the write that changes it: when the last allocation of a stopped job ends,
+//! that write stamps the job's `ModifyIndex` and the jobs table's index and publishes the
+//! job (a `Job` event), so a blocking query on the job wakes with `dead` (DESIGN.md,
+//! "Index semantics"; Nomad's `setJobStatus`).
+//!
+//! The derivation differs from Nomad's on purpose: Nomad counts an allocation the server
+//! has told to stop as terminal, so a job reads `dead` while its tasks are still in their
+//! `shutdown_delay` or kill timeout (Nomad issues #23940, #18148). Here a job is `dead` only
+//! once no allocation of it still runs on its client.
+
+use super::{Record, StateStore};
+use crate::server::structs::Allocation;
+use crate::spec::Job;
+
+/// What a job's status is derived from: its allocations (tombstones aside), and how many of
+/// them are not yet terminal on their client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Counts {
+    allocs: usize,
+    live: usize,
+}
+
+impl Counts {
+    /// What one allocation adds.
+    pub(super) fn of(alloc: &Allocation) -> Counts {
+        if alloc.tombstone {
+            return Counts::default();
+        }
+        Counts {
+            allocs: 1,
+            live: usize::from(!alloc.client_status.is_terminal()),
+        }
+    }
+
+    fn status(self, stopped: bool) -> &'static str {
+        match (self.live > 0, stopped, self.allocs > 0) {
+            (true, _, _) => "running",
+            (false, true, _) | (false, false, true) => "dead",
+            (false, false, false) => "pending",
+        }
+    }
+}
+
+impl StateStore {
+    /// Nomad's job status: `running` while an allocation runs on its client, `dead` once
+    /// stopped (or done) with none running, `pending` before any was placed.
+    pub fn job_status(&self, job: &Job) -> &'static str {
+        self.counts
+            .get(&job.id)
+            .copied()
+            .unwrap_or_default()
+            .status(job.stop)
+    }
+
+    /// An allocation of `job_id` that counted as `gone` now counts as `came` (a placement,
+    /// an update, a deletion). If that changes the job's status, the job is changed by this
+    /// write: its `ModifyIndex` is the write's, and it is journalled and published.
+    pub(super) fn recount(&mut self, job_id: &str, gone: Counts, came: Counts) {
+        if gone == came {
+            return;
+        }
+        let counts = self.counts.entry(job_id.to_string()).or_default();
+        let was = *counts;
+        counts.allocs = counts.allocs - gone.allocs + came.allocs;
+        counts.live = counts.live - gone.live + came.live;
+        let now = *counts;
+        if now == Counts::default() {
+            self.counts.remove(job_id);
+        }
+        let index = self.index;
+        let Some(job) = self.jobs.get_mut(job_id).and_then(|v| v.last_mut()) else {
+            return;
+        };
+        if was.status(job.stop) != now.status(job.stop) {
+            job.modify_index = index;
+            self.wrote(Record::Job(job_id.to_string()));
+        }
+    }
+}
