@@ -833,8 +833,22 @@ fn a_service_job_whose_allocations_ended_is_kept_until_it_is_stopped() {
     let mut server = server_with(job("service", 1));
     let ids = alloc_ids(&server);
     server.client_report(&ids[0], report(ClientStatus::Failed));
-    server.collect_garbage(Cutoffs::ALL);
-    assert!(server.store.job("web").is_some(), "never stopped: kept");
+    let dead = server.store.job("web").unwrap().clone();
+    assert_eq!(server.store.job_status(&dead), "dead");
+    let collected = server.collect_garbage(Cutoffs::ALL);
+    assert_eq!(
+        collected.allocs, 1,
+        "its ended allocation goes with its evaluation"
+    );
+    let kept = server
+        .store
+        .job("web")
+        .expect("never stopped: kept")
+        .clone();
+    // Its allocations gone, it stays dead (not pending again), and the collection did not
+    // change it.
+    assert_eq!(server.store.job_status(&kept), "dead");
+    assert_eq!(kept.modify_index, dead.modify_index);
     server.stop_job("web", StopJobOptions::default()).unwrap();
     server.process_next_eval().unwrap().unwrap();
     let collected = server.collect_garbage(Cutoffs::ALL);

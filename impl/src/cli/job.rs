@@ -146,7 +146,14 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
                     fields(&[
                         ("Version", text(version, "Version")),
                         ("Stop", text(version, "Stop")),
-                        ("Submit Date", text(version, "SubmitTime")),
+                        (
+                            "Submit Date",
+                            version["SubmitTime"]
+                                .as_i64()
+                                .filter(|&ns| ns > 0)
+                                .map(crate::gotime::rfc3339)
+                                .unwrap_or_default(),
+                        ),
                     ])
                 );
             }

@@ -158,9 +158,16 @@ pub fn major_minor(version: &str) -> Option<(u64, u64)> {
 /// A token that may not read the nodes (`node:read`) gets raw_exec assumed.
 fn choose_tasks(api: &api::Api, witness: Option<&str>) -> Attempt<(jobs::Tasks, bool)> {
     let raw_exec = || witness.map_or(jobs::Tasks::Sleep, |w| jobs::Tasks::Witness(w.to_string()));
-    let answer = api.send("GET", "/v1/nodes", None)?;
+    let answer = match api.send("GET", "/v1/nodes", None) {
+        Ok(answer) => answer,
+        Err(unreachable) => return Ok(Err(unreachable)),
+    };
     if answer.status == 403 {
         return Ok(Ok((raw_exec(), true)));
+    }
+    // A Nomad agent started a moment ago answers so until its leader is elected.
+    if answer.status == 500 && answer.text.contains("No cluster leader") {
+        return Ok(Err(format!("{}: no cluster leader yet", answer.sent)));
     }
     let nodes = answer.into_ok()?;
     let offers = |driver: &str| {
@@ -205,13 +212,13 @@ fn patiently<T>(
             return Err(format!(
                 "{why} (waited {:.1} s for {what}: --patience {} s)",
                 started.elapsed().as_secs_f64(),
-                patience.as_secs()
+                patience.as_secs_f64()
             ));
         }
         if !said {
             print(&format!(
                 "waiting up to {} s for {what}: {why}",
-                patience.as_secs()
+                patience.as_secs_f64()
             ));
             said = true;
         }

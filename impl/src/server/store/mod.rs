@@ -370,6 +370,9 @@ impl StateStore {
         });
         self.wrote(Record::Job(id.to_string()));
         self.jobs.remove(id);
+        if self.counts.get(id).is_some_and(|counts| counts.is_empty()) {
+            self.counts.remove(id);
+        }
     }
 
     pub(super) fn put_alloc(&mut self, mut alloc: Allocation) {

@@ -19,6 +19,9 @@ use crate::spec::Job;
 pub(super) struct Counts {
     allocs: usize,
     live: usize,
+    /// An allocation was placed once: a job whose allocations were all collected stays
+    /// `dead`, never `pending` again (Nomad's `getJobStatus` with its evaluations deleted).
+    placed: bool,
 }
 
 impl Counts {
@@ -30,14 +33,22 @@ impl Counts {
         Counts {
             allocs: 1,
             live: usize::from(!alloc.client_status.is_terminal()),
+            placed: true,
         }
     }
 
+    /// No allocation counts (none left, live or not).
+    pub(super) fn is_empty(self) -> bool {
+        self.allocs == 0
+    }
+
     fn status(self, stopped: bool) -> &'static str {
-        match (self.live > 0, stopped, self.allocs > 0) {
-            (true, _, _) => "running",
-            (false, true, _) | (false, false, true) => "dead",
-            (false, false, false) => "pending",
+        if self.live > 0 {
+            "running"
+        } else if stopped || self.allocs > 0 || self.placed {
+            "dead"
+        } else {
+            "pending"
         }
     }
 }
@@ -45,6 +56,8 @@ impl Counts {
 impl StateStore {
     /// Nomad's job status: `running` while an allocation runs on its client, `dead` once
     /// stopped (or done) with none running, `pending` before any was placed.
+    /// (The counts are in memory: a job whose allocations were all collected reads
+    /// `pending` again after a restart, until it is stopped or placed.)
     pub fn job_status(&self, job: &Job) -> &'static str {
         self.counts
             .get(&job.id)
@@ -62,10 +75,17 @@ impl StateStore {
         }
         let counts = self.counts.entry(job_id.to_string()).or_default();
         let was = *counts;
-        counts.allocs = counts.allocs - gone.allocs + came.allocs;
-        counts.live = counts.live - gone.live + came.live;
+        debug_assert!(
+            counts.allocs >= gone.allocs && counts.live >= gone.live,
+            "the counts of {job_id} drifted: {counts:?} less {gone:?}"
+        );
+        counts.allocs = counts.allocs.saturating_sub(gone.allocs) + came.allocs;
+        counts.live = counts.live.saturating_sub(gone.live) + came.live;
+        counts.placed |= came.placed;
         let now = *counts;
-        if now == Counts::default() {
+        // Kept while the job is: a purged (or collected) job's counts go with its last
+        // allocation.
+        if now.allocs == 0 && !self.jobs.contains_key(job_id) {
             self.counts.remove(job_id);
         }
         let index = self.index;
