@@ -29,6 +29,8 @@ enum Handle {
     Process {
         signaller: Arc<raw_exec::Signaller>,
         delivered: Vec<raw_exec::Delivery>,
+        /// The task's pid, the leader of its process group.
+        pid: i32,
     },
     Mock(u64),
 }
@@ -326,6 +328,7 @@ impl DaemonHost {
                         Handle::Process {
                             signaller: Arc::new(signaller),
                             delivered: attached.delivered.clone(),
+                            pid: attached.pid,
                         },
                     ),
                     Err(error) => {
@@ -397,6 +400,7 @@ impl DaemonHost {
             Some(Handle::Process {
                 signaller,
                 delivered,
+                ..
             }) => {
                 let Some(number) = raw_exec::signal_number(signal) else {
                     // Jobspec validation admits only signals this driver knows.
@@ -448,6 +452,28 @@ impl DaemonHost {
                 self.schedule_mock_check(ix, now);
             }
             None => {}
+        }
+    }
+
+    /// A user's signal (`alloc signal`) to task `ix`'s process group, sent now through its
+    /// supervisor, which delivers it once (or not at all, should the task have exited
+    /// first). Refused, as Nomad's "Task not running", when the task has no process.
+    pub fn user_signal(&self, ix: usize, signal: i32) -> Result<(), String> {
+        match self.tasks.get(ix) {
+            Some(Some(Handle::Process { signaller, .. })) => signaller
+                .send(raw_exec::Request::Signal { signal })
+                .map_err(|e| format!("sending the signal to the task's supervisor: {e}")),
+            // A mock task takes a signal and does nothing with it, as Nomad's mock driver.
+            Some(Some(Handle::Mock(_))) => Ok(()),
+            _ => Err("Task not running".to_string()),
+        }
+    }
+
+    /// The pid leading task `ix`'s process group, while it has a process.
+    pub fn task_pid(&self, ix: usize) -> Option<i32> {
+        match self.tasks.get(ix) {
+            Some(Some(Handle::Process { pid, .. })) => Some(*pid),
+            _ => None,
         }
     }
 

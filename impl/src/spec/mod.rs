@@ -59,7 +59,40 @@ pub struct Job {
     /// Unix nanoseconds of the register that wrote this version's specification (a stop's
     /// version keeps it).
     pub submit_time: i64,
+    /// The source this version's specification was submitted as, if its register sent it
+    /// (`/v1/job/:id/submission`, `job inspect -hcl`); a stop's version keeps it. Not a field
+    /// of Nomad's Job: stored beside it (`daemon::persist`), never served in it.
+    #[serde(skip)]
+    pub submission: Option<std::sync::Arc<Submission>>,
 }
+
+/// A job's source as its register sent it (Nomad's `JobSubmission`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Submission {
+    pub source: String,
+    /// `hcl2` or `json` (Nomad's CLI also knows `hcl1`, which it no longer parses).
+    pub format: String,
+    /// The CLI's `-var` flags, as sent (HCL2 only); `None` when there were none.
+    pub variable_flags: Option<BTreeMap<String, String>>,
+    /// A var-file's contents, opaque (HCL2 only).
+    pub variables: String,
+}
+
+impl Submission {
+    /// Its size as it counts against [`MAX_SUBMISSION_BYTES`].
+    pub fn size(&self) -> usize {
+        let flags = self.variable_flags.iter().flatten();
+        self.source.len()
+            + self.format.len()
+            + self.variables.len()
+            + flags.map(|(k, v)| k.len() + v.len()).sum::<usize>()
+    }
+}
+
+/// The largest submission kept (Nomad's `max_job_source_size` default, 1 MB): a larger one
+/// is discarded with a warning, and the job is registered without it, as Nomad does.
+pub const MAX_SUBMISSION_BYTES: usize = 1 << 20;
 
 impl Job {
     /// What an allocation of `group` runs: the group but for its count, and the job's fields
@@ -94,6 +127,7 @@ impl Job {
             modify_index: 0,
             job_modify_index: 0,
             submit_time: 0,
+            submission: None,
             ..self.clone()
         }
     }

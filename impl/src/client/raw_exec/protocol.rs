@@ -72,6 +72,10 @@ pub enum Request {
     /// that in a stop of many tasks the daemon asks for the exits once it has sent its
     /// signals, and the reaping and recording do not compete with them for the CPU.
     Report,
+    /// Deliver `signal` to the process group now, once: a user's `alloc signal`, not a kill
+    /// (no kill number; it is not among the deliveries a hello reports, which are the
+    /// stop path's, so no number of them can push a kill's record out).
+    Signal { signal: i32 },
 }
 
 impl Request {
@@ -88,6 +92,7 @@ impl Request {
                 timeout_ns,
             } => format!("force {kill} {signal} {timeout_ns}\n"),
             Request::Report => "report\n".to_string(),
+            Request::Signal { signal } => format!("signal {signal}\n"),
         }
     }
 
@@ -96,15 +101,16 @@ impl Request {
     pub fn parse(line: &str) -> Option<Request> {
         let mut words = line.split_ascii_whitespace();
         let verb = words.next()?;
+        let signal_number = |word: &str| word.parse().ok().filter(|s| (1..=64).contains(s));
         if verb == "report" {
             return words.next().is_none().then_some(Request::Report);
         }
+        if verb == "signal" {
+            let signal = signal_number(words.next()?)?;
+            return words.next().is_none().then_some(Request::Signal { signal });
+        }
         let kill: u32 = words.next()?.parse().ok().filter(|&k| k > 0)?;
-        let signal: i32 = words
-            .next()?
-            .parse()
-            .ok()
-            .filter(|s| (1..=64).contains(s))?;
+        let signal: i32 = signal_number(words.next()?)?;
         let timeout_ns: i64 = words
             .next()?
             .parse()
@@ -180,7 +186,25 @@ pub fn signal_number(name: &str) -> Option<i32> {
         "CONT" => libc::SIGCONT,
         "STOP" => libc::SIGSTOP,
         "TSTP" => libc::SIGTSTP,
-        "ABRT" => libc::SIGABRT,
+        "ABRT" | "IOT" => libc::SIGABRT,
+        "BUS" => libc::SIGBUS,
+        "CHLD" => libc::SIGCHLD,
+        "FPE" => libc::SIGFPE,
+        "ILL" => libc::SIGILL,
+        "IO" | "POLL" => libc::SIGIO,
+        "PIPE" => libc::SIGPIPE,
+        "PROF" => libc::SIGPROF,
+        "PWR" => libc::SIGPWR,
+        "SEGV" => libc::SIGSEGV,
+        "STKFLT" => libc::SIGSTKFLT,
+        "SYS" => libc::SIGSYS,
+        "TRAP" => libc::SIGTRAP,
+        "TTIN" => libc::SIGTTIN,
+        "TTOU" => libc::SIGTTOU,
+        "URG" => libc::SIGURG,
+        "VTALRM" => libc::SIGVTALRM,
+        "XCPU" => libc::SIGXCPU,
+        "XFSZ" => libc::SIGXFSZ,
         _ => return None,
     })
 }
@@ -210,6 +234,9 @@ mod tests {
                 timeout_ns: 0,
             },
             Request::Report,
+            Request::Signal {
+                signal: libc::SIGUSR1,
+            },
         ] {
             assert_eq!(Request::parse(&request.line()), Some(request));
         }
@@ -221,7 +248,11 @@ mod tests {
             "kill 1 2 -1",
             "kill 1 2 86400000000001",
             "kill 1 2 3 4",
-            "signal 2",
+            "signal 0",
+            "signal 65",
+            "signal 2 3",
+            "signal",
+            "signal -",
             "force -1 2 0",
             "force 1",
             "report 1",

@@ -108,6 +108,11 @@ impl Deliveries {
         }
         match request {
             Request::Report => self.report = true,
+            Request::Signal { signal } => {
+                // SAFETY: as in `deliver`: no memory-safety preconditions, and the task is
+                // not reaped, so its pid is still its own.
+                unsafe { libc::killpg(pid, signal) };
+            }
             Request::Kill {
                 kill,
                 signal,

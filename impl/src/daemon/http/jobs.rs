@@ -296,7 +296,8 @@ pub(super) fn register(
         eval_priority: (eval_priority != 0).then_some(eval_priority),
         enforce_index: enforce.then_some(job_modify_index),
     };
-    let (job, warnings) = accepted_job(body)?;
+    let (mut job, mut warnings) = accepted_job(body)?;
+    job.submission = job_reads::submission_of(member("Submission"), &mut warnings)?.map(Arc::new);
     if let Some(id) = path_id {
         if id != job.id {
             return Err(error(400, "Job ID does not match name"));

@@ -10,12 +10,15 @@
 
 pub(super) mod acl;
 mod agent;
+mod alloc_client;
 mod allocs;
 pub mod answers;
 mod blocking;
+mod cluster;
 pub mod connections;
 mod events;
 pub(super) mod guard;
+mod job_reads;
 mod jobs;
 mod logs;
 mod nodes;
@@ -388,6 +391,14 @@ fn route(
             crate::daemon::gc::force(shared).map_err(|e| error(500, e))?;
             plain(Value::Null)
         }),
+        "namespaces" if is_get => cluster::list_namespaces(shared, query, authority),
+        "deployments" if is_get => read().and_then(|()| cluster::list_deployments(shared, query)),
+        "volumes" if is_get => read().and_then(|()| cluster::list_volumes(shared, query)),
+        // Nomad's needs `operator` read; this agent's ACL policies have no operator rules,
+        // so it takes a management token.
+        "operator/raft/configuration" if is_get => {
+            need(Need::Management).and_then(|()| cluster::raft_configuration(shared))
+        }
         "regions" if is_get => need(Need::Nothing).and_then(|()| {
             let peers = check(authority, Need::NodeRead).is_ok();
             regions(shared, peers)
@@ -395,7 +406,8 @@ fn route(
         // A GET of the event stream is answered by the connection layer (`events.rs`).
         "jobs" | "jobs/parse" | "validate/job" | "allocations" | "evaluations" | "services"
         | "nodes" | "agent/self" | "agent/members" | "agent/join" | "metrics" | "status/leader"
-        | "status/peers" | "regions" | "event/stream" | "system/gc" => invalid(),
+        | "status/peers" | "regions" | "event/stream" | "system/gc" | "namespaces"
+        | "deployments" | "volumes" | "operator/raft/configuration" => invalid(),
         _ => {
             if let Some(acl) = rest.strip_prefix("acl/") {
                 return acl_routes(shared, authority, method, acl, body);
@@ -426,7 +438,12 @@ fn route(
                 return match alloc.split_once('/') {
                     Some((id, "restart")) if is_write => need(Need::Capability("alloc-lifecycle"))
                         .and_then(|()| restart_alloc(shared, id, query, body)),
-                    Some((_, "restart")) => invalid(),
+                    Some((id, "signal")) if is_write => need(Need::Capability("alloc-lifecycle"))
+                        .and_then(|()| alloc_client::signal_alloc(shared, id, body)),
+                    Some((id, "stats")) if is_get => {
+                        read().and_then(|()| alloc_client::alloc_stats(shared, id))
+                    }
+                    Some((_, "restart" | "signal" | "stats")) => invalid(),
                     _ => Err(not_served(path)),
                 };
             }
@@ -448,6 +465,14 @@ fn route(
                         .and_then(|()| node_allocs(shared, id, query)),
                     None | Some((_, "allocations")) => invalid(),
                     Some(_) => Err(not_served(path)),
+                };
+            }
+            if let Some(name) = rest.strip_prefix("namespace/") {
+                return if is_get {
+                    need(Need::Either("list-jobs", "read-job"))
+                        .and_then(|()| cluster::get_namespace(shared, name, query))
+                } else {
+                    invalid()
                 };
             }
             if let Some(name) = rest.strip_prefix("service/") {
@@ -506,18 +531,26 @@ fn job_routes(
             _ => Err(error(405, "Invalid method")),
         };
     }
-    if let Some(suffix) = spec::JOB_ENDPOINT_SUFFIXES.iter().find(|suffix| {
-        !matches!(
-            **suffix,
-            "allocations" | "versions" | "evaluations" | "summary"
-        ) && rest.ends_with(&format!("/{suffix}"))
-    }) {
+    const READS: [&str; 8] = [
+        "allocations",
+        "versions",
+        "evaluations",
+        "summary",
+        "submission",
+        "services",
+        "deployments",
+        "deployment",
+    ];
+    if let Some(suffix) = spec::JOB_ENDPOINT_SUFFIXES
+        .iter()
+        .find(|suffix| !READS.contains(suffix) && rest.ends_with(&format!("/{suffix}")))
+    {
         return Err(error(
             404,
             format!("the job endpoint {suffix:?} is not served by this agent"),
         ));
     }
-    for suffix in ["allocations", "versions", "evaluations", "summary"] {
+    for suffix in READS {
         if let Some(id) = rest.strip_suffix(&format!("/{suffix}")) {
             if !is_get {
                 return Err(error(405, "Invalid method"));
@@ -527,6 +560,10 @@ fn job_routes(
                 "allocations" => job_allocs(shared, id, query),
                 "versions" => job_versions(shared, id, query),
                 "evaluations" => job_evals(shared, id, query),
+                "submission" => job_reads::job_submission(shared, id, query),
+                "services" => job_reads::job_services(shared, id, query),
+                "deployments" => job_reads::job_deployments(shared, query, false),
+                "deployment" => job_reads::job_deployments(shared, query, true),
                 _ => job_summary(shared, id, query),
             };
         }

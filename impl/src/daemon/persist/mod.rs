@@ -173,7 +173,15 @@ impl StoredRunner {
 impl Payload {
     fn to_json(&self) -> std::borrow::Cow<'_, [u8]> {
         let encoded = match self {
-            Payload::Jobs(versions) => serde_json::to_vec(versions),
+            Payload::Jobs(versions) => serde_json::to_vec(
+                &versions
+                    .iter()
+                    .map(|job| StoredJobRef {
+                        job,
+                        submission: job.submission.as_deref(),
+                    })
+                    .collect::<Vec<_>>(),
+            ),
             Payload::Alloc(alloc) => serde_json::to_vec(&StoredAllocRef {
                 alloc,
                 tombstone: alloc.tombstone,
@@ -195,6 +203,25 @@ impl Payload {
 struct StoredAllocRef<'a> {
     alloc: &'a Allocation,
     tombstone: bool,
+}
+
+/// A job version as stored: Nomad's Job, and beside its fields the source it was submitted
+/// as (which the API's Job never carries). A version stored before submissions were kept
+/// has none.
+#[derive(Serialize)]
+struct StoredJobRef<'a> {
+    #[serde(flatten)]
+    job: &'a Job,
+    #[serde(rename = "QuiesceSubmission", skip_serializing_if = "Option::is_none")]
+    submission: Option<&'a crate::spec::Submission>,
+}
+
+#[derive(Deserialize)]
+struct StoredJob {
+    #[serde(flatten)]
+    job: Job,
+    #[serde(rename = "QuiesceSubmission", default)]
+    submission: Option<crate::spec::Submission>,
 }
 
 /// One record's new value, or `None` to delete it.
@@ -414,7 +441,14 @@ impl Persist {
             Ok(())
         }
         let tables = &mut loaded.tables;
-        each(&read, Table::Jobs, |versions: Vec<Job>| {
+        each(&read, Table::Jobs, |stored: Vec<StoredJob>| {
+            let versions: Vec<Job> = stored
+                .into_iter()
+                .map(|StoredJob { mut job, submission }| {
+                    job.submission = submission.map(std::sync::Arc::new);
+                    job
+                })
+                .collect();
             if let Some(last) = versions.last() {
                 tables.jobs.insert(last.id.clone(), versions);
             }
