@@ -53,7 +53,10 @@ pub(super) fn signal_alloc(shared: &Shared, id: &str, body: &[u8]) -> Result<Rep
         }
     }
     if signal_name.trim().is_empty() {
-        return Err(error(400, "Signal is required (a name such as SIGHUP or SIGUSR1)"));
+        return Err(error(
+            400,
+            "Signal is required (a name such as SIGHUP or SIGUSR1)",
+        ));
     }
     let Some(number) = raw_exec::signal_number(&signal_name) else {
         return Err(error(
@@ -98,11 +101,15 @@ pub(super) fn signal_alloc(shared: &Shared, id: &str, body: &[u8]) -> Result<Rep
             }
         }
         if signalled.is_empty() {
-            return Err(error(400, "Task not running: no task of the allocation runs"));
+            return Err(error(
+                400,
+                "Task not running: no task of the allocation runs",
+            ));
         }
         Ok(signalled)
     })?;
-    let shown = signal_name.trim().to_ascii_uppercase();
+    let upper = signal_name.trim().to_ascii_uppercase();
+    let shown = format!("SIG{}", upper.strip_prefix("SIG").unwrap_or(&upper));
     for task in &signalled {
         crate::daemon::say!("allocation {id} task {task}: {shown} sent at a user's request");
     }
@@ -123,7 +130,10 @@ struct Usage {
 fn read_stat(pid: &str) -> Option<(i32, Usage)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: the fields start after the last `)`.
-    let fields: Vec<&str> = text.get(text.rfind(')')? + 1..)?.split_whitespace().collect();
+    let fields: Vec<&str> = text
+        .get(text.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
     let number = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
     // Fields 3.. of proc(5): state, ppid, pgrp, … utime (14), stime (15), starttime (22),
     // rss (24).
@@ -179,13 +189,18 @@ pub(super) fn alloc_stats(shared: &Shared, id: &str) -> Result<Reply, ApiError> 
         let entries = std::fs::read_dir("/proc").map_err(|e| error(500, format!("/proc: {e}")))?;
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            let Some(pid) = name
+                .to_str()
+                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
             else {
                 continue;
             };
             if let Some((pgrp, usage)) = read_stat(pid) {
                 if leaders.iter().any(|(_, leader)| *leader == pgrp) {
-                    by_group.entry(pgrp).or_default().push((pid.to_string(), usage));
+                    by_group
+                        .entry(pgrp)
+                        .or_default()
+                        .push((pid.to_string(), usage));
                 }
             }
         }
@@ -222,8 +237,11 @@ pub(super) fn alloc_stats(shared: &Shared, id: &str) -> Result<Reply, ApiError> 
                 pids.insert(pid.clone(), resources(bytes, u, s));
             }
         }
-        (alloc_rss, alloc_user, alloc_system) =
-            (alloc_rss.saturating_add(rss), alloc_user + user, alloc_system + system);
+        (alloc_rss, alloc_user, alloc_system) = (
+            alloc_rss.saturating_add(rss),
+            alloc_user + user,
+            alloc_system + system,
+        );
         tasks.insert(
             task.clone(),
             json!({"ResourceUsage": resources(rss, user, system), "Timestamp": now,

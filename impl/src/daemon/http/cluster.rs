@@ -82,7 +82,10 @@ pub(super) fn list_volumes(shared: &Shared, query: &Query) -> Result<Reply, ApiE
                 other.chars().take(32).collect::<String>()
             ),
         )),
-        None => Err(error(400, "the volume type is required: type=host or type=csi")),
+        None => Err(error(
+            400,
+            "the volume type is required: type=host or type=csi",
+        )),
     }
 }
 

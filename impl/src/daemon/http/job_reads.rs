@@ -73,7 +73,11 @@ pub(super) fn submission_of(
         ));
     }
     // Nomad drops an empty map of flags.
-    if submission.variable_flags.as_ref().is_some_and(BTreeMap::is_empty) {
+    if submission
+        .variable_flags
+        .as_ref()
+        .is_some_and(BTreeMap::is_empty)
+    {
         submission.variable_flags = None;
     }
     let size = submission.size();

@@ -404,10 +404,26 @@ fn route(
             regions(shared, peers)
         }),
         // A GET of the event stream is answered by the connection layer (`events.rs`).
-        "jobs" | "jobs/parse" | "validate/job" | "allocations" | "evaluations" | "services"
-        | "nodes" | "agent/self" | "agent/members" | "agent/join" | "metrics" | "status/leader"
-        | "status/peers" | "regions" | "event/stream" | "system/gc" | "namespaces"
-        | "deployments" | "volumes" | "operator/raft/configuration" => invalid(),
+        "jobs"
+        | "jobs/parse"
+        | "validate/job"
+        | "allocations"
+        | "evaluations"
+        | "services"
+        | "nodes"
+        | "agent/self"
+        | "agent/members"
+        | "agent/join"
+        | "metrics"
+        | "status/leader"
+        | "status/peers"
+        | "regions"
+        | "event/stream"
+        | "system/gc"
+        | "namespaces"
+        | "deployments"
+        | "volumes"
+        | "operator/raft/configuration" => invalid(),
         _ => {
             if let Some(acl) = rest.strip_prefix("acl/") {
                 return acl_routes(shared, authority, method, acl, body);

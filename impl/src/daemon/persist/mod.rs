@@ -444,10 +444,15 @@ impl Persist {
         each(&read, Table::Jobs, |stored: Vec<StoredJob>| {
             let versions: Vec<Job> = stored
                 .into_iter()
-                .map(|StoredJob { mut job, submission }| {
-                    job.submission = submission.map(std::sync::Arc::new);
-                    job
-                })
+                .map(
+                    |StoredJob {
+                         mut job,
+                         submission,
+                     }| {
+                        job.submission = submission.map(std::sync::Arc::new);
+                        job
+                    },
+                )
                 .collect();
             if let Some(last) = versions.last() {
                 tables.jobs.insert(last.id.clone(), versions);
