@@ -10,7 +10,7 @@ FAST = 10.0
 
 
 def snapshot(agent):
-    jobs = {j["ID"]: j["Version"] for j in agent.get("/v1/jobs")}
+    jobs = {j["ID"]: agent.get(f"/v1/job/{j['ID']}")["Version"] for j in agent.get("/v1/jobs")}
     allocs = {a["ID"]: (a["DesiredStatus"], a["DesiredTransition"]) for a in agent.get("/v1/allocations")}
     evals = {e["ID"]: e["Status"] for e in agent.get("/v1/evaluations")}
     return jobs, allocs, evals

@@ -56,7 +56,8 @@ def test_a_changed_spec_replaces_the_allocations_through_the_stop_path(agent):
         assert services == {"web-group": 0, "server-web": 0}, services
         assert at - asked >= 1.0, f"signalled {at - asked:.3f}s after the update, inside the 1 s delay"
     for alloc in new:
-        assert alloc["JobVersion"] == 1 and alloc["PreviousAllocation"] in old
+        full = agent.get(f"/v1/allocation/{alloc['ID']}")
+        assert alloc["JobVersion"] == 1 and full["PreviousAllocation"] in old
         assert environ(start_record(agent, alloc["ID"])["pid"])[b"RELEASE"] == b"2"
         assert not [line for line in agent.task_log(alloc["ID"], "server") if line[0] == "signal"]
     # The stored spec is the one submitted.
@@ -74,7 +75,7 @@ def test_a_count_change_scales_and_the_same_spec_changes_nothing(agent):
     allocs = agent.running("web", 3)
     assert first["ID"] in {a["ID"] for a in allocs}
     assert start_record(agent, first["ID"])["pid"] == pid, "the running task was restarted"
-    assert agent.get(f"/v1/allocation/{first['ID']}")["JobVersion"] == 1, "updated in place"
+    assert agent.get(f"/v1/allocation/{first['ID']}")["Job"]["Version"] == 1, "updated in place"
 
     before = agent.get("/v1/job/web")
     status, body, _ = agent.http("PUT", "/v1/jobs", job)

@@ -130,7 +130,8 @@ def test_alloc_stop_with_the_flag_is_scoped_to_that_allocation(agent):
     # The stopped allocation is replaced, and the replacement carries no flag.
     replacement = agent.wait_until(
         "a replacement allocation",
-        lambda: [a for a in agent.allocs("web") if a.get("PreviousAllocation") == first["ID"]],
+        lambda: [a for a in map(lambda s: agent.get(f"/v1/allocation/{s['ID']}"), agent.allocs("web"))
+                 if a["PreviousAllocation"] == first["ID"]],
     )[0]
     assert replacement["DesiredTransition"]["NoShutdownDelay"] is not True
 

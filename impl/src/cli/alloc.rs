@@ -167,7 +167,7 @@ fn alloc_status(api: &Api, id: &str, verbose: bool) -> Result<(), String> {
             ("Name", text(&alloc, "Name")),
             ("Node ID", text(&alloc, "NodeID")),
             ("Job ID", text(&alloc, "JobID")),
-            ("Job Version", text(&alloc, "JobVersion")),
+            ("Job Version", text(&alloc["Job"], "Version")),
             ("Client Status", text(&alloc, "ClientStatus")),
             ("Client Description", text(&alloc, "ClientDescription")),
             ("Desired Status", text(&alloc, "DesiredStatus")),

@@ -7,7 +7,8 @@ use crate::server::structs::DesiredStatus;
 
 pub(super) fn get_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     let index = |_: &StateStore, alloc: &Allocation| alloc.modify_index;
-    let render = |core: &Core, alloc: &Allocation| alloc_json(alloc, &node_name(core, alloc));
+    let ip = shared.config.bind.ip().to_string();
+    let render = |core: &Core, alloc: &Allocation| alloc_json(alloc, &node_name(core, alloc), &ip);
     read_one(
         shared,
         query,
@@ -40,11 +41,14 @@ pub(super) fn get_eval(shared: &Shared, id: &str, query: &Query) -> Result<Reply
     )
 }
 
-pub(super) fn alloc_json(alloc: &Allocation, node_name: &str) -> Value {
+/// A full allocation as Nomad shows it; `ip` is its node's address (its tasks share the
+/// host's network).
+pub(super) fn alloc_json(alloc: &Allocation, node_name: &str, ip: &str) -> Value {
     let mut value = serde_json::to_value(alloc).expect("allocations serialize");
     let object = value.as_object_mut().expect("an allocation is an object");
     object.insert("NodeName".into(), json!(node_name));
-    object.insert("JobType".into(), json!(alloc.job.job_type));
+    // The list stub's, not the full allocation's: its job copy carries its version.
+    object.remove("JobVersion");
     // Nomad's string IDs are `""` when unset, never `null`.
     for (key, id) in [
         ("PreviousAllocation", &alloc.previous_allocation),
@@ -54,12 +58,41 @@ pub(super) fn alloc_json(alloc: &Allocation, node_name: &str) -> Value {
     }
     object.remove("AllocatedPorts");
     object.insert("AllocatedResources".into(), allocated_resources(alloc));
+    object.insert("Resources".into(), legacy_resources(alloc, ip));
     // Tasks share the host's network (raw_exec): no interface or address of their own.
     object.insert(
         "NetworkStatus".into(),
         json!({"InterfaceName": "", "Address": "", "AddressIPv6": "", "DNS": null}),
     );
+    nomad_zeros::alloc(&mut value);
     value
+}
+
+/// Nomad's legacy top-level `Resources` of an allocation, which clients still read for its
+/// address and ports: the tasks' CPU and memory summed, and one host network with the
+/// group's ports on `ip`.
+fn legacy_resources(alloc: &Allocation, ip: &str) -> Value {
+    let group = alloc
+        .job
+        .task_groups
+        .iter()
+        .find(|g| g.name == alloc.task_group);
+    let tasks = group.into_iter().flat_map(|g| &g.tasks);
+    let (mut cpu, mut memory) = (0i64, 0i64);
+    for task in tasks {
+        let r = task.resources.clone().unwrap_or_default();
+        cpu += r.cpu.unwrap_or(0);
+        memory += r.memory_mb.unwrap_or(0);
+    }
+    let ports: Vec<Value> = alloc
+        .ports
+        .iter()
+        .map(|p| json!({"Label": p.label, "Value": p.value, "To": p.to, "HostNetwork": "default"}))
+        .collect();
+    let network = json!({"Mode": "host", "Device": "", "CIDR": "", "IP": ip, "Hostname": "",
+                         "MBits": 0, "DNS": null, "CNI": null, "ReservedPorts": null,
+                         "DynamicPorts": ports});
+    nomad_zeros::legacy_resources(cpu, memory, 0, json!([network]))
 }
 
 /// Nomad's `AllocatedResources`: each task's resources as its spec records them, and the
@@ -126,11 +159,9 @@ pub(super) struct AllocStub<'a> {
     client_status: ClientStatus,
     client_description: &'a str,
     task_states: &'a BTreeMap<String, crate::server::structs::TaskState>,
-    previous_allocation: &'a str,
     next_allocation: &'a str,
     create_index: u64,
     modify_index: u64,
-    alloc_modify_index: u64,
     create_time: i64,
     modify_time: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -155,14 +186,16 @@ pub(super) fn alloc_stub(alloc: &Allocation, node_name: &str, resources: bool) -
         client_status: alloc.client_status,
         client_description: &alloc.client_description,
         task_states: &alloc.task_states,
-        previous_allocation: alloc.previous_allocation.as_deref().unwrap_or(""),
         next_allocation: alloc.next_allocation.as_deref().unwrap_or(""),
         create_index: alloc.create_index,
         modify_index: alloc.modify_index,
-        alloc_modify_index: alloc.alloc_modify_index,
         create_time: alloc.create_time,
         modify_time: alloc.modify_time,
         allocated_resources: resources.then(|| allocated_resources(alloc)),
+    })
+    .map(|mut stub| {
+        nomad_zeros::alloc_stub(&mut stub);
+        stub
     })
     .expect("allocations serialize")
 }
@@ -240,7 +273,9 @@ pub(super) fn stop_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Rep
 }
 
 pub(super) fn eval_json(eval: &Evaluation) -> Value {
-    serde_json::to_value(eval).expect("evaluations serialize")
+    let mut value = serde_json::to_value(eval).expect("evaluations serialize");
+    nomad_zeros::eval(&mut value);
+    value
 }
 
 /// Nomad's `EvaluationStub`s of the evaluations linked to `eval`, in creation order.

@@ -217,16 +217,13 @@ fn event_json(
     let payload = match event.snapshot.as_ref() {
         Snapshot::Alloc(alloc) => {
             let name = node_names.get(&alloc.node_id).map_or("", String::as_str);
-            let mut value = alloc_json(alloc, name);
+            let mut value = alloc_json(alloc, name, &shared.config.bind.ip().to_string());
             // As Nomad's: the allocation without its job.
             value["Job"] = Value::Null;
             json!({ "Allocation": value })
         }
-        Snapshot::Job {
-            job,
-            status,
-            deleted,
-        } => json!({ "Job": job_json_with(job, status), "Deleted": deleted }),
+        // Nomad's payload is the job alone (a purge's event type says it was deleted).
+        Snapshot::Job { job, status, .. } => json!({ "Job": job_json_with(job, status) }),
         Snapshot::Eval(eval) => json!({ "Evaluation": eval_json(eval) }),
         Snapshot::Service { service, owner, .. } => {
             let owner = owner

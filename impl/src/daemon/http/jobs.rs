@@ -52,6 +52,7 @@ pub(super) fn job_json_with(job: &Job, status: &str) -> Value {
     object.insert("Status".into(), json!(status));
     object.insert("StatusDescription".into(), json!(""));
     object.insert("Stable".into(), json!(false));
+    nomad_zeros::job(&mut value);
     value
 }
 
@@ -92,7 +93,7 @@ pub(super) fn summary(core: &Core, job: &Job) -> Value {
 }
 
 pub(super) fn list_jobs(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
-    query.bool("meta")?;
+    let meta = query.bool("meta")?;
     let core = blocking_table(shared, query, jobs_table)?;
     let prefix = query.get("prefix").unwrap_or("");
     let jobs: Vec<Value> = core
@@ -101,15 +102,19 @@ pub(super) fn list_jobs(shared: &Shared, query: &Query) -> Result<Reply, ApiErro
         .jobs()
         .filter(|job| job.id.starts_with(prefix))
         .map(|job| {
-            json!({
+            let mut stub = json!({
                 "ID": job.id, "ParentID": "", "Name": job.name, "Namespace": job.namespace,
                 "Datacenters": job.datacenters, "Type": job.job_type, "Priority": job.priority,
                 "Periodic": false, "ParameterizedJob": false, "Stop": job.stop,
                 "Status": job_status(&core, job), "StatusDescription": "",
                 "JobSummary": summary(&core, job), "CreateIndex": job.create_index,
                 "ModifyIndex": job.modify_index, "JobModifyIndex": job.job_modify_index,
-                "Version": job.version, "SubmitTime": job.submit_time,
-            })
+                "SubmitTime": job.submit_time,
+            });
+            if meta {
+                stub["Meta"] = json!(job.meta);
+            }
+            stub
         })
         .collect();
     ok(json!(jobs), jobs_table(&core.server.store.table_indexes()))
@@ -131,11 +136,7 @@ pub(super) fn job_versions(shared: &Shared, id: &str, query: &Query) -> Result<R
     let newest_first: Vec<Value> = versions
         .iter()
         .rev()
-        .map(|job| {
-            let mut value = serde_json::to_value(job).expect("jobs serialize");
-            value["Status"] = json!(job_status(&core, job));
-            value
-        })
+        .map(|job| job_json(&core, job))
         .collect();
     let index = versions.iter().map(|j| j.modify_index).max().unwrap_or(0);
     ok(

@@ -22,6 +22,7 @@ mod job_reads;
 mod jobs;
 mod logs;
 mod nodes;
+mod nomad_zeros;
 mod plan;
 mod request;
 mod server;

@@ -62,23 +62,43 @@ pub(super) fn node_json(node: &Node) -> Value {
     ] {
         object.insert(key.into(), extra);
     }
+    // The legacy totals, which older clients read: what the host has, and nothing
+    // reserved.
+    let have = resources();
+    let number = |part: &str, key: &str| have[part][key].as_i64().unwrap_or(0);
+    object.insert(
+        "Resources".into(),
+        nomad_zeros::legacy_resources(
+            number("Cpu", "CpuShares"),
+            number("Memory", "MemoryMB"),
+            number("Disk", "DiskMB"),
+            json!(null),
+        ),
+    );
+    object.insert(
+        "Reserved".into(),
+        nomad_zeros::legacy_resources(0, 0, 0, json!(null)),
+    );
+    nomad_zeros::node(&mut value);
     value
 }
 
 fn node_stub(node: &Node) -> Value {
-    json!({
+    let mut stub = json!({
         "Address": node.http_addr.rsplit_once(':').map_or("", |(host, _)| host),
         "ID": node.id, "Datacenter": node.datacenter, "Name": node.name, "NodeClass": "",
         "NodePool": node.node_pool, "Version": env!("CARGO_PKG_VERSION"), "Drain": false,
         "SchedulingEligibility": "eligible", "Status": node.status, "StatusDescription": "",
         "Drivers": node.drivers, "HostVolumes": null, "LastDrain": null,
         "CreateIndex": node.create_index, "ModifyIndex": node.modify_index,
-    })
+    });
+    nomad_zeros::node_stub(&mut stub);
+    stub
 }
 
 pub(super) fn list_nodes(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
     let with_resources = query.bool("resources")?;
-    query.bool("os")?;
+    let with_attributes = query.bool("os")?;
     let core = blocking_table(shared, query, |t| t.nodes)?;
     let prefix = query.get("prefix").unwrap_or("");
     let nodes: Vec<Value> = core
@@ -88,6 +108,9 @@ pub(super) fn list_nodes(shared: &Shared, query: &Query) -> Result<Reply, ApiErr
         .filter(|node| node.id.starts_with(prefix))
         .map(|node| {
             let mut stub = node_stub(node);
+            if with_attributes {
+                stub["Attributes"] = json!(node.attributes);
+            }
             if with_resources {
                 stub["NodeResources"] = resources();
                 stub["ReservedResources"] = json!({"Cpu": {"CpuShares": 0},
@@ -119,7 +142,14 @@ pub(super) fn get_node(shared: &Shared, id: &str, query: &Query) -> Result<Reply
 pub(super) fn node_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     // An unknown node has no allocations (Nomad answers an empty list too).
     let core = blocking_table(shared, query, allocs_table)?;
-    let chosen = stubs(&core, core.server.store.allocs_for_node(id));
-    drop(core);
-    stub_reply(chosen, false)
+    // Full allocations, as Nomad's (each job copy is encoded once per version: the
+    // allocations of a version share it).
+    let ip = shared.config.bind.ip().to_string();
+    let allocs: Vec<Value> = core
+        .server
+        .store
+        .allocs_for_node(id)
+        .map(|alloc| alloc_json(alloc, &node_name(&core, alloc), &ip))
+        .collect();
+    ok(json!(allocs), core.server.store.table_indexes().allocs)
 }

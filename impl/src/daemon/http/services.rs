@@ -56,6 +56,10 @@ pub(super) fn service_json(
     owner: Option<(&Job, &str, &[crate::server::structs::AllocatedPort])>,
 ) -> Value {
     let mut value = serde_json::to_value(s).expect("services serialize");
+    // The task it belongs to is the agent's own bookkeeping; Nomad's registration has none.
+    if let Some(object) = value.as_object_mut() {
+        object.remove("Task");
+    }
     value["Namespace"] = json!("default");
     value["NodeID"] = json!(node);
     value["Datacenter"] = json!(shared.config.datacenter);
