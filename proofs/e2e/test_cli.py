@@ -155,3 +155,59 @@ def test_a_followed_log_streams_until_the_allocation_ends(agent):
     # Not plain: frames of base64 data.
     frames = urllib.request.urlopen(url.replace("&plain=true", ""), timeout=30).read().decode()
     assert '"Data":' in frames and '"Offset":' in frames, frames[:200]
+
+
+COUNTER = """job "count" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "for i in $(seq 1 40); do echo line $i; done; exec sleep 3600"]
+      }
+    }
+  }
+}
+"""
+
+
+def test_the_flags_and_aliases_tools_wrapping_the_cli_use(agent, tmp_path):
+    """Issue 25, build 6: `run`/`stop`/`status`/`logs` at the top, `job run -output`,
+    `-verbose`, `job inspect -hcl`, `job status -short`, `alloc logs -tail -n/-c`."""
+    spec = tmp_path / "count.nomad.hcl"
+    spec.write_text("# as the operator wrote it\n" + COUNTER)
+    # -output: the JSON that would be registered, and nothing registered.
+    output = json.loads(agent.cli("run", "-output", str(spec)).stdout)
+    assert output["Job"]["ID"] == "count" and set(output) == {"Job"}, output
+    assert agent.get("/v1/jobs") == []
+    # -verbose: full IDs in the monitor.
+    out = agent.cli("run", "-verbose", str(spec)).stdout
+    [alloc] = agent.running("count", 1)
+    assert f'Allocation "{alloc["ID"]}" created' in out, out
+    # The source as submitted, comment and all, for the version that has it.
+    assert agent.cli("job", "inspect", "-hcl", "count").stdout == spec.read_text()
+    assert agent.cli("job", "inspect", "-hcl", "-version", "0", "count").stdout == spec.read_text()
+    # -short: the job's own fields, no allocations.
+    short = agent.cli("status", "-short", "count").stdout
+    assert "Status      = running" in short and "Allocations" not in short, short
+    assert alloc["ID"][:8] in agent.cli("status", "count").stdout
+    # The top-level status finds an allocation by its prefix too.
+    assert alloc["ID"] in agent.cli("status", alloc["ID"][:8]).stdout
+    missing = agent.cli("status", "zzzz", check=False)
+    assert missing.returncode == 1 and "No matches found" in missing.stderr, missing
+    # The log's last lines, or bytes; and the whole log from the start.
+    agent.wait_until("the 40 lines", lambda: "line 40" in agent.cli("logs", alloc["ID"][:8]).stdout)
+    assert agent.cli("logs", "-tail", "-n", "3", alloc["ID"][:8]).stdout == "line 38\nline 39\nline 40\n"
+    assert agent.cli("alloc", "logs", "-tail", alloc["ID"][:8]).stdout.splitlines() == [
+        f"line {i}" for i in range(31, 41)]
+    assert agent.cli("logs", "-tail", "-c", "8", alloc["ID"][:8], "t").stdout == "line 40\n"
+    bad = agent.cli("logs", "-n", "3", alloc["ID"][:8], check=False)
+    assert bad.returncode == 1 and "-tail" in bad.stderr, bad
+    # `stop` at the top stops it, to the end; the stopped version keeps its source.
+    out = agent.cli("stop", "-no-shutdown-delay", "count", timeout=30).stdout
+    assert "Stop complete" in out, out
+    assert agent.cli("job", "inspect", "-hcl", "count").stdout == spec.read_text()
+    # `job start` registers the same specification again, and its version keeps the source.
+    agent.cli("job", "start", "count", timeout=30)
+    assert agent.get("/v1/job/count")["Version"] == 2
+    assert agent.cli("job", "inspect", "-hcl", "count").stdout == spec.read_text()

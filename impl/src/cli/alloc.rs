@@ -2,7 +2,7 @@
 //! which after a stop goes on until every stopped allocation is client-terminal.
 
 use super::api::{fields, now, resolve, rfc3339, short, table, text, Api};
-use super::AllocCommand;
+use super::{AllocCommand, LogsArgs};
 use serde_json::Value;
 use std::time::Instant;
 
@@ -21,36 +21,9 @@ pub(super) fn alloc(command: AllocCommand) -> Result<(), String> {
                 println!("{}", serde_json::to_string_pretty(&full).expect("JSON"));
                 return Ok(());
             }
-            alloc_status(&api, &text(&stub, "ID"), verbose)
+            alloc_status_of(&api, &text(&stub, "ID"), verbose)
         }
-        AllocCommand::Logs {
-            alloc,
-            task,
-            task_flag,
-            stderr,
-            follow,
-            address,
-        } => {
-            let api = Api::new(&address)?;
-            let stub = resolve(&api, "Alloc", "allocations", &alloc)?;
-            let tasks: Vec<String> = stub["TaskStates"]
-                .as_object()
-                .map(|states| states.keys().cloned().collect())
-                .unwrap_or_default();
-            let task = match task_flag.or(task) {
-                Some(task) => task,
-                None if tasks.len() == 1 => tasks[0].clone(),
-                None => {
-                    return Err(format!(
-                        "Allocation {:?} is running the following tasks:\n  * {}\n\nPlease \
-                         specify the task.",
-                        short(&text(&stub, "ID")),
-                        tasks.join("\n  * ")
-                    ))
-                }
-            };
-            logs(&api, &text(&stub, "ID"), &task, stderr, follow)
-        }
+        AllocCommand::Logs(args) => logs_command(args),
         AllocCommand::Restart {
             alloc,
             task,
@@ -109,18 +82,128 @@ pub(super) fn alloc(command: AllocCommand) -> Result<(), String> {
     }
 }
 
-/// Prints a task's log from the start; with `follow`, goes on asking from where it got to
-/// (the agent does not stream) until interrupted.
-fn logs(api: &Api, alloc: &str, task: &str, stderr: bool, follow: bool) -> Result<(), String> {
+/// `alloc logs` (and `logs`): the allocation by ID or prefix, its task by name (which may
+/// be left out when it has one).
+pub(super) fn logs_command(args: LogsArgs) -> Result<(), String> {
+    let api = Api::new(&args.address)?;
+    let stub = resolve(&api, "Alloc", "allocations", &args.alloc)?;
+    let tasks: Vec<String> = stub["TaskStates"]
+        .as_object()
+        .map(|states| states.keys().cloned().collect())
+        .unwrap_or_default();
+    let task = match args.task_flag.or(args.task) {
+        Some(task) => task,
+        None if tasks.len() == 1 => tasks[0].clone(),
+        None => {
+            return Err(format!(
+                "Allocation {:?} is running the following tasks:\n  * {}\n\nPlease \
+                 specify the task.",
+                short(&text(&stub, "ID")),
+                tasks.join("\n  * ")
+            ))
+        }
+    };
+    let tail = match (args.tail, args.lines, args.bytes) {
+        (false, None, None) => None,
+        (false, _, _) => return Err("-n and -c are offsets from the end: give -tail".into()),
+        (true, Some(_), Some(_)) => return Err("-n and -c cannot both be given".into()),
+        (true, _, Some(bytes)) => Some(Tail::Bytes(bytes)),
+        (true, lines, None) => Some(Tail::Lines(lines.unwrap_or(10))),
+    };
+    logs(
+        &api,
+        &text(&stub, "ID"),
+        &task,
+        args.stderr,
+        args.follow,
+        tail,
+    )
+}
+
+/// Where `-tail` starts a log: its last lines or bytes.
+#[derive(Clone, Copy)]
+enum Tail {
+    Lines(u64),
+    Bytes(u64),
+}
+
+/// The most a `-tail -n` reads back from the end to find its lines.
+const MAX_TAIL_SCAN: u64 = 8 << 20;
+
+/// The offset from the start at which the log's last `lines` lines begin (best effort, as
+/// Nomad's: at most [`MAX_TAIL_SCAN`] bytes are read back for them).
+fn tail_start(api: &Api, path: &str, lines: u64) -> Result<u64, String> {
+    use base64::Engine;
+    let size_frame = api.get(&format!("{path}&origin=end&offset=0"))?;
+    let size = size_frame["Offset"].as_u64().unwrap_or(0);
+    let mut back = 64u64 << 10;
+    loop {
+        let back_now = back.min(size);
+        let start = size - back_now;
+        let mut read = Vec::new();
+        let mut at = start;
+        while at < size {
+            let frame = api.get(&format!("{path}&origin=start&offset={at}"))?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(frame["Data"].as_str().unwrap_or_default())
+                .map_err(|e| format!("the agent's log frame does not decode: {e}"))?;
+            if bytes.is_empty() {
+                break;
+            }
+            at += bytes.len() as u64;
+            read.extend_from_slice(&bytes);
+        }
+        // The last `lines` lines: past the newline before them (a final newline ends the
+        // last line, it does not start another).
+        let body = read.strip_suffix(b"\n").unwrap_or(&read);
+        let newlines: Vec<usize> = body
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\n')
+            .map(|(i, _)| i)
+            .collect();
+        if (newlines.len() as u64) >= lines {
+            let cut = newlines[newlines.len() - lines as usize];
+            return Ok(start + cut as u64 + 1);
+        }
+        if start == 0 || back >= MAX_TAIL_SCAN {
+            return Ok(start);
+        }
+        back *= 4;
+    }
+}
+
+/// Prints a task's log from the start (or, with `tail`, from near its end); with `follow`,
+/// goes on asking from where it got to until the allocation has ended or the user
+/// interrupts.
+fn logs(
+    api: &Api,
+    alloc: &str,
+    task: &str,
+    stderr: bool,
+    follow: bool,
+    tail: Option<Tail>,
+) -> Result<(), String> {
     use std::io::Write;
     let kind = if stderr { "stderr" } else { "stdout" };
-    let mut offset = 0u64;
+    let base = format!(
+        "/v1/client/fs/logs/{alloc}?task={}&type={kind}",
+        super::api::segment(task)
+    );
+    let mut offset = match tail {
+        None => 0,
+        Some(Tail::Lines(0)) | Some(Tail::Bytes(0)) => {
+            let end = api.get(&format!("{base}&origin=end&offset=0"))?;
+            end["Offset"].as_u64().unwrap_or(0)
+        }
+        Some(Tail::Bytes(bytes)) => {
+            let end = api.get(&format!("{base}&origin=end&offset=0"))?;
+            end["Offset"].as_u64().unwrap_or(0).saturating_sub(bytes)
+        }
+        Some(Tail::Lines(lines)) => tail_start(api, &base, lines)?,
+    };
     loop {
-        let path = format!(
-            "/v1/client/fs/logs/{alloc}?task={}&type={kind}&origin=start&offset={offset}",
-            super::api::segment(task)
-        );
-        let frame = api.get(&path)?;
+        let frame = api.get(&format!("{base}&origin=start&offset={offset}"))?;
         let data = frame["Data"].as_str().unwrap_or_default();
         use base64::Engine;
         let bytes = base64::engine::general_purpose::STANDARD
@@ -133,7 +216,11 @@ fn logs(api: &Api, alloc: &str, task: &str, stderr: bool, follow: bool) -> Resul
             .as_u64()
             .unwrap_or(offset + bytes.len() as u64);
         if !follow {
-            return Ok(());
+            // One read is at most a MiB: a longer log is read to its end.
+            if bytes.is_empty() {
+                return Ok(());
+            }
+            continue;
         }
         if bytes.is_empty() {
             // Nothing new: done once the allocation has ended (all it wrote is out).
@@ -149,7 +236,7 @@ fn logs(api: &Api, alloc: &str, task: &str, stderr: bool, follow: bool) -> Resul
     }
 }
 
-fn alloc_status(api: &Api, id: &str, verbose: bool) -> Result<(), String> {
+pub(super) fn alloc_status_of(api: &Api, id: &str, verbose: bool) -> Result<(), String> {
     let alloc = api.get(&format!("/v1/allocation/{id}"))?;
     let flag = alloc["DesiredTransition"]["NoShutdownDelay"] == Value::Bool(true);
     println!(
@@ -220,6 +307,23 @@ pub(super) fn eval_status(api: &Api, prefix: &str) -> Result<(), String> {
 /// Nomad's evaluation monitor. With `stopped`, it then waits until each of those
 /// allocations is client-terminal (its tasks dead), reporting each as it ends.
 pub(super) fn monitor(api: &Api, eval_id: &str, stopped: Option<&[String]>) -> Result<(), String> {
+    monitor_with(api, eval_id, stopped, false)
+}
+
+/// [`monitor`], with full IDs in its lines when `verbose`.
+pub(super) fn monitor_with(
+    api: &Api,
+    eval_id: &str,
+    stopped: Option<&[String]>,
+    verbose: bool,
+) -> Result<(), String> {
+    let short = |id: &str| -> String {
+        if verbose {
+            id.to_string()
+        } else {
+            short(id).to_string()
+        }
+    };
     println!("==> {}: Monitoring evaluation {:?}", now(), short(eval_id));
     let mut index = 0u64;
     let mut last_status = String::new();

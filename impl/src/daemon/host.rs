@@ -31,6 +31,8 @@ enum Handle {
         delivered: Vec<raw_exec::Delivery>,
         /// The task's pid, the leader of its process group.
         pid: i32,
+        /// Its supervisor carries out user signals (one started by an older agent does not).
+        user_signals: bool,
     },
     Mock(u64),
 }
@@ -329,6 +331,7 @@ impl DaemonHost {
                             signaller: Arc::new(signaller),
                             delivered: attached.delivered.clone(),
                             pid: attached.pid,
+                            user_signals: attached.user_signals,
                         },
                     ),
                     Err(error) => {
@@ -460,6 +463,14 @@ impl DaemonHost {
     /// first). Refused, as Nomad's "Task not running", when the task has no process.
     pub fn user_signal(&self, ix: usize, signal: i32) -> Result<(), String> {
         match self.tasks.get(ix) {
+            Some(Some(Handle::Process {
+                user_signals: false,
+                ..
+            })) => Err(
+                "its supervisor was started by an older agent, which cannot send a \
+                        user's signal: restart the task to signal it"
+                    .to_string(),
+            ),
             Some(Some(Handle::Process { signaller, .. })) => signaller
                 .send(raw_exec::Request::Signal { signal })
                 .map_err(|e| format!("sending the signal to the task's supervisor: {e}")),

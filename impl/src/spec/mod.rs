@@ -90,9 +90,12 @@ impl Submission {
     }
 }
 
-/// The largest submission kept (Nomad's `max_job_source_size` default, 1 MB): a larger one
-/// is discarded with a warning, and the job is registered without it, as Nomad does.
-pub const MAX_SUBMISSION_BYTES: usize = 1 << 20;
+/// The largest submission kept (Nomad's `max_job_source_size` default, `1M`: 10^6 bytes): a
+/// larger one is discarded with a warning, and the job is registered without it, as Nomad
+/// does. Stored with each version kept (at most `job_max_versions`), so a job holds at most
+/// that many sources; its JSON may be several times its bytes (escapes), within the 8 MiB
+/// request body.
+pub const MAX_SUBMISSION_BYTES: usize = 1_000_000;
 
 impl Job {
     /// What an allocation of `group` runs: the group but for its count, and the job's fields

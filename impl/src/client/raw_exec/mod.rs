@@ -163,6 +163,8 @@ pub struct Attached {
     /// The signals the supervisor had delivered when it said hello (a restarted daemon
     /// learns from it whether a kill signal went out before the crash, and when).
     pub delivered: Vec<Delivery>,
+    /// The supervisor carries out user signals (`Hello::user_signals`).
+    pub user_signals: bool,
 }
 
 /// How a reattach found a task.
@@ -378,6 +380,7 @@ fn attach(
             child,
             dir: dir.to_path_buf(),
             delivered: hello.delivered,
+            user_signals: hello.user_signals,
         })),
         _ if !line.is_empty() => Err(io::Error::new(
             io::ErrorKind::InvalidData,

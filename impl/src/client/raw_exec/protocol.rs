@@ -45,6 +45,10 @@ pub struct Hello {
     pub pid: i32,
     #[serde(default)]
     pub delivered: Vec<Delivery>,
+    /// It carries out `signal N` (a user's signal). A supervisor started by an older agent
+    /// ignores that line, so its task is not offered for one.
+    #[serde(default)]
+    pub user_signals: bool,
 }
 
 /// A request from the daemon to a supervisor.

@@ -100,6 +100,11 @@ impl Deliveries {
     /// Carries out one request on the task's (unreaped) process group `pid`, at `now`
     /// (CLOCK_MONOTONIC).
     fn carry_out(&mut self, request: Request, pid: i32, now: i64) {
+        if self.exited && matches!(request, Request::Signal { .. }) {
+            // A user's signal that came too late: nothing to deliver, and not a kill
+            // refused (`refused` counts the stop path's repeated requests).
+            return;
+        }
         if self.exited && request != Request::Report {
             // The task has exited: nothing reaches it any more, and nothing is recorded as
             // delivered that it did not get.
@@ -508,6 +513,7 @@ fn serve_until_exit(
                 let hello = Hello {
                     pid,
                     delivered: deliveries.recent.clone(),
+                    user_signals: true,
                 };
                 let line = serde_json::to_string(&hello).expect("a hello serializes");
                 if writeln!(stream, "{line}").is_ok() && stream.set_nonblocking(true).is_ok() {

@@ -142,14 +142,15 @@ pub(super) fn get_node(shared: &Shared, id: &str, query: &Query) -> Result<Reply
 pub(super) fn node_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     // An unknown node has no allocations (Nomad answers an empty list too).
     let core = blocking_table(shared, query, allocs_table)?;
-    // Full allocations, as Nomad's (each job copy is encoded once per version: the
-    // allocations of a version share it).
+    // Full allocations, as Nomad's: copied under the lock (each shares its job version's
+    // `Arc`), rendered after it is released, as the lists' stubs are. The answer is counted
+    // against the agent's budget of answers not yet taken, as every store read's is.
+    let (chosen, index) = stubs(&core, core.server.store.allocs_for_node(id));
+    drop(core);
     let ip = shared.config.bind.ip().to_string();
-    let allocs: Vec<Value> = core
-        .server
-        .store
-        .allocs_for_node(id)
-        .map(|alloc| alloc_json(alloc, &node_name(&core, alloc), &ip))
+    let allocs: Vec<Value> = chosen
+        .iter()
+        .map(|(alloc, node)| alloc_json(alloc, node, &ip))
         .collect();
-    ok(json!(allocs), core.server.store.table_indexes().allocs)
+    ok(json!(allocs), index)
 }

@@ -236,7 +236,12 @@ fn task_states(value: &mut Value) {
                 }
                 let said = details.get(*detail).and_then(Value::as_str);
                 let value = match (zero, said) {
-                    (Int, Some(text)) => text.parse::<i64>().map_or(zero.value(), |n| json!(n)),
+                    // Durations are Go's text in the details (`5s`), nanoseconds here.
+                    (Int, Some(text)) => text
+                        .parse::<i64>()
+                        .ok()
+                        .or_else(|| crate::spec::parse_go_duration(text))
+                        .map_or(zero.value(), |n| json!(n)),
                     (False, Some(text)) => json!(text == "true"),
                     (Str, Some(text)) => json!(text),
                     _ => zero.value(),
