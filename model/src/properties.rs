@@ -23,6 +23,7 @@ pub mod names {
     pub const STOP_COMPLETES: &str = "stop_completes";
     pub const SERVICES_RESTORED: &str = "services_restored";
     pub const RESTART_POLICY_RESPECTED: &str = "restart_policy_respected";
+    pub const JOB_DEAD_ONLY_WHEN_TASKS_ENDED: &str = "job_dead_only_when_tasks_ended";
 
     pub const DELAY_SKIPPED: &str = "delay_skipped_by_flag";
     pub const DELAY_CUT_SHORT: &str = "delay_cut_short_mid_wait";
@@ -66,8 +67,9 @@ use names::*;
 
 type Condition = fn(&StopPathModel, &State) -> bool;
 
-/// The ten invariants, in DESIGN.md's order (the tenth is the restart policy's).
-pub const INVARIANTS: [(&str, Condition); 10] = [
+/// The invariants, in DESIGN.md's order (the tenth is the restart policy's, the eleventh
+/// the job status's).
+pub const INVARIANTS: [(&str, Condition); 11] = [
     (PRESTOP_HOOKS_ALWAYS_RUN, prestop_hooks_always_run),
     (
         DELAY_SKIPPED_ONLY_WHEN_FLAGGED,
@@ -81,6 +83,10 @@ pub const INVARIANTS: [(&str, Condition); 10] = [
     (STOP_COMPLETES, stop_completes),
     (SERVICES_RESTORED, services_restored),
     (RESTART_POLICY_RESPECTED, restart_policy_respected),
+    (
+        JOB_DEAD_ONLY_WHEN_TASKS_ENDED,
+        job_dead_only_when_tasks_ended,
+    ),
 ];
 
 /// Every `sometimes` property; a part checks those its configuration lists as witnesses.
@@ -411,6 +417,26 @@ pub fn stop_completes(model: &StopPathModel, state: &State) -> bool {
             alloc.runner == RunnerPhase::Terminal
                 && !alloc.group_service_registered
                 && alloc.tasks.iter().all(|task| !task.service_registered)
+        })
+}
+
+/// **job_dead_only_when_tasks_ended** (issue 25: the status a client waits on with blocking
+/// queries). Forbids the job reading `dead` while a task of one of its allocations still
+/// has a process, or while an allocation's runner has not reported terminal — so an
+/// operator who waits for `dead` after a stop knows every process is gone. Deliberately
+/// stricter than Nomad's, which counts an allocation the server told to stop as terminal
+/// and so reads `dead` during the `shutdown_delay` (#23940, #18148). A purge's tombstones
+/// do not count (the job is gone; `GET` answers 404).
+pub fn job_dead_only_when_tasks_ended(model: &StopPathModel, state: &State) -> bool {
+    if model.job_status(state) != Some(crate::state::JobStatus::Dead) {
+        return true;
+    }
+    state
+        .allocs
+        .iter()
+        .filter(|alloc| !alloc.tombstone && !alloc.removed)
+        .all(|alloc| {
+            alloc.runner == RunnerPhase::Terminal && alloc.tasks.iter().all(|task| !task.is_live())
         })
 }
 

@@ -341,6 +341,28 @@ pub struct Ghost {
     pub restarted_with_flag: bool,
 }
 
+/// A job's status as the API shows it (Nomad's `Status`), derived from its allocations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JobStatus {
+    /// Registered, nothing placed yet.
+    Pending,
+    /// An allocation is not terminal on its client.
+    Running,
+    /// Stopped, or done, with no allocation left running on its client.
+    Dead,
+}
+
+impl JobStatus {
+    /// As the API spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobStatus::Pending => "pending",
+            JobStatus::Running => "running",
+            JobStatus::Dead => "dead",
+        }
+    }
+}
+
 /// The whole state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
@@ -357,6 +379,31 @@ pub struct State {
 }
 
 impl State {
+    /// The job's status, as the implementation's store derives it
+    /// (`StateStore::job_status`): `running` while an allocation (a purge's tombstones
+    /// aside) has a runner that is not terminal — its client has not reported every task
+    /// dead —, else `dead` if the job is stopped or ever had one placed (`placed`: the
+    /// model places its allocations at the start, so a record erased by lean history was
+    /// placed), else `pending`. `None` once purged (the API answers 404).
+    /// `desired_stop_terminal` counts an allocation the server told to stop as terminal, as
+    /// Nomad does (the fault `nomad-job-dead-at-desired-stop`).
+    pub fn job_status(&self, placed: bool, desired_stop_terminal: bool) -> Option<JobStatus> {
+        if self.job.purged || self.job.versions.is_empty() {
+            return None;
+        }
+        let counted = || self.allocs.iter().filter(|a| !a.tombstone && !a.removed);
+        let live = |a: &Alloc| {
+            a.runner != RunnerPhase::Terminal && !(desired_stop_terminal && a.desired_stop)
+        };
+        Some(if counted().any(live) {
+            JobStatus::Running
+        } else if self.job.is_stopped() || placed || counted().next().is_some() {
+            JobStatus::Dead
+        } else {
+            JobStatus::Pending
+        })
+    }
+
     /// The canonical member of this state's symmetry class: allocation records sorted.
     /// Sound because nothing outside the records refers to an allocation by position (one
     /// evaluation bit, no replacement links, nodes stored inside the records and chosen by

@@ -121,6 +121,7 @@ fault_tests! {
     nomad_inplace_restart_ignores_flag: NomadInplaceRestartIgnoresFlag,
     restart_leaves_services_deregistered: RestartLeavesServicesDeregistered,
     restart_past_attempts: RestartPastAttempts,
+    nomad_job_dead_at_desired_stop: NomadJobDeadAtDesiredStop,
 }
 
 /// The faults' counterexamples read in the operator's language; Nomad's unflagged

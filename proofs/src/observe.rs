@@ -77,6 +77,10 @@ pub struct Observation {
     pub eval_pending: bool,
     /// In placement order.
     pub allocs: Vec<AllocObs>,
+    /// The job's status as the API shows it (`None` once purged): the model's derivation
+    /// (`State::job_status`) against the store's (`StateStore::job_status`), after every
+    /// step.
+    pub status: Option<&'static str>,
 }
 
 // ------------------------------------------------------------------ the model's side
@@ -100,6 +104,9 @@ pub fn of_model(model: &StopPathModel, state: &State) -> Observation {
             .iter()
             .map(|alloc| alloc_of_model(alloc, tasks))
             .collect(),
+        status: model
+            .job_status(state)
+            .map(quiesce_model::state::JobStatus::name),
     }
 }
 
@@ -154,6 +161,7 @@ pub fn of_sim(sim: &Simulator, job_id: &str, tasks: usize, ids: &[AllocId]) -> O
             .collect(),
         eval_pending: sim.server.eval_pending(),
         allocs: ids.iter().map(|id| alloc_of_sim(sim, id, tasks)).collect(),
+        status: store.job(job_id).map(|job| store.job_status(job)),
     }
 }
 
@@ -289,6 +297,13 @@ pub fn diff(model: &Observation, sim: &Observation) -> String {
             out,
             "  eval pending: model {} impl {}",
             model.eval_pending, sim.eval_pending
+        );
+    }
+    if model.status != sim.status {
+        let _ = writeln!(
+            out,
+            "  job status: model {:?} impl {:?}",
+            model.status, sim.status
         );
     }
     if model.allocs.len() != sim.allocs.len() {

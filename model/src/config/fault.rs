@@ -56,10 +56,13 @@ pub enum Fault {
     RestartLeavesServicesDeregistered,
     /// The restart policy restarts a crashed task whatever its attempts so far.
     RestartPastAttempts,
+    /// Nomad (#23940, #18148): an allocation the server told to stop counts as terminal, so
+    /// the job reads `dead` while its tasks still wait out their delays.
+    NomadJobDeadAtDesiredStop,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 19] = [
+    pub const ALL: [Fault; 20] = [
         Fault::PreKillHooksSkippedWhenFlagged,
         Fault::FlagWrittenIntoJob,
         Fault::FlagHonouredAtGroupLevelOnly,
@@ -79,6 +82,7 @@ impl Fault {
         Fault::NomadInplaceRestartIgnoresFlag,
         Fault::RestartLeavesServicesDeregistered,
         Fault::RestartPastAttempts,
+        Fault::NomadJobDeadAtDesiredStop,
     ];
 
     pub fn name(self) -> &'static str {
@@ -102,6 +106,7 @@ impl Fault {
             Fault::NomadInplaceRestartIgnoresFlag => "nomad-inplace-restart-ignores-flag",
             Fault::RestartLeavesServicesDeregistered => "restart-leaves-services-deregistered",
             Fault::RestartPastAttempts => "restart-past-attempts",
+            Fault::NomadJobDeadAtDesiredStop => "nomad-job-dead-at-desired-stop",
         }
     }
 
@@ -128,6 +133,7 @@ impl Fault {
             Fault::NomadInplaceRestartIgnoresFlag => FLAG_IS_HONOURED,
             Fault::RestartLeavesServicesDeregistered => SERVICES_RESTORED,
             Fault::RestartPastAttempts => RESTART_POLICY_RESPECTED,
+            Fault::NomadJobDeadAtDesiredStop => JOB_DEAD_ONLY_WHEN_TASKS_ENDED,
         }
     }
 

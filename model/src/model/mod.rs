@@ -55,6 +55,15 @@ impl StopPathModel {
         self.cfg.fault == Some(fault)
     }
 
+    /// The job's status as the API shows it ([`State::job_status`]): the model places its
+    /// allocations at the start, so a job with a count has had one placed.
+    pub fn job_status(&self, state: &State) -> Option<crate::state::JobStatus> {
+        state.job_status(
+            self.cfg.count > 0,
+            self.has(Fault::NomadJobDeadAtDesiredStop),
+        )
+    }
+
     fn tasks(&self) -> impl Iterator<Item = (usize, TaskKind)> + '_ {
         self.cfg
             .group
