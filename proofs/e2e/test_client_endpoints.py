@@ -208,3 +208,32 @@ def test_the_read_only_endpoints_answer_as_nomads_do(agent):
     assert took >= 0.9, took
     # Writes to them are not taken.
     assert agent.http("PUT", "/v1/namespaces", {})[0] == 405
+    health = agent.get("/v1/agent/health")
+    assert health["server"]["ok"] and health["client"]["ok"], health
+    scheduler = agent.get("/v1/operator/scheduler/configuration")
+    assert scheduler["SchedulerConfig"]["SchedulerAlgorithm"] == "binpack", scheduler
+    assert agent.get(f"/v1/node/{agent.get('/v1/nodes')[0]['ID']}")["SecretID"] == ""
+
+
+def test_a_forced_evaluation_evaluates_the_stored_job_and_changes_nothing_that_runs(agent):
+    agent.http("PUT", "/v1/jobs", web_job(agent.address))
+    [alloc] = agent.running("web", 1)
+    [started] = [r for r in agent.witness(alloc["ID"], "server") if r["event"] == "start"]
+    before = agent.get("/v1/job/web")
+    status, body, _ = agent.http("PUT", "/v1/job/web/evaluate", {"JobID": "web"})
+    assert status == 200, body
+    evals = {e["ID"]: e for e in agent.get("/v1/job/web/evaluations")}
+    assert evals[body["EvalID"]]["TriggeredBy"] == "job-register", evals[body["EvalID"]]
+    agent.wait_until("the evaluation done",
+                     lambda: agent.get(f"/v1/evaluation/{body['EvalID']}")["Status"] == "complete")
+    after = agent.get("/v1/job/web")
+    assert (after["Version"], after["JobModifyIndex"]) == (before["Version"], before["JobModifyIndex"])
+    # The task the allocation runs is the one it ran, never signalled.
+    assert [a["ID"] for a in agent.allocs("web")] == [alloc["ID"]]
+    assert [r for r in agent.witness(alloc["ID"], "server") if r["event"] == "start"] == [started]
+    assert signals(agent, alloc["ID"]) == []
+    # Refused: an unknown job, a stopped one.
+    assert agent.http("PUT", "/v1/job/nosuch/evaluate", {})[:2] == (404, "job not found")
+    agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")
+    status, body, _ = agent.http("PUT", "/v1/job/web/evaluate", {})
+    assert (status, body) == (400, "can't evaluate stopped job"), body

@@ -67,6 +67,29 @@ pub(super) fn raft_configuration(shared: &Shared) -> Result<Reply, ApiError> {
     }))
 }
 
+/// `GET /v1/operator/scheduler/configuration`: Nomad's defaults, which this agent's one
+/// scheduler follows (binpack; no preemption but of system jobs, which it has none of).
+pub(super) fn scheduler_configuration() -> Result<Reply, ApiError> {
+    ok(
+        json!({
+            "SchedulerConfig": {
+                "SchedulerAlgorithm": "binpack",
+                "PreemptionConfig": {"SystemSchedulerEnabled": true,
+                                     "SysBatchSchedulerEnabled": false,
+                                     "BatchSchedulerEnabled": false,
+                                     "ServiceSchedulerEnabled": false},
+                "MemoryOversubscriptionEnabled": false,
+                "RejectJobRegistration": false,
+                "PauseEvalBroker": false,
+                "CreateIndex": 1,
+                "ModifyIndex": 1,
+            },
+            "Index": 1, "LastContact": 0, "KnownLeader": true, "NextToken": "",
+        }),
+        1,
+    )
+}
+
 /// `GET /v1/volumes?type=host|csi`: none (the agent's node offers no volumes). Nomad needs
 /// the type, and names the ones it knows.
 pub(super) fn list_volumes(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {

@@ -1,7 +1,8 @@
 //! The reads around a job that clients make on every screen: its source as submitted
 //! (`/v1/job/:id/submission`), its service registrations (`/v1/job/:id/services`), its
 //! deployments (`/v1/job/:id/deployments`, `/v1/job/:id/deployment`; this agent makes none
-//! yet, so an empty list and `null`, as Nomad answers for a job that never had one).
+//! yet, so an empty list and `null`, as Nomad answers for a job that never had one); and
+//! `/v1/job/:id/evaluate`, a new evaluation of the job as it is stored.
 
 use super::*;
 use crate::spec::{Submission, MAX_SUBMISSION_BYTES};
@@ -153,4 +154,44 @@ pub(super) fn job_deployments(
 ) -> Result<Reply, ApiError> {
     drop(blocking_on(shared, query, |_| 1)?);
     ok(if latest { Value::Null } else { json!([]) }, 1)
+}
+
+/// `PUT /v1/job/:id/evaluate`: a new evaluation of the job as stored, as Nomad's (its
+/// `TriggeredBy` is a register's). The same write as registering the stored job unchanged,
+/// logged as that register. A stopped job is not evaluated (Nomad's refusal).
+pub(super) fn force_evaluate(shared: &Shared, id: &str, body: &[u8]) -> Result<Reply, ApiError> {
+    if body.len() > 4096 {
+        return Err(error(413, "an evaluate request is at most 4096 bytes"));
+    }
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        // Nomad's body: `{"JobID", "EvalOptions": {"ForceReschedule"}}`; nothing here is
+        // rescheduled, so only its shape is checked.
+        serde_json::from_slice::<Value>(body)
+            .ok()
+            .filter(Value::is_object)
+            .ok_or_else(|| error(400, "an evaluate request is a JSON object"))?;
+    }
+    let mut core = shared.core();
+    let Some(stored) = core.server.store.job(id).cloned() else {
+        return Err(error(404, "job not found"));
+    };
+    if stored.stop {
+        return Err(error(400, "can't evaluate stopped job"));
+    }
+    let response = core
+        .server
+        .register_job_with(stored, crate::server::RegisterOptions::default())
+        .map_err(|e| error(400, e.to_string()))?;
+    if let Some(stored) = core.server.store.job(id) {
+        let entry = LogEntry::register_job(stored);
+        core.log(entry);
+    }
+    commit(shared, &mut core)?;
+    let job_modify_index = core.server.store.job(id).map_or(0, |j| j.job_modify_index);
+    ok(
+        json!({"EvalID": response.eval_id, "EvalCreateIndex": response.index,
+               "JobModifyIndex": job_modify_index, "Warnings": "", "Index": response.index,
+               "LastContact": 0, "KnownLeader": true, "NextToken": ""}),
+        response.index,
+    )
 }

@@ -400,6 +400,14 @@ fn route(
         "operator/raft/configuration" if is_get => {
             need(Need::Management).and_then(|()| cluster::raft_configuration(shared))
         }
+        "operator/scheduler/configuration" if is_get => {
+            need(Need::Management).and_then(|()| cluster::scheduler_configuration())
+        }
+        // Anyone may ask whether the agent is up, as of Nomad.
+        "agent/health" if is_get => need(Need::Nothing).and_then(|()| {
+            plain(json!({"client": {"ok": true, "message": "ok"},
+                         "server": {"ok": true, "message": "ok"}}))
+        }),
         "regions" if is_get => need(Need::Nothing).and_then(|()| {
             let peers = check(authority, Need::NodeRead).is_ok();
             regions(shared, peers)
@@ -424,7 +432,9 @@ fn route(
         | "namespaces"
         | "deployments"
         | "volumes"
-        | "operator/raft/configuration" => invalid(),
+        | "operator/raft/configuration"
+        | "operator/scheduler/configuration"
+        | "agent/health" => invalid(),
         _ => {
             if let Some(acl) = rest.strip_prefix("acl/") {
                 return acl_routes(shared, authority, method, acl, body);
@@ -540,6 +550,14 @@ fn job_routes(
     let need = |capability| check(authority, Need::Capability(capability));
     // An endpoint of jobs this agent does not serve is named so, never taken for a job ID
     // (no job ID ends in one of them).
+    if let Some(id) = rest.strip_suffix("/evaluate") {
+        return match method {
+            Method::Post | Method::Put => {
+                need("submit-job").and_then(|()| job_reads::force_evaluate(shared, id, body))
+            }
+            _ => Err(error(405, "Invalid method")),
+        };
+    }
     if let Some(id) = rest.strip_suffix("/plan") {
         return match method {
             Method::Post | Method::Put => {

@@ -59,6 +59,8 @@ pub(super) fn node_json(node: &Node) -> Value {
         ("HostVolumes", json!(null)),
         ("CSIControllerPlugins", json!(null)),
         ("CSINodePlugins", json!(null)),
+        // Nomad's node answers carry the field, blanked: the secret is the client's own.
+        ("SecretID", json!("")),
     ] {
         object.insert(key.into(), extra);
     }
