@@ -16,20 +16,7 @@ const MAX_SIGNAL_BODY: usize = 4096;
 /// (Nomad's raw_exec sends SIGINT instead); with no task named, tasks without a process are
 /// passed over instead of each failing the request; no `Signaling` task event is recorded.
 pub(super) fn signal_alloc(shared: &Shared, id: &str, body: &[u8]) -> Result<Reply, ApiError> {
-    if body.len() > MAX_SIGNAL_BODY {
-        return Err(error(
-            413,
-            format!("a signal request is at most {MAX_SIGNAL_BODY} bytes"),
-        ));
-    }
-    let request: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        serde_json::from_slice(body).map_err(|e| error(400, format!("invalid JSON: {e}")))?
-    };
-    let Some(fields) = request.as_object() else {
-        return Err(error(400, "a signal request is a JSON object"));
-    };
+    let fields = small_object(body, MAX_SIGNAL_BODY, "a signal")?;
     let (mut task_name, mut signal_name) = (String::new(), String::new());
     for (key, value) in fields {
         let text = |into: &mut String| match value {

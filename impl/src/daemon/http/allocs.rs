@@ -408,20 +408,7 @@ pub(super) fn restart_alloc(
     query: &Query,
     body: &[u8],
 ) -> Result<Reply, ApiError> {
-    if body.len() > MAX_RESTART_BODY {
-        return Err(error(
-            413,
-            format!("a restart request is at most {MAX_RESTART_BODY} bytes"),
-        ));
-    }
-    let request: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        serde_json::from_slice(body).map_err(|e| error(400, format!("invalid JSON: {e}")))?
-    };
-    let Some(fields) = request.as_object() else {
-        return Err(error(400, "a restart request is a JSON object"));
-    };
+    let fields = small_object(body, MAX_RESTART_BODY, "a restart")?;
     let (mut task_name, mut all_tasks, mut flag) = (String::new(), false, false);
     for (key, value) in fields {
         let wrong = |kind: &str| error(400, format!("{key} must be {kind} (got {value})"));

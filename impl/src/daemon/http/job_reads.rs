@@ -160,17 +160,9 @@ pub(super) fn job_deployments(
 /// `TriggeredBy` is a register's). The same write as registering the stored job unchanged,
 /// logged as that register. A stopped job is not evaluated (Nomad's refusal).
 pub(super) fn force_evaluate(shared: &Shared, id: &str, body: &[u8]) -> Result<Reply, ApiError> {
-    if body.len() > 4096 {
-        return Err(error(413, "an evaluate request is at most 4096 bytes"));
-    }
-    if !body.iter().all(u8::is_ascii_whitespace) {
-        // Nomad's body: `{"JobID", "EvalOptions": {"ForceReschedule"}}`; nothing here is
-        // rescheduled, so only its shape is checked.
-        serde_json::from_slice::<Value>(body)
-            .ok()
-            .filter(Value::is_object)
-            .ok_or_else(|| error(400, "an evaluate request is a JSON object"))?;
-    }
+    // Nomad's body: `{"JobID", "EvalOptions": {"ForceReschedule"}}`; nothing here is
+    // rescheduled, so only its shape is checked.
+    small_object(body, 4096, "an evaluate")?;
     let mut core = shared.core();
     let Some(stored) = core.server.store.job(id).cloned() else {
         return Err(error(404, "job not found"));

@@ -146,6 +146,25 @@ impl Drop for Slot {
     }
 }
 
+/// A small request body that is a JSON object (an empty body is an empty one): refused with
+/// 413 past `max` bytes, and with 400 if it is not an object; `what` names it ("a restart").
+pub(super) fn small_object(
+    body: &[u8],
+    max: usize,
+    what: &str,
+) -> Result<serde_json::Map<String, Value>, ApiError> {
+    if body.len() > max {
+        return Err(error(413, format!("{what} request is at most {max} bytes")));
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::Map::new());
+    }
+    match serde_json::from_slice(body).map_err(|e| error(400, format!("invalid JSON: {e}")))? {
+        Value::Object(fields) => Ok(fields),
+        _ => Err(error(400, format!("{what} request is a JSON object"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
