@@ -467,10 +467,11 @@ fn kill_timeout_is_capped_by_max_kill_timeout() {
         .iter()
         .find(|e| e.event_type == ev::TERMINATED)
         .unwrap();
-    assert_eq!(
-        terminated.time - killing.time,
-        30 * SECOND,
-        "SIGKILL at the capped timeout"
+    // Events recorded at one instant are a nanosecond apart (Killing came after others).
+    let waited = terminated.time - killing.time;
+    assert!(
+        (30 * SECOND - 10..=30 * SECOND).contains(&waited),
+        "SIGKILL at the capped timeout: {waited} ns after Killing"
     );
     assert_eq!(terminated.details["signal"], "9");
 }

@@ -597,15 +597,11 @@ fn a_stopping_allocation_keeps_its_static_port_until_its_client_ends_it() {
     );
 }
 
-/// The event journal: one batch per write, typed as Nomad types it; while a stream is open,
-/// each event carries its record as the write left it (a later write does not change it);
-/// with none, it names the record, read as it is when a subscriber asks.
 #[test]
 fn a_jobs_status_moves_its_modify_index_and_is_published_in_the_write_that_changes_it() {
     use quiesce::server::events::{Since, Snapshot};
     let mut server = Server::new(vec!["node-0".into()], 3);
     server.store.journal_events();
-    server.store.subscribe_events(true);
     server.register_job(job("service", 2)).unwrap();
     let job_of = |server: &Server| server.store.job("web").unwrap().clone();
     assert_eq!(server.store.job_status(&job_of(&server)), "pending");
@@ -665,7 +661,6 @@ fn a_jobs_status_moves_its_modify_index_and_is_published_in_the_write_that_chang
         }
         other => panic!("a copy of the job, not {other:?}"),
     }
-    server.store.subscribe_events(false);
 }
 
 /// A clock that moves a second at every look (a write reads it once, when it starts).
@@ -710,8 +705,10 @@ fn writes_stamp_their_time_on_what_they_create_and_change_and_a_stop_keeps_the_s
     assert_eq!(plain.store.job("web").unwrap().submit_time, 0);
 }
 
+/// The event journal: one batch per write, typed as Nomad types it, each event carrying its
+/// record as the write left it (a later write does not change it), with no stream open.
 #[test]
-fn the_event_journal_keeps_each_write_as_it_ended_while_a_stream_is_open() {
+fn the_event_journal_keeps_each_write_as_it_ended() {
     use quiesce::server::events::{Since, Snapshot};
     let mut server = Server::new(vec!["node-0".into()], 3);
     server.store.journal_events();
@@ -745,12 +742,6 @@ fn the_event_journal_keeps_each_write_as_it_ended_while_a_stream_is_open() {
             ],
         ]
     );
-    // Nobody subscribed: the placement names the allocation, read as it is now.
-    assert!(matches!(
-        registered[1].events[0].snapshot.as_ref(),
-        Snapshot::Current(_)
-    ));
-    server.store.subscribe_events(true);
     let stop = server
         .stop_job(
             "web",
@@ -792,7 +783,21 @@ fn the_event_journal_keeps_each_write_as_it_ended_while_a_stream_is_open() {
         (kind, reported.client_status),
         ("AllocationUpdated", ClientStatus::Complete)
     );
-    server.store.subscribe_events(false);
+    // The placement, read after all of it: pending, to run, unflagged, as it was placed.
+    let placement = registered[1].events[0].snapshot.as_ref();
+    let Snapshot::Alloc(placed) = placement else {
+        panic!("a copy, not {placement:?}");
+    };
+    assert_eq!(
+        (placed.desired_status, placed.client_status),
+        (DesiredStatus::Run, ClientStatus::Pending)
+    );
+    assert!(!placed.desired_transition.should_ignore_shutdown_delay());
+    assert_eq!(placed.modify_index, registered[1].index);
+    // The store's record moved on without changing what the events hold.
+    let now = server.store.alloc(&alloc).unwrap();
+    assert_eq!(now.client_status, ClientStatus::Complete);
+    assert_eq!(now.modify_index, stop.index + 2);
 }
 
 use quiesce::server::gc::Cutoffs;

@@ -153,10 +153,16 @@ def test_the_job_source_comes_back_as_submitted_version_by_version_across_a_rest
     agent.start()
     assert source(0)[1] == first
     assert source(2)[1] == dict(second, VariableFlags=None)
+    # A register without a source stores none for its version, even with the spec unchanged
+    # (the stopped version's source is the CLI's `job start`'s to send, as Nomad's UI does).
+    assert agent.http("PUT", "/v1/jobs", sleeper("src", "1"))[0] == 200
+    assert agent.get("/v1/job/src")["Version"] == 3
+    assert source(3)[:2] == (404, "job source not found")
+    assert source(2)[1] == dict(second, VariableFlags=None)
     # A source past the limit is discarded with Nomad's warning; the job is registered.
     status, body, _ = submit("3", {"Source": "x" * ((1 << 20) + 1), "Format": "hcl2"})
     assert status == 200 and "exceeds the maximum" in body["Warnings"], body
-    assert source(3)[:2] == (404, "job source not found")
+    assert source(4)[:2] == (404, "job source not found")
     # The version is required.
     status, body, _ = agent.http("GET", "/v1/job/src/submission")
     assert status == 400 and "version" in body, body

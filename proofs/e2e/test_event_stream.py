@@ -115,11 +115,64 @@ def test_a_flagged_stop_streams_the_flag_with_the_stop_and_the_deregistrations_b
     assert max(deregistered.values()) < ended, (deregistered, ended)
     last = stream.events("Allocation")[-1]["Payload"]["Allocation"]
     assert last["ClientStatus"] == "complete"
+    # A stream opened now on an old index replays the same batches: each write's records as
+    # it left them, not as they are now.
+    replay = Stream(agent, "topic=Allocation:web&topic=Service:web&topic=Job:web&index=1")
+    replay.wait_for("the allocation's end",
+                    lambda s: any(e["Index"] >= final for e in s.events("Allocation")))
+    replay.close()
+    assert [b for b in replay.batches() if b["Index"] <= indexes[-1]] == batches
     # What the task felt: one SIGINT, with neither service listed, well inside the 4 s of
     # delays the flag skipped.
     signals = [line for line in agent.task_log(alloc["ID"], "server") if line[0] == "signal"]
     assert [s[1] for s in signals] == ["INT"], signals
     assert signals[0][3] == {"server-web": 0, "web-group": 0}, signals
+
+
+def test_a_stream_opened_after_a_stop_replays_each_write_as_it_left_its_records(agent):
+    # No stream is open through the run, the stop and the end.
+    job = web_job(agent.address, job_id="past", group_delay_s=30, task_delay_s=30)
+    status, answer, _ = agent.http("PUT", "/v1/jobs", job)
+    assert status == 200
+    registered = answer["Index"]
+    [alloc] = agent.running("past", 1)
+    status, answer, _ = agent.http("DELETE", "/v1/job/past?no_shutdown_delay=true")
+    assert status == 200
+    stop = answer["Index"]
+    agent.wait_terminal([alloc["ID"]])
+    final = agent.get(f"/v1/allocation/{alloc['ID']}")["ModifyIndex"]
+    replay = Stream(agent, f"topic=Allocation:past&topic=Job:past&index={registered}")
+    replay.wait_for("the allocation's end",
+                    lambda s: any(e["Index"] >= final for e in s.events("Allocation")))
+    replay.close()
+    allocs = [(e["Index"], e["Payload"]["Allocation"]) for e in replay.events("Allocation")]
+    jobs = [(e["Index"], e["Payload"]["Job"]) for e in replay.events("Job")]
+    # Each event carries its record as its own write left it.
+    assert all(a["ModifyIndex"] == index for index, a in allocs), allocs
+    assert all(j["ModifyIndex"] == index for index, j in jobs), jobs
+    # The registration: the job as submitted, not stopped, nothing placed yet.
+    assert jobs[0][0] == registered
+    assert (jobs[0][1]["Stop"], jobs[0][1]["Status"]) == (False, "pending")
+    # The placement: to run, pending, unflagged, no task started.
+    placed = allocs[0][1]
+    assert (placed["DesiredStatus"], placed["ClientStatus"]) == ("run", "pending")
+    assert not placed["DesiredTransition"].get("NoShutdownDelay")
+    # Running, before the stop: Started, and no Killing yet.
+    running = next(a for index, a in allocs if a["ClientStatus"] == "running")
+    kinds = [e["Type"] for e in running["TaskStates"]["server"]["Events"]]
+    assert "Started" in kinds and "Killing" not in kinds, kinds
+    # The stop's write: the job stopped with its delays as they were, and the flag on the
+    # allocation while it is still to run; the job dead only in the last write.
+    [stopped] = [j for index, j in jobs if index == stop]
+    assert (stopped["Stop"], stopped["Status"]) == (True, "running")
+    assert stopped["TaskGroups"][0]["ShutdownDelay"] == 30 * SECOND
+    [flagged] = [a for index, a in allocs if index == stop]
+    assert (flagged["DesiredStatus"], flagged["DesiredTransition"]["NoShutdownDelay"]) == ("run", True)
+    ended = next(index for index, a in allocs if a["ClientStatus"] == "complete")
+    assert [(index, j["Status"]) for index, j in jobs if j["Status"] == "dead"] == [(ended, "dead")]
+    # What the task felt: one SIGINT, the 60 s of delays skipped.
+    signals = [line for line in agent.task_log(alloc["ID"], "server") if line[0] == "signal"]
+    assert [s[1] for s in signals] == ["INT"], signals
 
 
 def test_a_subscription_from_an_index_replays_what_the_journal_kept(agent):

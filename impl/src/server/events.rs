@@ -5,16 +5,15 @@
 //!
 //! The store keeps the journal only where a host asks for it (the daemon; the simulator,
 //! which clones stores freely, does not), and keeps a bounded suffix of it:
-//! [`MAX_EVENTS`] events. A subscriber that has fallen behind what is kept learns it
+//! [`MAX_EVENTS`] events, whether or not a stream is open, each with the record as its
+//! write left it — so a stream opened on an old index replays what happened, not today's
+//! records. A subscriber that has fallen behind what is kept learns it
 //! ([`EventJournal::since`]), so it never skips an event unknowingly.
 //!
-//! A copy of each record a write changed costs the kill path: a stop of 1,000 allocations
-//! took half as long again (median 329 ms against 219, over 16 stops each). So the copies
-//! are made only while a stream is open. With none, the journal keeps the last
-//! [`MAX_LIGHT_WRITES`] writes as the records each changed, made into events only when a
-//! subscriber asks for them — each record then read as it is, not as that write left it.
+//! An allocation's event shares its record with the store (see `store/journal.rs`), so the
+//! kill path pays for a copy only when it writes a version an event holds, and that copy
+//! shares the job and each task event.
 
-use super::store::Record;
 use super::structs::{AllocatedPort, Allocation, Evaluation, Node, ServiceRegistration};
 use crate::spec::Job;
 use std::collections::VecDeque;
@@ -95,7 +94,8 @@ impl Topic {
 /// A record as it was when the write that changed it ended.
 #[derive(Clone, Debug)]
 pub enum Snapshot {
-    Alloc(Box<Allocation>),
+    /// Shared with the store until a write changes the record.
+    Alloc(Arc<Allocation>),
     /// The job's latest version, its status then, and whether the write deleted it (a
     /// purge: the version it had).
     Job {
@@ -112,9 +112,6 @@ pub enum Snapshot {
         deleted: bool,
     },
     Node(Box<Node>),
-    /// The record as it is when a subscriber reads the event: what the journal keeps while
-    /// nobody is subscribed (see [`EventJournal::subscribe`]).
-    Current(Record),
 }
 
 /// What a service registration's allocation adds to it when shown.
@@ -148,29 +145,11 @@ pub struct Batch {
     pub events: Vec<Event>,
 }
 
-/// The most writes the journal keeps while nobody is subscribed (as records named, made
-/// into events when a subscriber asks). Nomad's buffer keeps 100 by default.
-pub const MAX_LIGHT_WRITES: usize = 1024;
-
-/// A write made while nobody was subscribed: the records it changed (possibly repeated),
-/// and those it deleted, as they were.
-#[derive(Clone, Debug)]
-pub struct LightWrite {
-    pub index: u64,
-    pub kind: WriteType,
-    pub order: Vec<Record>,
-    pub deleted: std::collections::BTreeMap<Record, Snapshot>,
-}
-
 /// The journal's kept suffix.
 #[derive(Clone, Debug, Default)]
 pub struct EventJournal {
     batches: VecDeque<Arc<Batch>>,
     events: usize,
-    /// Writes made while nobody was subscribed, not yet made into batches.
-    light: VecDeque<LightWrite>,
-    /// Open streams: while there is one, each event carries its record as it was.
-    subscribers: usize,
     /// The highest index of a batch dropped to keep the bound (0: none dropped).
     dropped_through: u64,
 }
@@ -185,43 +164,6 @@ pub enum Since {
 }
 
 impl EventJournal {
-    /// A stream opens: from the next write on, events carry copies of their records.
-    pub fn subscribe(&mut self) {
-        self.subscribers += 1;
-    }
-
-    pub fn unsubscribe(&mut self) {
-        self.subscribers = self.subscribers.saturating_sub(1);
-    }
-
-    pub fn subscribed(&self) -> bool {
-        self.subscribers > 0
-    }
-
-    pub(super) fn push_light(&mut self, write: LightWrite) {
-        if write.order.is_empty() {
-            return;
-        }
-        self.light.push_back(write);
-        if self.light.len() > MAX_LIGHT_WRITES {
-            let dropped = self.light.pop_front().expect("more than the bound");
-            self.dropped_through = self.dropped_through.max(dropped.index);
-            // The batches kept are older still: none can be read without this gap.
-            while self
-                .batches
-                .front()
-                .is_some_and(|b| b.index <= dropped.index)
-            {
-                let gone = self.batches.pop_front().expect("checked");
-                self.events -= gone.events.len();
-            }
-        }
-    }
-
-    pub(super) fn take_light(&mut self) -> VecDeque<LightWrite> {
-        std::mem::take(&mut self.light)
-    }
-
     pub(super) fn push(&mut self, batch: Batch) {
         if batch.events.is_empty() {
             return;
@@ -312,29 +254,5 @@ mod tests {
         journal.push(batch(11, MAX_EVENTS + 5));
         assert_eq!(indexes(journal.since(11, 10)), vec![11]);
         assert!(matches!(journal.since(10, 10), Since::FellBehind { .. }));
-        // Light writes dropped past their bound take the older batches with them, and
-        // what was dropped never shrinks.
-        let light = |index| LightWrite {
-            index,
-            kind: WriteType::NodeUpdate,
-            order: vec![Record::Node("n".into())],
-            deleted: Default::default(),
-        };
-        for index in 12..12 + MAX_LIGHT_WRITES as u64 + 1 {
-            journal.push_light(light(index));
-        }
-        assert_eq!(journal.start(0), 13);
-        assert!(matches!(
-            journal.since(12, 10),
-            Since::FellBehind {
-                dropped_through: 12
-            }
-        ));
-        assert_eq!(
-            indexes(journal.since(13, 10)),
-            Vec::<u64>::new(),
-            "not batches yet"
-        );
-        assert_eq!(journal.take_light().len(), MAX_LIGHT_WRITES);
     }
 }

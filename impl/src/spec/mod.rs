@@ -274,6 +274,23 @@ pub struct Resources {
     pub memory_max_mb: Option<i64>,
 }
 
+impl Resources {
+    /// Nomad's defaults (its api's `Resources.Canonicalize`): 100 MHz and 300 MB, but no
+    /// CPU where cores are asked for.
+    fn canonicalize(&mut self) {
+        if self.cores.is_none() {
+            self.cores = Some(0);
+            self.cpu.get_or_insert(DEFAULT_CPU_MHZ);
+        }
+        self.cpu.get_or_insert(0);
+        self.memory_mb.get_or_insert(DEFAULT_MEMORY_MB);
+    }
+}
+
+/// A task's CPU and memory when its spec gives none (Nomad's `DefaultResources`).
+pub const DEFAULT_CPU_MHZ: i64 = 100;
+pub const DEFAULT_MEMORY_MB: i64 = 300;
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Constraint {
@@ -587,6 +604,9 @@ impl Job {
             group.count.get_or_insert(1);
             for task in &mut group.tasks {
                 task.kill_timeout_ns.get_or_insert(DEFAULT_KILL_TIMEOUT_NS);
+                task.resources
+                    .get_or_insert_with(Resources::default)
+                    .canonicalize();
             }
         }
     }
@@ -623,6 +643,11 @@ mod tests {
         assert_eq!((group.count, group.shutdown_delay_ns), (Some(1), None));
         let task = &group.tasks[0];
         assert_eq!(task.kill_timeout_ns, Some(DEFAULT_KILL_TIMEOUT_NS));
+        let resources = task.resources.clone().expect("defaulted");
+        assert_eq!(
+            (resources.cpu, resources.cores, resources.memory_mb),
+            (Some(100), Some(0), Some(300))
+        );
         assert_eq!((task.shutdown_delay_ns, task.kill_signal.as_str()), (0, ""));
         assert_eq!(task.role(), TaskRole::Main);
     }

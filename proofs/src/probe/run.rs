@@ -237,6 +237,13 @@ impl Ctx<'_> {
         Some(stream.view())
     }
 
+    /// The event stream of the probe's jobs from index `from` through `through`, opened
+    /// now, after those writes (see [`super::stream::EventStream::replay`]).
+    pub fn replayed(&self, from: u64, through: u64) -> Result<super::stream::StreamView, String> {
+        let prefix = format!("quiesce-probe-{}-", self.run_id);
+        super::stream::EventStream::replay(self.api, &prefix, from, through, STREAM_PATIENCE)
+    }
+
     /// Each task's witness records, where the witness ran (`None`: no witness, or its log
     /// could not be read, with why).
     pub fn witnessed(

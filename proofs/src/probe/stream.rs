@@ -31,6 +31,8 @@ pub struct StreamEvent {
 
 #[derive(Default)]
 struct Shared {
+    /// A replay's last index: the reader ends once it has read a write at it or later.
+    through: Option<u64>,
     /// Lines read (a heartbeat included).
     lines: u64,
     events: Vec<StreamEvent>,
@@ -56,6 +58,47 @@ impl EventStream {
     /// Subscribes from `from_index` to the events of jobs whose ID starts with `prefix`.
     /// An error says why the stream cannot be used (not offered, refused, …).
     pub fn open(api: &Api, prefix: &str, from_index: u64) -> Result<EventStream, String> {
+        Self::subscribe(api, prefix, from_index, None)
+    }
+
+    /// A replay, opened after the writes it asks for: the events of `prefix`'s jobs from
+    /// `from_index` through `through`, read until the stream shows a write at `through` or
+    /// later (then closed), or until `limit`. A server that keeps its events as each write
+    /// left them (Nomad's buffer, quiesce's journal) shows the same as a stream that was
+    /// open through them.
+    pub fn replay(
+        api: &Api,
+        prefix: &str,
+        from_index: u64,
+        through: u64,
+        limit: Duration,
+    ) -> Result<StreamView, String> {
+        let stream = Self::subscribe(api, prefix, from_index, Some(through))?;
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let view = stream.view();
+            if let Some(why) = &view.ended {
+                if why.starts_with("read through") {
+                    return Ok(view);
+                }
+                return Err(format!("the replay ended before index {through}: {why}"));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "the replay from index {from_index} did not reach index {through} within {} s",
+                    limit.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn subscribe(
+        api: &Api,
+        prefix: &str,
+        from_index: u64,
+        through: Option<u64>,
+    ) -> Result<EventStream, String> {
         let mut path =
             format!("/v1/event/stream?topic=Allocation&topic=Job&topic=Service&index={from_index}");
         if api.namespace() != "default" {
@@ -92,7 +135,10 @@ impl EventStream {
                 super::api::shorten(&text, 200)
             ));
         }
-        let shared = Arc::new(Mutex::new(Shared::default()));
+        let shared = Arc::new(Mutex::new(Shared {
+            through,
+            ..Shared::default()
+        }));
         let reader = response.into_body().into_reader();
         let (kept, prefix) = (Arc::clone(&shared), prefix.to_string());
         std::thread::Builder::new()
@@ -215,6 +261,10 @@ fn read(reader: impl Read, prefix: &str, shared: &Mutex<Shared>) {
         shared.events.extend(ours);
         if shared.events.len() > MAX_KEPT {
             break format!("more than {MAX_KEPT} events of the probe's jobs");
+        }
+        if shared.through.is_some_and(|through| index >= through) {
+            // Dropping the reader closes the replay's connection.
+            break format!("read through index {index}");
         }
     };
     shared.lock().expect("never poisoned").ended = Some(ended);

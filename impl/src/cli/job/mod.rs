@@ -105,10 +105,24 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
                 return Err(format!("Job {id:?} is not stopped: nothing to start"));
             }
             stored["Stop"] = Value::Bool(false);
+            // The stopped version's source goes with it, as Nomad's UI sends it, so the new
+            // version keeps it (`job inspect -hcl`); a job registered without one has none.
+            let version = stored["Version"].as_u64().unwrap_or(0);
+            let submission = match api.get(&format!(
+                "/v1/job/{}/submission?version={version}",
+                segment(&id)
+            )) {
+                Ok(submission) => Some(submission),
+                Err(e) if e.starts_with("Unexpected response code: 404") => None,
+                Err(e) => return Err(format!("job {id:?} version {version}: its source: {e}")),
+            };
             let job: Job = serde_json::from_value(stored)
                 .map_err(|e| format!("the agent's job does not decode: {e}"))?;
-            let body = serde_json::to_vec(&serde_json::json!({ "Job": job }))
-                .expect("JSON values serialize");
+            let mut body = serde_json::json!({ "Job": job });
+            if let Some(submission) = submission {
+                body["Submission"] = submission;
+            }
+            let body = serde_json::to_vec(&body).expect("JSON values serialize");
             let answer = api.call("PUT", &format!("/v1/job/{}", segment(&id)), Some(&body))?;
             let eval = text(&answer, "EvalID");
             if detach {

@@ -200,7 +200,13 @@ impl TaskRunner {
         matches!(self.phase, TaskPhase::NotStarted | TaskPhase::Dead)
     }
 
-    pub(super) fn record(&mut self, event: TaskEvent) {
+    /// Keeps an event, a nanosecond after the one before it at the latest: events recorded
+    /// in one step are in order by time too, as Nomad's (a real clock between them), so a
+    /// client that tells events apart by `Time` keeps each.
+    pub(super) fn record(&mut self, mut event: TaskEvent) {
+        if let Some(last) = self.state.events.last() {
+            event.time = event.time.max(last.time.saturating_add(1));
+        }
         if event.event_type == event_types::RESTARTING {
             self.state.last_restart = event.time;
         }

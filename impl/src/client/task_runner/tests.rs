@@ -45,3 +45,23 @@ fn a_task_keeps_its_last_ten_events() {
     let times: Vec<i64> = runner.state.events.iter().map(|e| e.time).collect();
     assert_eq!(times, (1..=10).collect::<Vec<i64>>());
 }
+
+#[test]
+fn events_recorded_at_one_instant_are_a_nanosecond_apart() {
+    let mut runner = TaskRunner::new(
+        &Task::default(),
+        EffectiveRestartPolicy::default(),
+        false,
+        0,
+    );
+    for (kind, at) in [("A", 5), ("B", 5), ("C", 5), ("D", 4), ("E", 20)] {
+        runner.record(event(kind, at, String::new(), &[]));
+    }
+    let times: Vec<(&str, i64)> = runner
+        .state
+        .events
+        .iter()
+        .map(|e| (e.event_type.as_str(), e.time))
+        .collect();
+    assert_eq!(times, [("A", 5), ("B", 6), ("C", 7), ("D", 8), ("E", 20)]);
+}

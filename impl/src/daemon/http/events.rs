@@ -236,8 +236,6 @@ fn event_json(
             value["SecretID"] = json!("");
             json!({ "Node": value })
         }
-        // Resolved under the core lock before rendering (see `stream`).
-        Snapshot::Current(_) => Value::Null,
     };
     let filter_keys = if event.filter_keys.is_empty() {
         Value::Null
@@ -251,12 +249,11 @@ fn event_json(
     })
 }
 
-/// The batches' events `subscription` wants (batches with none left out), each naming its
-/// record resolved to a copy of it as it is now; the last batch's index; and whether the
-/// look took as many batches as one may (so that more may be waiting).
+/// The batches' events `subscription` wants (batches with none left out), each with its
+/// record as its write left it; the last batch's index; and whether the look took as many
+/// batches as one may (so that more may be waiting).
 #[allow(clippy::type_complexity)]
 fn wanted(
-    store: &StateStore,
     subscription: &Subscription,
     batches: Vec<Arc<crate::server::events::Batch>>,
 ) -> (Vec<(u64, Vec<Event>)>, Option<u64>, bool) {
@@ -268,16 +265,7 @@ fn wanted(
             .events
             .iter()
             .filter(|e| subscription.wants(e))
-            .filter_map(|e| match e.snapshot.as_ref() {
-                Snapshot::Current(record) => {
-                    let now = store.snapshot_of(record)?;
-                    Some(Event {
-                        snapshot: Arc::new(now),
-                        ..e.clone()
-                    })
-                }
-                _ => Some(e.clone()),
-            })
+            .cloned()
             .collect();
         if !events.is_empty() {
             out.push((batch.index, events));
@@ -308,20 +296,11 @@ pub(super) async fn stream(
             Some(journal) => journal.start(subscription.index),
             None => return Err(error(500, "this agent keeps no event journal")),
         };
-        core.server.store.subscribe_events(true);
         start
     };
-    /// The stream's subscription, given back when its task ends.
-    struct Subscribed(Arc<Shared>);
-    impl Drop for Subscribed {
-        fn drop(&mut self) {
-            self.0.core().server.store.subscribe_events(false);
-        }
-    }
-    let subscribed = Subscribed(Arc::clone(&shared));
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tokio::spawn(async move {
-        let (_slot, _subscribed) = (slot, subscribed);
+        let _slot = slot;
         let line = |value: &Value| {
             let mut bytes = serde_json::to_vec(value).expect("JSON values serialize");
             bytes.push(b'\n');
@@ -343,8 +322,8 @@ pub(super) async fn stream(
             if allowed(&shared, token.as_deref(), &subscription).is_err() {
                 return; // the token is gone, or its rights
             }
-            // Under the lock: the batches after the cursor, the events this subscriber
-            // wants, each naming its record resolved to a copy of it now. Rendered after.
+            // Under the lock: the batches after the cursor (shared, each event with its
+            // record as its write left it). Filtered and rendered after.
             let (looked, node_names, node) = {
                 let mut core = shared.core();
                 let node = core.node().to_string();
@@ -354,16 +333,17 @@ pub(super) async fn stream(
                     .nodes()
                     .map(|n| (n.id.clone(), n.name.clone()))
                     .collect::<BTreeMap<_, _>>();
-                let store = &mut core.server.store;
-                let since = store
+                let since = core
+                    .server
+                    .store
                     .events()
                     .map(|journal| journal.since(cursor, BATCHES_A_LOOK));
-                let looked = match since {
-                    Some(Since::Batches(batches)) => Some(wanted(store, &subscription, batches)),
-                    // Fell behind what the journal keeps: ended, never skipped ahead.
-                    Some(Since::FellBehind { .. }) | None => None,
-                };
-                (looked, names, node)
+                (since, names, node)
+            };
+            let looked = match looked {
+                Some(Since::Batches(batches)) => Some(wanted(&subscription, batches)),
+                // Fell behind what the journal keeps: ended, never skipped ahead.
+                Some(Since::FellBehind { .. }) | None => None,
             };
             let Some((batches, last, full)) = looked else {
                 return;

@@ -305,15 +305,8 @@ pub(super) fn register(
         }
     }
     let mut core = shared.core();
-    if job.submission.is_none() {
-        // Registered again without its source (`job start`, a client that sends none): an
-        // unchanged specification keeps the source its version was submitted as.
-        if let Some(old) = core.server.store.job(&job.id) {
-            if old.spec_only() == job.spec_only() {
-                job.submission = old.submission.clone();
-            }
-        }
-    }
+    // A register without a source stores none for its version, as Nomad's: only a stop
+    // carries the previous version's over (`job start` sends the stopped version's).
     let starts = core
         .server
         .store

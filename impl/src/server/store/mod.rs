@@ -15,6 +15,7 @@ use super::structs::{
 use crate::spec::Job;
 use status::Counts;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// A durable copy's records, table by table (see [`StateStore::restore`]).
 #[derive(Clone, Debug, Default)]
@@ -31,7 +32,9 @@ pub struct StateStore {
     index: u64,
     /// Every stored version of each job, oldest first. A purged job is gone.
     jobs: BTreeMap<JobId, Vec<Job>>,
-    allocs: BTreeMap<AllocId, Allocation>,
+    /// Shared with the event journal: a write copies a record only if an event still
+    /// holds the version it changes (see `journal.rs`).
+    allocs: BTreeMap<AllocId, Arc<Allocation>>,
     /// Allocation IDs by job, so a job's allocations are found without a scan.
     allocs_by_job: BTreeMap<JobId, BTreeSet<AllocId>>,
     /// What each job's status is derived from (`status.rs`).
@@ -66,12 +69,8 @@ pub struct StateStore {
 struct OpenWrite {
     index: u64,
     kind: WriteType,
-    /// A stream was open when the write started: its events carry copies of the records.
-    copies: bool,
-    /// In the order first changed; without copies, possibly repeated (made unique only
-    /// when a subscriber asks: the kill path pays one push per change).
+    /// In the order first changed, possibly repeated (made unique when the write ends).
     order: Vec<Record>,
-    seen: BTreeSet<Record>,
     deleted: BTreeMap<Record, Snapshot>,
 }
 
@@ -177,15 +176,11 @@ impl StateStore {
             Record::Node(_) => tables.nodes = index,
         }
         if self.events.is_some() && record != Record::Index {
-            let copies = self.events.as_ref().is_some_and(EventJournal::subscribed);
             let open = self
                 .open
-                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl, copies));
-            if !open.copies {
-                if open.order.last() != Some(&record) {
-                    open.order.push(record.clone());
-                }
-            } else if open.seen.insert(record.clone()) {
+                .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl));
+            // Repeats are made unique when the write ends: the kill path pays one push.
+            if open.order.last() != Some(&record) {
                 open.order.push(record.clone());
             }
         }
@@ -206,7 +201,7 @@ impl StateStore {
 
     /// An allocation, tombstone or not (for a durable copy).
     pub fn alloc_record(&self, id: &str) -> Option<&Allocation> {
-        self.allocs.get(id)
+        self.allocs.get(id).map(Arc::as_ref)
     }
 
     pub fn service(&self, id: &str) -> Option<&ServiceRegistration> {
@@ -225,8 +220,8 @@ impl StateStore {
         self.wrote(Record::Index);
         self.index += 1;
         self.now = self.clock.map(|clock| clock());
-        if let Some(journal) = &self.events {
-            self.open = Some(OpenWrite::new(self.index, kind, journal.subscribed()));
+        if self.events.is_some() {
+            self.open = Some(OpenWrite::new(self.index, kind));
         }
         self.index
     }
@@ -257,11 +252,19 @@ impl StateStore {
     /// An allocation as the API shows it: tombstones are not found (Nomad answers 404 once a
     /// job is purged).
     pub fn alloc(&self, id: &str) -> Option<&Allocation> {
-        self.allocs.get(id).filter(|alloc| !alloc.tombstone)
+        self.allocs
+            .get(id)
+            .map(Arc::as_ref)
+            .filter(|alloc| !alloc.tombstone)
     }
 
     /// An allocation as its client pulls it, tombstones included.
     pub fn alloc_for_client(&self, id: &str) -> Option<&Allocation> {
+        self.allocs.get(id).map(Arc::as_ref)
+    }
+
+    /// The allocation's record itself, shared (what an event carries).
+    pub(super) fn alloc_shared(&self, id: &str) -> Option<&Arc<Allocation>> {
         self.allocs.get(id)
     }
 
@@ -272,10 +275,14 @@ impl StateStore {
             .into_iter()
             .flatten()
             .filter_map(|id| self.allocs.get(id))
+            .map(Arc::as_ref)
     }
 
     pub fn allocs(&self) -> impl Iterator<Item = &Allocation> {
-        self.allocs.values().filter(|alloc| !alloc.tombstone)
+        self.allocs
+            .values()
+            .map(Arc::as_ref)
+            .filter(|alloc| !alloc.tombstone)
     }
 
     /// Every allocation placed on a node, tombstones included (what its client pulls).
@@ -285,6 +292,7 @@ impl StateStore {
     ) -> impl Iterator<Item = &'a Allocation> + 'a {
         self.allocs
             .values()
+            .map(Arc::as_ref)
             .filter(move |alloc| alloc.node_id == node)
     }
 
@@ -391,7 +399,7 @@ impl StateStore {
         let came = Counts::of(&alloc);
         let gone = self
             .allocs
-            .insert(alloc.id.clone(), alloc)
+            .insert(alloc.id.clone(), Arc::new(alloc))
             .map_or_else(Counts::default, |old| Counts::of(&old));
         self.recount(&job_id, gone, came);
     }
@@ -409,7 +417,8 @@ impl StateStore {
             return false;
         }
         self.wrote(Record::Alloc(id.to_string()));
-        let alloc = self.allocs.get_mut(id).expect("checked");
+        // A copy only if an event still holds this version (it shows it as it was).
+        let alloc = Arc::make_mut(self.allocs.get_mut(id).expect("checked"));
         let gone = Counts::of(alloc);
         change(alloc);
         alloc.modify_index = index;
@@ -433,9 +442,7 @@ impl StateStore {
         // published; Nomad 1.7.3 and later deletes them in the purge's own write, and
         // publishes nothing of them.)
         self.deleting(Record::Alloc(id.to_string()), |store| {
-            Some(Snapshot::Alloc(Box::new(
-                store.alloc_for_client(id)?.clone(),
-            )))
+            Some(Snapshot::Alloc(Arc::clone(store.alloc_shared(id)?)))
         });
         self.wrote(Record::Alloc(id.to_string()));
         if let Some(alloc) = self.allocs.remove(id) {

@@ -125,7 +125,64 @@ fn stop_path_stopped(
             },
         );
     }
+    // Where the server streams: a replay opened now, after the writes, shows history as
+    // each write left it. One that cannot show it is said, its findings left out (as a
+    // live stream that did not catch up).
+    if ctx.stream.is_some() {
+        let registered = running.stored["JobModifyIndex"].as_u64().unwrap_or(0);
+        let stop = stop_index(&answer);
+        let replayed = ctx
+            .replayed(registered, stop)
+            .map(|view| replayed_job(&running.stored, &view, &running.spec.id, registered, stop));
+        match replayed {
+            Ok(Verdict::NotObservable(why)) | Err(why) => ctx
+                .stream_missed
+                .borrow_mut()
+                .push(format!("a replay from index {registered}: {why}")),
+            Ok(verdict) => spec_verdicts.push(verdict),
+        }
+    }
     Ok((running, out, spec_verdicts, after))
+}
+
+/// What a replay of the event stream, opened after the stop, shows of the job's
+/// registration and of the stop: each as its write stored it — the job as it ran, not
+/// stopped, then the same job stopped. A server that shows today's job for an old write
+/// shows `Stop=true` at the registration.
+fn replayed_job(
+    before: &Value,
+    view: &StreamView,
+    job: &str,
+    registered: u64,
+    stop: u64,
+) -> Verdict {
+    let registration = match stream::job_at(view, job, registered) {
+        Err(why) => Verdict::NotObservable(format!("a replay: {why}")),
+        Ok(first) if first["Stop"].as_bool() == Some(true) => Verdict::Violated(format!(
+            "a replay of the event stream shows the registration's write (index {registered}) \
+             storing Stop=true: the job as it is now, not as that write stored it"
+        )),
+        Ok(first) => match judge::spec_differences(before, &first).as_slice() {
+            [] => Verdict::Holds(format!(
+                "a replay of the event stream shows the registration's write (index \
+                 {registered}) storing the job as it ran"
+            )),
+            differ => Verdict::Violated(format!(
+                "a replay of the event stream shows the registration's write (index \
+                 {registered}) storing a job other than the one that ran: {}",
+                differ.join("; ")
+            )),
+        },
+    };
+    let stopped = match stream::job_at(view, job, stop) {
+        Ok(stored) => match stream_job_unchanged(before, &stored) {
+            Verdict::Holds(why) => Verdict::Holds(format!("in a replay, {why}")),
+            Verdict::Violated(why) => Verdict::Violated(format!("in a replay, {why}")),
+            other => other,
+        },
+        Err(why) => Verdict::NotObservable(format!("a replay: {why}")),
+    };
+    Verdict::all(vec![registration, stopped])
 }
 
 /// The job in the stop's own write, as the event stream showed it.
@@ -462,4 +519,51 @@ pub(super) fn restart_flag(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
         judged("restart_flag_one_shot", verdict_of(&gaps[1], Delay::Waited)),
         judged("prestop_hooks_always_run", Verdict::all(prestop)),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::stream::StreamEvent;
+    use super::*;
+    use serde_json::json;
+
+    fn job_event(index: u64, stop: bool, delay: i64) -> StreamEvent {
+        StreamEvent {
+            index,
+            topic: "Job".into(),
+            kind: "JobRegistered".into(),
+            record: json!({"ID": "j", "Stop": stop, "Version": index,
+                           "TaskGroups": [{"ShutdownDelay": delay}]}),
+            received_ns: 0,
+        }
+    }
+
+    #[test]
+    fn a_replay_must_show_each_write_as_it_stored_the_job() {
+        let before = json!({"ID": "j", "Stop": false, "TaskGroups": [{"ShutdownDelay": 5}]});
+        let judge = |events| {
+            let view = StreamView {
+                events,
+                ended: None,
+            };
+            replayed_job(&before, &view, "j", 3, 9)
+        };
+        // As each write left it: the job as it ran, then stopped and otherwise the same.
+        let found = judge(vec![job_event(3, false, 5), job_event(9, true, 5)]);
+        assert_eq!(found.word(), "holds", "{found:?}");
+        // Today's job shown for the registration: what a journal without copies shows.
+        let found = judge(vec![job_event(3, true, 5), job_event(9, true, 5)]);
+        assert!(
+            found.is_violation() && found.detail().contains("as it is now"),
+            "{found:?}"
+        );
+        // The stop's write storing a changed job.
+        let found = judge(vec![job_event(3, false, 5), job_event(9, true, 0)]);
+        assert!(
+            found.is_violation() && found.detail().contains("in a replay"),
+            "{found:?}"
+        );
+        // The registration not replayed (fallen out of a server's buffer): not observable.
+        assert_eq!(judge(vec![job_event(9, true, 5)]).word(), "not observable");
+    }
 }
