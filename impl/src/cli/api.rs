@@ -56,10 +56,33 @@ impl Api {
         path: &str,
         body: Option<&[u8]>,
     ) -> Result<(Value, u64), String> {
+        let (status, index, text) = self.exchange(method, path, body)?;
+        answered(status, index, &text)
+    }
+
+    /// As [`Api::call_indexed`], with a 404 answered as `None`: what is not there.
+    pub fn call_found(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<Option<(Value, u64)>, String> {
+        let (status, index, text) = self.exchange(method, path, body)?;
+        if status == 404 {
+            return Ok(None);
+        }
+        answered(status, index, &text).map(Some)
+    }
+
+    fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<(u16, u64, String), String> {
         let url = format!("{}{path}", self.base);
         let token = self.token.as_deref().unwrap_or_default();
-        let (status, index, text) =
-            exchange(&self.agent, method, &url, token, body, CLI_MAX_ANSWER).map_err(|failure| {
+        exchange(&self.agent, method, &url, token, body, CLI_MAX_ANSWER).map_err(|failure| {
                 match failure {
                     Failure::NoAnswer(e) => format!(
                         "Error querying the agent at {}: {e} (is `quiesce agent -dev` running? set -address or NOMAD_ADDR)",
@@ -67,21 +90,25 @@ impl Api {
                     ),
                     Failure::Reading(e) => format!("reading the agent's answer: {e}"),
                 }
-            })?;
-        if !(200..300).contains(&status) {
-            return Err(format!(
-                "Unexpected response code: {status} ({})",
-                text.trim()
-            ));
-        }
-        let value = serde_json::from_str(&text)
-            .map_err(|e| format!("the agent's answer is not JSON: {e}"))?;
-        Ok((value, index))
+            })
     }
 
     pub(super) fn get(&self, path: &str) -> Result<Value, String> {
         self.call("GET", path, None)
     }
+}
+
+/// A 2xx answer's JSON, or the error the CLI shows for any other.
+fn answered(status: u16, index: u64, text: &str) -> Result<(Value, u64), String> {
+    if !(200..300).contains(&status) {
+        return Err(format!(
+            "Unexpected response code: {status} ({})",
+            text.trim()
+        ));
+    }
+    let value =
+        serde_json::from_str(text).map_err(|e| format!("the agent's answer is not JSON: {e}"))?;
+    Ok((value, index))
 }
 
 /// The longest answer the CLI reads (ureq's default).

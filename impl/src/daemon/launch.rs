@@ -107,7 +107,11 @@ fn nomad_env(
         env.push((format!("NOMAD_META_{}", safe.to_ascii_uppercase()), value));
     }
     if let Some(resources) = &task.resources {
-        if let Some(cpu) = resources.cpu {
+        // A task that asks for cores has no MHz of its own (its `CPU` is 0): no limit told.
+        if let Some(cpu) = resources
+            .cpu
+            .filter(|&cpu| cpu > 0 || resources.cores.unwrap_or(0) == 0)
+        {
             env.push(("NOMAD_CPU_LIMIT".into(), cpu.to_string()));
         }
         if let Some(memory) = resources.memory_mb {

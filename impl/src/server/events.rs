@@ -12,7 +12,7 @@
 //!
 //! An allocation's event shares its record with the store (see `store/journal.rs`), so the
 //! kill path pays for a copy only when it writes a version an event holds, and that copy
-//! shares the job and each task event.
+//! shares the job.
 
 use super::structs::{AllocatedPort, Allocation, Evaluation, Node, ServiceRegistration};
 use crate::spec::Job;

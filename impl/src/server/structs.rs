@@ -129,10 +129,12 @@ pub struct TaskState {
 
 impl TaskState {
     /// It is dead from `now` (Nomad: `FinishedAt` is set the first time only).
+    /// Not before its last event, which may be a nanosecond or so on from `now` (events
+    /// recorded at one instant are a nanosecond apart).
     pub fn finish(&mut self, now: i64) {
         self.state = TaskStateName::Dead;
         if self.finished_at == 0 {
-            self.finished_at = now;
+            self.finished_at = self.events.last().map_or(now, |e| e.time.max(now));
         }
     }
 }

@@ -73,7 +73,7 @@ impl EventStream {
         through: u64,
         limit: Duration,
     ) -> Result<StreamView, String> {
-        let stream = Self::subscribe(api, prefix, from_index, Some(through))?;
+        let stream = Self::subscribe(api, prefix, from_index, Some((through, limit)))?;
         let deadline = std::time::Instant::now() + limit;
         loop {
             let view = stream.view();
@@ -93,23 +93,30 @@ impl EventStream {
         }
     }
 
+    /// A live stream (`replay: None`), or a replay through an index within a limit.
     fn subscribe(
         api: &Api,
         prefix: &str,
         from_index: u64,
-        through: Option<u64>,
+        replay: Option<(u64, Duration)>,
     ) -> Result<EventStream, String> {
+        let (through, replay_limit) = (replay.map(|r| r.0), replay.map(|r| r.1));
         let mut path =
             format!("/v1/event/stream?topic=Allocation&topic=Job&topic=Service&index={from_index}");
         if api.namespace() != "default" {
             path.push_str(&format!("&namespace={}", escape(api.namespace())));
         }
         let url = format!("{}{path}", api.address());
-        let config = ureq::Agent::config_builder()
+        let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(OPEN_TIMEOUT))
-            .timeout_recv_response(Some(OPEN_TIMEOUT))
-            .build();
+            .timeout_recv_response(Some(OPEN_TIMEOUT));
+        if let Some(limit) = replay_limit {
+            // A replay that never reaches its index ends with its call, so its reader (and
+            // the server's stream slot) is not left behind.
+            config = config.timeout_global(Some(limit + OPEN_TIMEOUT));
+        }
+        let config = config.build();
         let agent: ureq::Agent = config.into();
         let response = agent
             .get(&url)

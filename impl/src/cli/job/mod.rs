@@ -107,15 +107,17 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             stored["Stop"] = Value::Bool(false);
             // The stopped version's source goes with it, as Nomad's UI sends it, so the new
             // version keeps it (`job inspect -hcl`); a job registered without one has none.
-            let version = stored["Version"].as_u64().unwrap_or(0);
-            let submission = match api.get(&format!(
-                "/v1/job/{}/submission?version={version}",
-                segment(&id)
-            )) {
-                Ok(submission) => Some(submission),
-                Err(e) if e.starts_with("Unexpected response code: 404") => None,
-                Err(e) => return Err(format!("job {id:?} version {version}: its source: {e}")),
-            };
+            let version = stored["Version"]
+                .as_u64()
+                .ok_or_else(|| format!("the agent's job {id:?} has no Version"))?;
+            let submission = api
+                .call_found(
+                    "GET",
+                    &format!("/v1/job/{}/submission?version={version}", segment(&id)),
+                    None,
+                )
+                .map_err(|e| format!("job {id:?} version {version}: its source: {e}"))?
+                .map(|(submission, _)| submission);
             let job: Job = serde_json::from_value(stored)
                 .map_err(|e| format!("the agent's job does not decode: {e}"))?;
             let mut body = serde_json::json!({ "Job": job });

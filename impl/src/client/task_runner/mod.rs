@@ -218,9 +218,7 @@ impl TaskRunner {
 
     pub(super) fn start(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {
         self.phase = TaskPhase::Running;
-        if self.state.state != TaskStateName::Running {
-            self.state.started_at = now;
-        }
+        let was_running = self.state.state == TaskStateName::Running;
         self.state.state = TaskStateName::Running;
         self.record(event(
             event_types::STARTED,
@@ -228,6 +226,10 @@ impl TaskRunner {
             "Task started by client".into(),
             &[],
         ));
+        if !was_running {
+            // The `Started` event's time (a nanosecond on from others at this instant).
+            self.state.started_at = self.state.events.last().map_or(now, |e| e.time);
+        }
         out.push(Command::StartTask { task: ix });
         self.service_hook.register(ix, out);
     }

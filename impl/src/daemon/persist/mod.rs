@@ -450,6 +450,10 @@ impl Persist {
                          submission,
                      }| {
                         job.submission = submission.map(std::sync::Arc::new);
+                        // Nomad's defaults as this agent gives them now, so a version stored
+                        // by an older agent compares equal to the same spec registered again
+                        // (the resources' defaults came later). Idempotent.
+                        job.canonicalize();
                         job
                     },
                 )
@@ -461,6 +465,8 @@ impl Persist {
         each(&read, Table::Allocs, |stored: StoredAlloc| {
             let mut alloc = stored.alloc;
             alloc.tombstone = stored.tombstone;
+            // Its own copy of its version (each decoded alone), defaulted as the versions are.
+            std::sync::Arc::make_mut(&mut alloc.job).canonicalize();
             tables.allocs.push(alloc);
         })?;
         each(&read, Table::Evals, |eval| tables.evals.push(eval))?;
@@ -615,5 +621,51 @@ mod tests {
             matches!(&merged.writes[0], (Table::Pulls, k, Some(Payload::Pulled(_, 2))) if k == "x")
         );
         assert!(matches!(&merged.writes[1], (Table::Pulls, k, None) if k == "y"));
+    }
+
+    #[test]
+    fn a_job_stored_before_the_resources_defaults_loads_with_them() {
+        let dir = std::env::temp_dir().join(format!("quiesce-persist-{}-old", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // As an older agent stored it: canonical then, but with no `Resources`.
+        let mut job: Job = serde_json::from_str(
+            r#"{"ID": "old", "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/sleep"}}]}]}"#,
+        )
+        .unwrap();
+        job.canonicalize();
+        job.task_groups[0].tasks[0].resources = None;
+        let mut server = crate::server::Server::new(vec!["n".into()], 3);
+        server.register_job(job.clone()).unwrap();
+        server.process_next_eval().unwrap().unwrap();
+        let mut alloc = server.store.allocs().next().unwrap().clone();
+        alloc.job = std::sync::Arc::new(job.clone());
+        {
+            let (mut persist, _) = Persist::open(&dir).unwrap();
+            let batch = Batch {
+                index: Some(2),
+                writes: vec![
+                    (Table::Jobs, "old".into(), Some(Payload::Jobs(vec![job]))),
+                    (
+                        Table::Allocs,
+                        "a".into(),
+                        Some(Payload::Alloc(Box::new(alloc))),
+                    ),
+                ],
+                log: Vec::new(),
+                durable: true,
+            };
+            persist.commit(&[batch], true).unwrap();
+        }
+        let (_, loaded) = Persist::open(&dir).unwrap();
+        let resources = |job: &Job| job.task_groups[0].tasks[0].resources.clone();
+        let defaulted = Some(crate::spec::Resources {
+            cpu: Some(100),
+            cores: Some(0),
+            memory_mb: Some(300),
+            memory_max_mb: None,
+        });
+        assert_eq!(resources(&loaded.tables.jobs["old"][0]), defaulted);
+        assert_eq!(resources(&loaded.tables.allocs[0].job), defaulted);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -4,8 +4,9 @@
 //!
 //! An allocation's event shares the store's record (`Arc`): the store copies a record only
 //! when a later write changes a version an event still holds (`Arc::make_mut` in
-//! `update_alloc`), and that copy shares the allocation's job and each task's events. Jobs,
-//! evaluations, services and nodes, written far less often, are copied when the write ends.
+//! `update_alloc`), and that copy shares the allocation's job (its task states are copied).
+//! Jobs, evaluations, services and nodes, written far less often, are copied when the write
+//! ends.
 
 use super::{OpenWrite, Record, StateStore};
 use crate::server::events::{Batch, Event, EventJournal, ServiceOwner, Snapshot, Topic, WriteType};

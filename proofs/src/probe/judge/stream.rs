@@ -141,15 +141,15 @@ pub fn deregistered_before_the_end(
     (!found.is_empty()).then(|| Verdict::Violated(found.join("; ")))
 }
 
-/// The job as the stream shows the write answered at `stop_index` stored it.
-pub fn job_at(view: &StreamView, job: &str, stop_index: u64) -> Result<Value, String> {
+/// The job as the stream shows the write at `index` stored it.
+pub fn job_at(view: &StreamView, job: &str, index: u64) -> Result<Value, String> {
     view.events
         .iter()
-        .find(|e| e.topic == "Job" && e.index == stop_index && e.record["ID"] == job)
+        .find(|e| e.topic == "Job" && e.index == index && e.record["ID"] == job)
         .map(|e| e.record.clone())
         .ok_or_else(|| {
             format!(
-                "the stream showed no Job event at the stop's index {stop_index}{}",
+                "the stream showed no Job event at index {index}{}",
                 ended(view)
             )
         })

@@ -157,7 +157,7 @@ fn replayed_job(
     stop: u64,
 ) -> Verdict {
     let registration = match stream::job_at(view, job, registered) {
-        Err(why) => Verdict::NotObservable(format!("a replay: {why}")),
+        Err(why) => Verdict::NotObservable(format!("the registration: {why}")),
         Ok(first) if first["Stop"].as_bool() == Some(true) => Verdict::Violated(format!(
             "a replay of the event stream shows the registration's write (index {registered}) \
              storing Stop=true: the job as it is now, not as that write stored it"
@@ -180,7 +180,7 @@ fn replayed_job(
             Verdict::Violated(why) => Verdict::Violated(format!("in a replay, {why}")),
             other => other,
         },
-        Err(why) => Verdict::NotObservable(format!("a replay: {why}")),
+        Err(why) => Verdict::NotObservable(format!("the stop: {why}")),
     };
     Verdict::all(vec![registration, stopped])
 }
