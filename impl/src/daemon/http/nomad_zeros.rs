@@ -91,6 +91,16 @@ const TASK: &[(&str, Zero)] = &[
     ("VolumeMounts", Null),
 ];
 
+/// A task's `Resources` (what it asks for): the parts this agent records are its own.
+const TASK_RESOURCES: &[(&str, Zero)] = &[
+    ("Devices", Null),
+    ("DiskMB", Int),
+    ("IOPS", Int),
+    ("NUMA", Null),
+    ("Networks", Null),
+    ("SecretsMB", Int),
+];
+
 const SERVICE: &[(&str, Zero)] = &[
     ("Address", Str),
     ("AddressMode", Str),
@@ -207,6 +217,9 @@ pub(super) fn job(value: &mut Value) {
         }
         for task in each(group, "Tasks") {
             fill(task, TASK);
+            if let Some(resources) = task.get_mut("Resources").filter(|r| r.is_object()) {
+                fill(resources, TASK_RESOURCES);
+            }
             for service in each(task, "Services") {
                 fill(service, SERVICE);
             }
