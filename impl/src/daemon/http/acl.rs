@@ -27,9 +27,16 @@ pub(super) fn authority(shared: &Shared, token: Option<&str>) -> Result<Authorit
 }
 
 /// What a route needs of the token.
-pub(super) enum Need {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
     /// Nothing (the leader, the regions, the bootstrap).
     Nothing,
+    /// Nothing to be let in: what is shown is filtered by the token (the namespaces and ACL
+    /// policies it may see, the peers' regions).
+    Filtered,
+    /// Checked by the handler against the record asked for: the token's own, or any for a
+    /// management token (an ACL token or policy); the topics asked for (the event stream).
+    Own,
     /// A capability in the request's namespace.
     Capability(&'static str),
     /// Either of two capabilities (a parse: `parse-job` or `submit-job`, as Nomad).
@@ -38,6 +45,8 @@ pub(super) enum Need {
     AgentRead,
     /// `node` read (the nodes; the agent's members, as Nomad).
     NodeRead,
+    /// `node` read and a capability (a node's allocations).
+    NodeReadAnd(&'static str),
     /// `agent` write (a join).
     AgentWrite,
     /// A management token (Nomad's rule for what it cannot filter by namespace).
@@ -51,143 +60,122 @@ pub(super) enum Need {
 pub(super) fn check(authority: &Authority, need: Need) -> Result<(), ApiError> {
     let namespace = "default";
     let allowed = match need {
-        Need::Nothing => true,
+        Need::Nothing | Need::Filtered | Need::Own => true,
         Need::Capability(cap) => authority.allows(namespace, cap),
         Need::Either(a, b) => authority.allows(namespace, a) || authority.allows(namespace, b),
         Need::AgentRead => authority.allows_agent(false),
         Need::NodeRead => authority.allows_node(false),
+        Need::NodeReadAnd(cap) => authority.allows_node(false) && authority.allows(namespace, cap),
         Need::AgentWrite => authority.allows_agent(true),
         Need::Management => authority.is_management(),
     };
     authority.require(allowed).map_err(acl_error)
 }
 
-/// `/v1/acl/...`.
-pub(super) fn acl_routes(
+/// The ACL endpoints answer only where ACLs are on (Nomad's 400 otherwise).
+pub(super) fn acl_enabled(shared: &Shared) -> Result<(), ApiError> {
+    if shared.config.acl_enabled {
+        Ok(())
+    } else {
+        Err(error(400, "ACL support disabled"))
+    }
+}
+
+/// `GET /v1/acl/tokens` (a management token's, checked by the route).
+pub(super) fn list_tokens(shared: &Shared) -> Result<Reply, ApiError> {
+    let core = shared.core();
+    let tokens: Vec<Value> = core.acl.tokens().map(|t| token_json(t, false)).collect();
+    ok(json!(tokens), core.server.store.index())
+}
+
+/// `GET /v1/acl/token/self`: the request's own token.
+pub(super) fn token_self(authority: &Authority) -> Result<Reply, ApiError> {
+    let token = authority
+        .token()
+        .ok_or_else(|| acl_error(AclError::TokenNotFound))?;
+    ok(token_json(token, true), token.modify_index)
+}
+
+/// `GET /v1/acl/policies`: those of the request's token (every one for a management token,
+/// the anonymous policy without a token).
+pub(super) fn list_policies(shared: &Shared, authority: &Authority) -> Result<Reply, ApiError> {
+    let core = shared.core();
+    let mine = |name: &str| match authority.token() {
+        _ if authority.is_management() => true,
+        Some(token) => token.policies.iter().any(|p| p == name),
+        None => name == acl::ANONYMOUS_POLICY,
+    };
+    let policies: Vec<Value> = core
+        .acl
+        .policies()
+        .filter(|p| mine(&p.name))
+        .map(|p| {
+            json!({"Name": p.name, "Description": p.description,
+                   "CreateIndex": p.create_index, "ModifyIndex": p.modify_index})
+        })
+        .collect();
+    ok(json!(policies), core.server.store.index())
+}
+
+/// `GET /v1/acl/token/:accessor`: the request's own token, or any for a management token.
+pub(super) fn get_token(
     shared: &Shared,
     authority: &Authority,
-    method: &Method,
-    rest: &str,
-    body: &[u8],
+    accessor: &str,
 ) -> Result<Reply, ApiError> {
-    if !shared.config.acl_enabled {
-        return Err(error(400, "ACL support disabled"));
-    }
-    let is_get = *method == Method::Get;
-    let is_write = matches!(method, Method::Post | Method::Put);
-    let is_delete = *method == Method::Delete;
-    let management = || {
-        authority
-            .require(authority.is_management())
-            .map_err(acl_error)
-    };
-    match rest {
-        "bootstrap" if is_write => bootstrap(shared, body),
-        "tokens" if is_get => {
-            management()?;
-            let core = shared.core();
-            let tokens: Vec<Value> = core.acl.tokens().map(|t| token_json(t, false)).collect();
-            ok(json!(tokens), core.server.store.index())
-        }
-        "token" if is_write => {
-            management()?;
-            upsert_token(shared, None, body)
-        }
-        "token/self" if is_get => {
-            let token = authority
-                .token()
-                .ok_or_else(|| acl_error(AclError::TokenNotFound))?;
-            ok(token_json(token, true), token.modify_index)
-        }
-        "policies" if is_get => {
-            let core = shared.core();
-            let mine = |name: &str| match authority.token() {
-                _ if authority.is_management() => true,
-                Some(token) => token.policies.iter().any(|p| p == name),
-                None => name == acl::ANONYMOUS_POLICY,
-            };
-            let policies: Vec<Value> = core
-                .acl
-                .policies()
-                .filter(|p| mine(&p.name))
-                .map(|p| {
-                    json!({"Name": p.name, "Description": p.description,
-                           "CreateIndex": p.create_index, "ModifyIndex": p.modify_index})
-                })
-                .collect();
-            ok(json!(policies), core.server.store.index())
-        }
-        "bootstrap" | "tokens" | "token" | "token/self" | "policies" => {
-            Err(error(405, "Invalid method"))
-        }
-        _ => {
-            if let Some(accessor) = rest.strip_prefix("token/") {
-                let own = authority.token().is_some_and(|t| t.accessor_id == accessor);
-                return match method {
-                    Method::Get => {
-                        authority
-                            .require(own || authority.is_management())
-                            .map_err(acl_error)?;
-                        let core = shared.core();
-                        let token = core
-                            .acl
-                            .token(accessor)
-                            .ok_or_else(|| error(404, "ACL token not found"))?;
-                        ok(token_json(token, true), token.modify_index)
-                    }
-                    _ if is_write => {
-                        management()?;
-                        upsert_token(shared, Some(accessor), body)
-                    }
-                    _ if is_delete => {
-                        management()?;
-                        acl_write(shared, |store, _, _| {
-                            let token = store.delete_token(accessor)?;
-                            Ok((Value::Null, vec![deleted(AclRecord::Token(token))]))
-                        })
-                    }
-                    _ => Err(error(405, "Invalid method")),
-                };
-            }
-            if let Some(name) = rest.strip_prefix("policy/") {
-                return match method {
-                    Method::Get => {
-                        let has = authority
-                            .token()
-                            .is_some_and(|t| t.policies.iter().any(|p| p == name));
-                        authority
-                            .require(has || authority.is_management())
-                            .map_err(acl_error)?;
-                        let core = shared.core();
-                        let policy = core
-                            .acl
-                            .policy(name)
-                            .ok_or_else(|| error(404, "ACL policy not found"))?;
-                        ok(
-                            json!({"Name": policy.name, "Description": policy.description,
-                                   "Rules": policy.rules, "JobACL": null,
-                                   "CreateIndex": policy.create_index,
-                                   "ModifyIndex": policy.modify_index}),
-                            policy.modify_index,
-                        )
-                    }
-                    _ if is_write => {
-                        management()?;
-                        upsert_policy(shared, name, body)
-                    }
-                    _ if is_delete => {
-                        management()?;
-                        acl_write(shared, |store, _, _| {
-                            let policy = store.delete_policy(name)?;
-                            Ok((Value::Null, vec![deleted(AclRecord::Policy(policy))]))
-                        })
-                    }
-                    _ => Err(error(405, "Invalid method")),
-                };
-            }
-            Err(error(404, ""))
-        }
-    }
+    let own = authority.token().is_some_and(|t| t.accessor_id == accessor);
+    authority
+        .require(own || authority.is_management())
+        .map_err(acl_error)?;
+    let core = shared.core();
+    let token = core
+        .acl
+        .token(accessor)
+        .ok_or_else(|| error(404, "ACL token not found"))?;
+    ok(token_json(token, true), token.modify_index)
+}
+
+/// `DELETE /v1/acl/token/:accessor` (a management token's).
+pub(super) fn delete_token(shared: &Shared, accessor: &str) -> Result<Reply, ApiError> {
+    acl_write(shared, |store, _, _| {
+        let token = store.delete_token(accessor)?;
+        Ok((Value::Null, vec![deleted(AclRecord::Token(token))]))
+    })
+}
+
+/// `GET /v1/acl/policy/:name`: one of the request's token's policies, or any for a
+/// management token.
+pub(super) fn get_policy(
+    shared: &Shared,
+    authority: &Authority,
+    name: &str,
+) -> Result<Reply, ApiError> {
+    let has = authority
+        .token()
+        .is_some_and(|t| t.policies.iter().any(|p| p == name));
+    authority
+        .require(has || authority.is_management())
+        .map_err(acl_error)?;
+    let core = shared.core();
+    let policy = core
+        .acl
+        .policy(name)
+        .ok_or_else(|| error(404, "ACL policy not found"))?;
+    ok(
+        json!({"Name": policy.name, "Description": policy.description,
+               "Rules": policy.rules, "JobACL": null,
+               "CreateIndex": policy.create_index,
+               "ModifyIndex": policy.modify_index}),
+        policy.modify_index,
+    )
+}
+
+/// `DELETE /v1/acl/policy/:name` (a management token's).
+pub(super) fn delete_policy(shared: &Shared, name: &str) -> Result<Reply, ApiError> {
+    acl_write(shared, |store, _, _| {
+        let policy = store.delete_policy(name)?;
+        Ok((Value::Null, vec![deleted(AclRecord::Policy(policy))]))
+    })
 }
 
 /// An ACL write: `change` edits the store at a new index (and the time now) and says what
@@ -270,7 +258,7 @@ fn string_field(object: &Map<String, Value>, name: &str) -> Result<String, ApiEr
     }
 }
 
-fn bootstrap(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError> {
+pub(super) fn bootstrap(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError> {
     let object = body_object(body)?;
     let secret = Some(string_field(&object, "BootstrapSecret")?).filter(|s| !s.is_empty());
     acl_write(shared, |store, index, now| {
@@ -285,7 +273,11 @@ fn bootstrap(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError> {
     })
 }
 
-fn upsert_token(shared: &Shared, accessor: Option<&str>, body: &[u8]) -> Result<Reply, ApiError> {
+pub(super) fn upsert_token(
+    shared: &Shared,
+    accessor: Option<&str>,
+    body: &[u8],
+) -> Result<Reply, ApiError> {
     let object = body_object(body)?;
     if object.is_empty() {
         return Err(error(400, "Request body is empty"));
@@ -334,7 +326,7 @@ fn upsert_token(shared: &Shared, accessor: Option<&str>, body: &[u8]) -> Result<
     })
 }
 
-fn upsert_policy(shared: &Shared, name: &str, body: &[u8]) -> Result<Reply, ApiError> {
+pub(super) fn upsert_policy(shared: &Shared, name: &str, body: &[u8]) -> Result<Reply, ApiError> {
     let object = body_object(body)?;
     if object.is_empty() {
         return Err(error(400, "Request body is empty"));

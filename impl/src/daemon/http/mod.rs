@@ -5,10 +5,11 @@
 //! or number is a 400 naming the parameter (Nomad answers 500), and so is a jobspec that
 //! fails validation, naming the field; nothing is changed by a request that fails.
 //!
-//! Paths are percent-decoded, and `/v1/job/...` is routed by its suffix, as Nomad does, so a
+//! Paths are percent-decoded and routed by the table in `routes.rs`, each route declared once
+//! with what it needs of the token; `/v1/job/...` is routed by its suffix, as Nomad does, so a
 //! job ID may contain `/`.
 
-pub(super) mod acl;
+pub mod acl;
 mod agent;
 mod alloc_client;
 mod allocs;
@@ -25,10 +26,11 @@ mod nodes;
 mod nomad_zeros;
 mod plan;
 mod request;
+pub mod routes;
 mod server;
 mod services;
 
-use acl::{acl_routes, authority, check, Need};
+use acl::{authority, check, Need};
 use agent::*;
 use allocs::*;
 pub use answers::Answers;
@@ -197,7 +199,7 @@ fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Rep
     let mut query = Query::parse(&query)?;
     query.waited_out = waited_out;
     let route = || {
-        route(
+        routes::dispatch(
             shared,
             &authority,
             &request.method,
@@ -334,194 +336,6 @@ fn encode(body: &Value) -> Vec<u8> {
     text
 }
 
-/// Routes a request, each route checking first what it needs of the token (`acl.rs`).
-fn route(
-    shared: &Shared,
-    authority: &crate::acl::Authority,
-    method: &Method,
-    path: &str,
-    query: &Query,
-    body: &[u8],
-) -> Result<Reply, ApiError> {
-    if path == "/.well-known/jwks.json" {
-        return if is_read(method) {
-            need_nothing(authority).and_then(|()| jwks(shared))
-        } else {
-            Err(error(405, "Invalid method"))
-        };
-    }
-    let Some(rest) = path.strip_prefix("/v1/") else {
-        return Err(not_served(path));
-    };
-    let is_get = *method == Method::Get;
-    let is_write = matches!(method, Method::Post | Method::Put);
-    let invalid = || Err(error(405, "Invalid method"));
-    let need = |need: Need| check(authority, need);
-    let read = || need(Need::Capability("read-job"));
-    match rest {
-        "jobs" if is_get => {
-            need(Need::Capability("list-jobs")).and_then(|()| list_jobs(shared, query))
-        }
-        "jobs" if is_write => {
-            need(Need::Capability("submit-job")).and_then(|()| register(shared, None, body))
-        }
-        "jobs/parse" if is_write => {
-            need(Need::Either("parse-job", "submit-job")).and_then(|()| parse_hcl(shared, body))
-        }
-        "validate/job" if is_write => {
-            need(Need::Capability("read-job")).and_then(|()| validate_job(body))
-        }
-        "allocations" if is_get => read().and_then(|()| list_allocs(shared, query)),
-        "evaluations" if is_get => read().and_then(|()| list_evals(shared, query)),
-        "services" if is_get => read().and_then(|()| list_services(shared, query)),
-        "nodes" if is_get => need(Need::NodeRead).and_then(|()| list_nodes(shared, query)),
-        "agent/self" if is_get => need(Need::AgentRead).and_then(|()| agent_self(shared)),
-        "agent/members" if is_get => need(Need::NodeRead).and_then(|()| members(shared)),
-        "agent/join" if is_write => need(Need::AgentWrite).and_then(|()| join(shared, query)),
-        "metrics" if is_get => need(Need::Nothing).and_then(|()| metrics(shared, query)),
-        "status/leader" if is_get => {
-            need(Need::Nothing).and_then(|()| plain(json!(shared.config.bind.to_string())))
-        }
-        "status/peers" if is_get => {
-            need(Need::Nothing).and_then(|()| plain(json!([shared.config.bind.to_string()])))
-        }
-        // Anyone may ask (as of Nomad); the peers' regions only a token that may read the
-        // nodes is told of, when ACLs are on (issue 24).
-        // Nomad's: a forced collection, for a management token; answered once it is done.
-        "system/gc" if is_write => need(Need::Management).and_then(|()| {
-            crate::daemon::gc::force(shared).map_err(|e| error(500, e))?;
-            plain(Value::Null)
-        }),
-        "namespaces" if is_get => cluster::list_namespaces(shared, query, authority),
-        "deployments" if is_get => read().and_then(|()| cluster::list_deployments(shared, query)),
-        "volumes" if is_get => read().and_then(|()| cluster::list_volumes(shared, query)),
-        // Nomad's needs `operator` read; this agent's ACL policies have no operator rules,
-        // so it takes a management token.
-        "operator/raft/configuration" if is_get => {
-            need(Need::Management).and_then(|()| cluster::raft_configuration(shared))
-        }
-        "operator/scheduler/configuration" if is_get => {
-            need(Need::Management).and_then(|()| cluster::scheduler_configuration())
-        }
-        // Anyone may ask whether the agent is up, as of Nomad.
-        "agent/health" if is_get => need(Need::Nothing).and_then(|()| {
-            plain(json!({"client": {"ok": true, "message": "ok"},
-                         "server": {"ok": true, "message": "ok"}}))
-        }),
-        "regions" if is_get => need(Need::Nothing).and_then(|()| {
-            let peers = check(authority, Need::NodeRead).is_ok();
-            regions(shared, peers)
-        }),
-        // A GET of the event stream is answered by the connection layer (`events.rs`).
-        "jobs"
-        | "jobs/parse"
-        | "validate/job"
-        | "allocations"
-        | "evaluations"
-        | "services"
-        | "nodes"
-        | "agent/self"
-        | "agent/members"
-        | "agent/join"
-        | "metrics"
-        | "status/leader"
-        | "status/peers"
-        | "regions"
-        | "event/stream"
-        | "system/gc"
-        | "namespaces"
-        | "deployments"
-        | "volumes"
-        | "operator/raft/configuration"
-        | "operator/scheduler/configuration"
-        | "agent/health" => invalid(),
-        _ => {
-            if let Some(acl) = rest.strip_prefix("acl/") {
-                return acl_routes(shared, authority, method, acl, body);
-            }
-            if let Some(job) = rest.strip_prefix("job/") {
-                return job_routes(shared, authority, method, job, query, body);
-            }
-            if let Some(alloc) = rest.strip_prefix("allocation/") {
-                return match alloc.split_once('/') {
-                    None if is_get => read().and_then(|()| get_alloc(shared, alloc, query)),
-                    Some((id, "stop")) if is_write => need(Need::Capability("alloc-lifecycle"))
-                        .and_then(|()| stop_alloc(shared, id, query)),
-                    None | Some((_, "stop")) => invalid(),
-                    Some(_) => Err(not_served(path)),
-                };
-            }
-            if let Some(eval) = rest.strip_prefix("evaluation/") {
-                return match eval.split_once('/') {
-                    None if is_get => read().and_then(|()| get_eval(shared, eval, query)),
-                    Some((id, "allocations")) if is_get => {
-                        read().and_then(|()| eval_allocs(shared, id, query))
-                    }
-                    None | Some((_, "allocations")) => invalid(),
-                    Some(_) => Err(not_served(path)),
-                };
-            }
-            if let Some(alloc) = rest.strip_prefix("client/allocation/") {
-                return match alloc.split_once('/') {
-                    Some((id, "restart")) if is_write => need(Need::Capability("alloc-lifecycle"))
-                        .and_then(|()| restart_alloc(shared, id, query, body)),
-                    Some((id, "signal")) if is_write => need(Need::Capability("alloc-lifecycle"))
-                        .and_then(|()| alloc_client::signal_alloc(shared, id, body)),
-                    Some((id, "stats")) if is_get => {
-                        read().and_then(|()| alloc_client::alloc_stats(shared, id))
-                    }
-                    Some((_, "restart" | "signal" | "stats")) => invalid(),
-                    _ => Err(not_served(path)),
-                };
-            }
-            if let Some(alloc) = rest.strip_prefix("client/fs/logs/") {
-                return if is_get {
-                    need(Need::Capability("read-logs"))
-                        .and_then(|()| logs::task_logs(shared, alloc, query))
-                } else {
-                    invalid()
-                };
-            }
-            if let Some(node) = rest.strip_prefix("node/") {
-                return match node.split_once('/') {
-                    None if is_get => {
-                        need(Need::NodeRead).and_then(|()| get_node(shared, node, query))
-                    }
-                    Some((id, "allocations")) if is_get => need(Need::NodeRead)
-                        .and_then(|()| read())
-                        .and_then(|()| node_allocs(shared, id, query)),
-                    None | Some((_, "allocations")) => invalid(),
-                    Some(_) => Err(not_served(path)),
-                };
-            }
-            if let Some(name) = rest.strip_prefix("namespace/") {
-                return if is_get {
-                    need(Need::Either("list-jobs", "read-job"))
-                        .and_then(|()| cluster::get_namespace(shared, name, query))
-                } else {
-                    invalid()
-                };
-            }
-            if let Some(name) = rest.strip_prefix("service/") {
-                return if is_get {
-                    read().and_then(|()| get_service(shared, name, query))
-                } else {
-                    invalid()
-                };
-            }
-            Err(not_served(path))
-        }
-    }
-}
-
-fn is_read(method: &Method) -> bool {
-    matches!(method, Method::Get | Method::Head)
-}
-
-fn need_nothing(authority: &crate::acl::Authority) -> Result<(), ApiError> {
-    check(authority, Need::Nothing)
-}
-
 /// A 404 for a path this agent does not serve, saying so (Nomad's is an empty body).
 fn not_served(path: &str) -> ApiError {
     let mut shown: String = path.chars().take(200).collect();
@@ -535,82 +349,6 @@ fn not_served(path: &str) -> ApiError {
              Nomad's HTTP API listed in its README)"
         ),
     )
-}
-
-/// `/v1/job/:id[/suffix]`, routed by suffix on the decoded path (IDs may contain `/`).
-fn job_routes(
-    shared: &Shared,
-    authority: &crate::acl::Authority,
-    method: &Method,
-    rest: &str,
-    query: &Query,
-    body: &[u8],
-) -> Result<Reply, ApiError> {
-    let is_get = *method == Method::Get;
-    let need = |capability| check(authority, Need::Capability(capability));
-    // An endpoint of jobs this agent does not serve is named so, never taken for a job ID
-    // (no job ID ends in one of them).
-    if let Some(id) = rest.strip_suffix("/evaluate") {
-        return match method {
-            Method::Post | Method::Put => {
-                need("submit-job").and_then(|()| job_reads::force_evaluate(shared, id, body))
-            }
-            _ => Err(error(405, "Invalid method")),
-        };
-    }
-    if let Some(id) = rest.strip_suffix("/plan") {
-        return match method {
-            Method::Post | Method::Put => {
-                need("submit-job").and_then(|()| plan::plan_job(shared, id, body))
-            }
-            _ => Err(error(405, "Invalid method")),
-        };
-    }
-    const READS: [&str; 8] = [
-        "allocations",
-        "versions",
-        "evaluations",
-        "summary",
-        "submission",
-        "services",
-        "deployments",
-        "deployment",
-    ];
-    if let Some(suffix) = spec::JOB_ENDPOINT_SUFFIXES
-        .iter()
-        .find(|suffix| !READS.contains(suffix) && rest.ends_with(&format!("/{suffix}")))
-    {
-        return Err(error(
-            404,
-            format!("the job endpoint {suffix:?} is not served by this agent"),
-        ));
-    }
-    for suffix in READS {
-        if let Some(id) = rest.strip_suffix(&format!("/{suffix}")) {
-            if !is_get {
-                return Err(error(405, "Invalid method"));
-            }
-            need("read-job")?;
-            return match suffix {
-                "allocations" => job_allocs(shared, id, query),
-                "versions" => job_versions(shared, id, query),
-                "evaluations" => job_evals(shared, id, query),
-                "submission" => job_reads::job_submission(shared, id, query),
-                "services" => job_reads::job_services(shared, id, query),
-                "deployments" => job_reads::job_deployments(shared, query, false),
-                "deployment" => job_reads::job_deployments(shared, query, true),
-                _ => job_summary(shared, id, query),
-            };
-        }
-    }
-    match method {
-        Method::Get => need("read-job").and_then(|()| get_job(shared, rest, query)),
-        Method::Post | Method::Put => {
-            need("submit-job").and_then(|()| register(shared, Some(rest), body))
-        }
-        Method::Delete => need("submit-job").and_then(|()| stop_job(shared, rest, query)),
-        _ => Err(error(405, "Invalid method")),
-    }
 }
 
 /// For the fuzz target `request` (`crate::fuzzing::request`): `METHOD URL`, then the
