@@ -17,8 +17,11 @@
 //!   delay cancellation, the group pre-kill hooks and group delay; per task its phase,
 //!   pre-kill hooks, delay outcome, kill signal, kill timeout and SIGKILL; poststop tasks.
 //! * **Operator**: `job stop [-purge] [-no-shutdown-delay]`, `alloc stop
-//!   [-no-shutdown-delay]`, `job start`, from a bounded budget or a fixed script; client
-//!   restarts from a script.
+//!   [-no-shutdown-delay]`, `job start`, `alloc restart [-no-shutdown-delay] ALLOC [TASK]`,
+//!   from a bounded budget or a fixed script; client restarts from a script.
+//! * **Restarts**: a running task may crash; its restart policy restarts it after the
+//!   restart delay or, its attempts used up, fails the allocation, whose other tasks are then
+//!   killed through the stop path; an error the driver reported is never retried.
 //!
 //! ## What is abstracted away, and why it loses nothing the invariants need
 //! * Durations: timers are a set of pending events that fire in any order (so a delay is
@@ -26,17 +29,19 @@
 //!   implementation's tests instead.
 //! * Modify indexes: the client's copy of (desired stop, flag, tombstone) is compared with
 //!   the server's instead (`reference/model-sizing.md` §4).
-//! * A task exits on its own only once its kill has begun (during its delay or after the
-//!   signal): that is the race the invariants are about; restarts and failures of running
-//!   tasks are outside the stop path.
+//! * A task exits on its own while it runs (a crash, answered by its restart policy), during
+//!   its delay, or after the signal: the races the invariants are about. The restart policy's
+//!   interval is abstracted to a count of attempts.
 //! * Deterministic follow-ups are merged into the step before them, identically on every
 //!   side (DESIGN.md, "The step alphabet"): the kill signal with the end of a delay, the
 //!   forced exit with SIGKILL, the client's status report with the step that makes the
 //!   allocation terminal.
 //!
 //! ## The invariants
-//! The eight of DESIGN.md, in [`properties`], each with the `sometimes` properties that show
-//! it is not vacuous. Each planted [`Fault`] breaks at least the invariant it names.
+//! The eleven of DESIGN.md (its ten, and `job_dead_only_when_tasks_ended`: a job reads
+//! `dead` only once its tasks have ended), in [`properties`], each with the `sometimes`
+//! properties that show it is not vacuous. Each planted [`Fault`] breaks at least the
+//! invariant it names.
 //!
 //! ```
 //! use quiesce_model::{config, Checker, Model};
