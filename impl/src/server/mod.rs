@@ -360,7 +360,22 @@ impl Server {
             stopped.modify_index = index;
             stopped.job_modify_index = index;
             self.store.put_job_version(stopped);
+            debug_assert!(
+                self.store
+                    .job(job_id)
+                    .is_some_and(|s| s.stop && s.spec_only() == job.spec_only()),
+                "jobspec_unchanged: the stop of {job_id} stored a changed spec"
+            );
         }
+        debug_assert!(
+            !options.no_shutdown_delay
+                || alloc_ids.iter().all(|id| {
+                    self.store
+                        .alloc_for_client(id)
+                        .is_none_or(|a| a.desired_transition.should_ignore_shutdown_delay())
+                }),
+            "flag_is_honoured: a flagged stop of {job_id} left an allocation unflagged"
+        );
         let priority = options.eval_priority.unwrap_or(job.priority);
         let eval_type = job.job_type.clone();
         let mut eval = self.new_eval(&job, "job-deregister", &eval_type, priority, index);

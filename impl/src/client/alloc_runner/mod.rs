@@ -197,6 +197,11 @@ impl AllocRunner {
         if self.cancelled || self.phase == RunnerPhase::Terminal {
             return;
         }
+        debug_assert!(
+            self.alloc.desired_transition.should_ignore_shutdown_delay(),
+            "delay_skipped_only_when_flagged: alloc {} cancels its delays unflagged",
+            self.alloc.id
+        );
         self.cancelled = true;
         if self.phase == RunnerPhase::GroupDelay {
             out.push(Command::CancelTimer {

@@ -339,6 +339,14 @@ impl StateStore {
     pub(super) fn put_job_version(&mut self, job: Job) {
         self.wrote(Record::Job(job.id.clone()));
         let versions = self.jobs.entry(job.id.clone()).or_default();
+        debug_assert!(
+            versions
+                .last()
+                .is_none_or(|last| last.version < job.version),
+            "job {} version {} stored after a later one",
+            job.id,
+            job.version
+        );
         versions.push(job);
         // Nomad's `job_max_versions`: the oldest go (the latest is always kept).
         if let Some(max) = self.max_job_versions {
@@ -419,6 +427,11 @@ impl StateStore {
         self.wrote(Record::Alloc(id.to_string()));
         // A copy only if an event still holds this version (it shows it as it was).
         let alloc = Arc::make_mut(self.allocs.get_mut(id).expect("checked"));
+        debug_assert!(
+            index >= alloc.modify_index,
+            "indexes only grow: alloc {id} written at {index} after {}",
+            alloc.modify_index
+        );
         let gone = Counts::of(alloc);
         change(alloc);
         alloc.modify_index = index;
