@@ -38,9 +38,10 @@
 //!   allocation terminal.
 //!
 //! ## The invariants
-//! The eleven of DESIGN.md (its ten, and `job_dead_only_when_tasks_ended`: a job reads
-//! `dead` only once its tasks have ended), in [`properties`], each with the `sometimes`
-//! properties that show it is not vacuous. Each planted [`Fault`] breaks at least the
+//! Eleven: the eight of the stop path (read "stop or restart"), then `services_restored`,
+//! `restart_policy_respected` and `job_dead_only_when_tasks_ended` (a job reads `dead` only
+//! once its tasks have ended), in [`properties`], each with the `sometimes` properties that
+//! show it is not vacuous. Each planted [`Fault`] breaks at least the
 //! invariant it names.
 //!
 //! ```
