@@ -152,14 +152,14 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("agent") => {
             let dir = args.get(2).expect("a data dir").clone();
-            let code = quiesce::cli::main(
+            let code = quiesce::main(
                 ["quiesce", "agent", "-dev", "-data-dir", &dir, "-port", "0"]
                     .map(str::to_string)
                     .to_vec(),
             );
             std::process::exit(code);
         }
-        Some("supervise") => std::process::exit(quiesce::cli::main(
+        Some("supervise") => std::process::exit(quiesce::main(
             std::iter::once("quiesce".to_string())
                 .chain(args[1..].iter().cloned())
                 .collect(),

@@ -12,8 +12,8 @@
 //! prints one summary line per size with both means and the ratio.
 
 use criterion::{Criterion, SamplingMode};
-use quiesce::cli::{Address, Api};
-use quiesce::daemon::{self, AgentConfig};
+use quiesce_agent::daemon::{self, AgentConfig};
+use quiesce_api::Api;
 use serde_json::{json, Value};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
@@ -52,12 +52,9 @@ impl Bench {
         );
         config.supervisor_args = vec!["supervise".into()];
         let agent = daemon::spawn(config).expect("the agent starts");
-        let address = Address {
-            address: Some(format!("http://{}", agent.shared.config.bind)),
-            token: None,
-        };
+        let address = format!("http://{}", agent.shared.config.bind);
         Bench {
-            api: Api::new(&address).expect("an HTTP address"),
+            api: Api::new(Some(address), None).expect("an HTTP address"),
             jobs: 0,
             data_dir,
         }

@@ -3,9 +3,9 @@
 //! reported in allocations per second.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use quiesce::sim::Simulator;
-use quiesce::spec::{Job, Lifecycle, Service, Task, TaskGroup};
-use quiesce::step::Step;
+use quiesce_core::sim::Simulator;
+use quiesce_core::spec::{Job, Lifecycle, Service, Task, TaskGroup};
+use quiesce_core::step::Step;
 
 const SECOND: i64 = 1_000_000_000;
 const ALLOCS: i64 = 10_000;

@@ -13,8 +13,8 @@
 //! Run: `QUIESCE_SOAK_CYCLES=10000 cargo bench -p quiesce-benches --bench soak` (default
 //! 2,000). It prints a row every tenth of the run.
 
-use quiesce::cli::{Address, Api};
-use quiesce::daemon::{self, gc::GcConfig, AgentConfig};
+use quiesce_agent::daemon::{self, gc::GcConfig, AgentConfig};
+use quiesce_api::Api;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -64,11 +64,8 @@ fn main() {
         ..GcConfig::default()
     };
     let agent = daemon::spawn(config).expect("the agent starts");
-    let api = Api::new(&Address {
-        address: Some(format!("http://{}", agent.shared.config.bind)),
-        token: None,
-    })
-    .expect("an address");
+    let api =
+        Api::new(Some(format!("http://{}", agent.shared.config.bind)), None).expect("an address");
     let call = |method: &str, path: &str, body: Option<&Value>| -> Option<Value> {
         let body = body.map(|b| serde_json::to_vec(b).expect("JSON"));
         api.call_indexed(method, path, body.as_deref())

@@ -8,7 +8,7 @@
 pub fn supervise_if_asked() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("supervise") {
-        std::process::exit(quiesce::cli::main(
+        std::process::exit(quiesce::main(
             std::iter::once("quiesce".to_string())
                 .chain(args[1..].iter().cloned())
                 .collect(),

@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| quiesce::fuzzing::hcl_jobspec(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| quiesce_agent::fuzzing::hcl_jobspec(data));

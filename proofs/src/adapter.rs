@@ -1,9 +1,9 @@
 //! Mapping between the implementation's terms and the model's.
 
-use quiesce::server::structs::AllocId;
-use quiesce::sim::Simulator;
-use quiesce::spec::{Job, Lifecycle, RestartPolicy, Service, Task, TaskGroup, TaskRole};
-use quiesce::step::Step;
+use quiesce_core::server::structs::AllocId;
+use quiesce_core::sim::Simulator;
+use quiesce_core::spec::{Job, Lifecycle, RestartPolicy, Service, Task, TaskGroup, TaskRole};
+use quiesce_core::step::Step;
 use quiesce_model::config::{GroupCfg, ModelCfg, TaskCfg, TaskKind, MAX_TASKS};
 use quiesce_model::Action;
 

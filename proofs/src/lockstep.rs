@@ -7,9 +7,9 @@
 
 use crate::adapter::{extend_ids, jobspec, step_of};
 use crate::observe::{diff, of_model, of_sim};
-use quiesce::server::structs::AllocId;
-use quiesce::sim::Simulator;
-use quiesce::step::Step;
+use quiesce_core::server::structs::AllocId;
+use quiesce_core::sim::Simulator;
+use quiesce_core::step::Step;
 use quiesce_model::{Action, History, Model, ModelCfg, State, StopPathModel};
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};

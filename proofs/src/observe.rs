@@ -5,13 +5,13 @@
 //! is simulator-only: each field is something a Nomad-API server shows (task states and
 //! events, allocations, versions, evaluations, service registrations).
 
-use quiesce::client::{
+use quiesce_core::client::{
     AllocRunner, DelayOutcome, RestartMark as ImplMark, RunnerPhase as ImplPhase,
     TaskPhase as ImplTaskPhase,
 };
-use quiesce::server::structs::{AllocId, DesiredStatus};
-use quiesce::sim::Simulator;
-use quiesce::spec::Job;
+use quiesce_core::server::structs::{AllocId, DesiredStatus};
+use quiesce_core::sim::Simulator;
+use quiesce_core::spec::Job;
 use quiesce_model::state::{Alloc, Delay, RestartMark, RunnerPhase, State, TaskPhase};
 use quiesce_model::StopPathModel;
 use std::fmt::Write;

@@ -8,9 +8,9 @@
 use crate::adapter::extend_ids;
 use crate::lockstep::initial_sim;
 use crate::observe::{of_sim, AllocObs, Observation};
-use quiesce::server::structs::AllocId;
-use quiesce::sim::Simulator;
-use quiesce::step::Step;
+use quiesce_core::server::structs::AllocId;
+use quiesce_core::sim::Simulator;
+use quiesce_core::step::Step;
 use quiesce_model::config::{ModelCfg, MAX_TASKS};
 use quiesce_model::properties::{self, INVARIANTS};
 use quiesce_model::state::{Alloc, Ghost, Job, JobVersion, ServerView, SpecDigest, State, Task};
@@ -141,18 +141,18 @@ fn requests(sim: &Simulator, cfg: &ModelCfg, ids: &[AllocId]) -> Vec<Step> {
         // A restart goes to the client, but the server's word comes first: an allocation
         // it has stopped is not restarted (the model offers no such restart).
         let stopped = sim.server.store.alloc(id).is_none_or(|record| {
-            record.desired_status != quiesce::server::structs::DesiredStatus::Run
+            record.desired_status != quiesce_core::server::structs::DesiredStatus::Run
                 || record.tombstone
         });
-        if stopped || runner.phase != quiesce::client::RunnerPhase::Running {
+        if stopped || runner.phase != quiesce_core::client::RunnerPhase::Running {
             continue;
         }
         let running = runner
             .tasks
             .iter()
             .filter(|task| {
-                task.phase == quiesce::client::TaskPhase::Running
-                    && task.role != quiesce::spec::TaskRole::Poststop
+                task.phase == quiesce_core::client::TaskPhase::Running
+                    && task.role != quiesce_core::spec::TaskRole::Poststop
             })
             .map(|task| Some(task.name.clone()))
             .collect::<Vec<_>>();

@@ -1,10 +1,10 @@
 //! The model's `standard` job is the jobspec the implementation runs: the adapter maps
 //! `tests/data/web.json` onto exactly the model's task group.
 
-use quiesce::spec::parse_register_body;
+use quiesce_core::spec::parse_register_body;
 use quiesce_proofs::adapter::group_cfg;
 
-fn web_job() -> quiesce::spec::Job {
+fn web_job() -> quiesce_core::spec::Job {
     let body = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/web.json")).unwrap();
     parse_register_body(&body).unwrap()
 }

@@ -1,6 +1,6 @@
 //! The `quiesce-conform` binary: the walk's figures, log validation, errors.
 
-use quiesce::step::Step;
+use quiesce_core::step::Step;
 use quiesce_model::config;
 use quiesce_proofs::lockstep::initial_sim;
 use std::process::{Command, Output};

@@ -2,10 +2,10 @@
 //! of jobs that are no model part's (other names, counts, several groups, several jobs in one
 //! log) — and tampered logs caught at the right step, by the model or by the effect rules.
 
-use quiesce::sim::Simulator;
-use quiesce::spec::{Job, Lifecycle, Service, Task, TaskGroup};
-use quiesce::step::log::LogEntry;
-use quiesce::step::{Effect, Step};
+use quiesce_core::sim::Simulator;
+use quiesce_core::spec::{Job, Lifecycle, Service, Task, TaskGroup};
+use quiesce_core::step::log::LogEntry;
+use quiesce_core::step::{Effect, Step};
 use quiesce_model::config;
 use quiesce_proofs::lockstep::initial_sim;
 use quiesce_proofs::trace::{parse_log, validate, Judged, TraceError};
@@ -337,7 +337,7 @@ fn crashing_api_job() -> Job {
         ]
         .into(),
     );
-    front.restart_policy = Some(quiesce::spec::RestartPolicy {
+    front.restart_policy = Some(quiesce_core::spec::RestartPolicy {
         attempts: Some(1),
         delay_ns: Some(5 * SECOND),
         ..Default::default()
@@ -441,7 +441,7 @@ fn a_log_line_that_is_not_json_is_named() {
 #[test]
 fn a_crash_after_the_restart_interval_ends_the_judging_with_the_reason() {
     let mut job = crashing_api_job();
-    job.task_groups[0].restart_policy = Some(quiesce::spec::RestartPolicy {
+    job.task_groups[0].restart_policy = Some(quiesce_core::spec::RestartPolicy {
         attempts: Some(1),
         delay_ns: Some(SECOND),
         interval_ns: Some(5 * SECOND),

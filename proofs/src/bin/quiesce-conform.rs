@@ -123,7 +123,7 @@ fn main() -> ExitCode {
 }
 
 fn duration(flag: &str, text: &str) -> Result<i64, String> {
-    quiesce::spec::parse_go_duration(text)
+    quiesce_core::gotime::parse_go_duration(text)
         .filter(|ns| *ns > 0 && *ns <= 600_000_000_000)
         .ok_or_else(|| {
             format!("{flag} {text:?}: not a duration between 1ns and 10m such as 500ms or 2s")

@@ -148,7 +148,7 @@ fn monotonic_ns() -> i64 {
 }
 
 fn unix_ns() -> i64 {
-    quiesce::daemon::unix_now_ns()
+    quiesce_core::gotime::unix_now_ns()
 }
 
 fn bits(mask: u64) -> Vec<u32> {
@@ -211,7 +211,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                 .ok_or_else(|| format!("{flag} needs {what}"))
         };
         let duration = |text: String| {
-            quiesce::spec::parse_go_duration(&text)
+            quiesce_core::gotime::parse_go_duration(&text)
                 .filter(|ns| *ns >= 0)
                 .ok_or_else(|| format!("{flag}: {text:?} is not a duration such as 500ms or 2s"))
         };
@@ -227,7 +227,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             "--namespace" => options.namespace = Some(value("a namespace")?),
             "--kill-signal" => {
                 let name = value("a signal name")?;
-                options.kill_signal = quiesce::client::raw_exec::signal_number(&name)
+                options.kill_signal = signal_number(&name)
                     .ok_or_else(|| format!("--kill-signal: unknown signal {name:?}"))?;
             }
             "--drain" => options.drain_ns = duration(value("a duration")?)?,
@@ -365,6 +365,19 @@ fn die_of(signal: libc::c_int) -> ! {
         libc::raise(signal);
     }
     std::process::exit(128 + signal)
+}
+
+/// A signal's number from its name, with or without `SIG`, in any case (`TERM`, `sigint`).
+fn signal_number(name: &str) -> Option<i32> {
+    let upper = name.trim().to_ascii_uppercase();
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    full.parse::<nix::sys::signal::Signal>()
+        .ok()
+        .map(|s| s as i32)
 }
 
 fn main() {

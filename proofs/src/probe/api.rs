@@ -2,7 +2,7 @@
 //! (method, path, when it was sent and answered, on the probe's clock) so that a verdict can
 //! cite the requests it rests on.
 
-use quiesce::cli::{exchange, Failure};
+use quiesce_api::{exchange, Failure};
 use serde_json::Value;
 use std::cell::RefCell;
 use std::time::Duration;
@@ -152,7 +152,7 @@ impl Api {
 
 /// Unix nanoseconds on the probe's clock.
 pub fn now_ns() -> i64 {
-    quiesce::daemon::unix_now_ns()
+    quiesce_core::gotime::unix_now_ns()
 }
 
 /// Percent-escapes a path segment or a query value.

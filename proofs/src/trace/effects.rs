@@ -12,8 +12,8 @@
 //! * a task is launched only when it is not running: first, or again after its process
 //!   ended (a restart); never twice over a live process.
 
-use quiesce::step::log::LogEntry;
-use quiesce::step::{Effect, Step};
+use quiesce_core::step::log::LogEntry;
+use quiesce_core::step::{Effect, Step};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the effects so far have done, by allocation.

@@ -8,10 +8,10 @@
 //! those the model's step implies, and the model's eight invariants hold. Choices that
 //! differ only in the order of their allocation records are one (the model's symmetry).
 
-use quiesce::server::structs::AllocId;
-use quiesce::spec::Job;
-use quiesce::step::log::LogEntry;
-use quiesce::step::{Effect, Step};
+use quiesce_core::server::structs::AllocId;
+use quiesce_core::spec::Job;
+use quiesce_core::step::log::LogEntry;
+use quiesce_core::step::{Effect, Step};
 use quiesce_model::config::{ModelCfg, Operator, MAX_ALLOCS, MAX_RESTART_ATTEMPTS};
 use quiesce_model::properties::INVARIANTS;
 use quiesce_model::state::{Alloc, Ghost, Job as ModelJob, JobVersion, TaskPhase};
@@ -115,7 +115,7 @@ impl Instance {
                 .filter(|g| g.name == group)
                 .flat_map(|g| &g.tasks)
                 .filter(|t| {
-                    spec.job_type == "batch" || quiesce::client::task_runner::ends_when_done(t)
+                    spec.job_type == "batch" || quiesce_core::client::task_runner::ends_when_done(t)
                 })
                 .map(|t| t.name.clone())
                 .collect(),
@@ -125,7 +125,7 @@ impl Instance {
                 .filter(|g| g.name == group)
                 .flat_map(|g| {
                     g.tasks.iter().map(move |t| {
-                        let policy = quiesce::spec::RestartPolicy::effective(
+                        let policy = quiesce_core::spec::RestartPolicy::effective(
                             &spec.job_type,
                             g.restart_policy.as_ref(),
                             t.restart_policy.as_ref(),
@@ -398,7 +398,7 @@ fn model_of(spec: &Job, group: &str) -> Result<StopPathModel, String> {
 /// The group's restart attempts, one for every task, as the model has them: `mode = "fail"`
 /// (a `delay` policy restarts for ever), and at most the model's bound.
 fn restart_attempts(spec: &Job, group: &str) -> Result<u8, String> {
-    use quiesce::spec::{RestartMode, RestartPolicy};
+    use quiesce_core::spec::{RestartMode, RestartPolicy};
     let Some(group_spec) = spec.task_groups.iter().find(|g| g.name == group) else {
         return Ok(0);
     };

@@ -24,8 +24,8 @@ pub use instance::Judged;
 
 use effects::EffectRules;
 use instance::Instance;
-use quiesce::step::log::{Event, LogEntry};
-use quiesce::step::Step;
+use quiesce_core::step::log::{Event, LogEntry};
+use quiesce_core::step::Step;
 
 /// Where replay stopped: the first entry that breaks a rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,7 +168,7 @@ impl Trace {
         }
     }
 
-    fn register(&mut self, spec: &quiesce::spec::Job, seq: u64) {
+    fn register(&mut self, spec: &quiesce_core::spec::Job, seq: u64) {
         for group in &spec.task_groups {
             let current = self
                 .instances

@@ -1,0 +1,397 @@
+//! Nomad's HTTP API, the subset in `reference/http-api.md`: what python-nomad, nomadpy and
+//! the `quiesce` CLI send, answered as Nomad answers it — JSON bodies on every success,
+//! `X-Nomad-Index` headers, blocking queries (`index`, `wait`), Nomad's 404 texts, no
+//! Content-Type required. Where quiesce deliberately differs (DESIGN.md): a malformed boolean
+//! or number is a 400 naming the parameter (Nomad answers 500), and so is a jobspec that
+//! fails validation, naming the field; nothing is changed by a request that fails.
+//!
+//! Paths are percent-decoded and routed by the table in `routes.rs`, each route declared once
+//! with what it needs of the token; `/v1/job/...` is routed by its suffix, as Nomad does, so a
+//! job ID may contain `/`.
+
+pub mod acl;
+mod agent;
+mod alloc_client;
+mod allocs;
+pub mod answers;
+mod blocking;
+mod cluster;
+pub mod connections;
+mod events;
+pub(super) mod guard;
+mod job_reads;
+mod jobs;
+mod logs;
+mod nodes;
+mod nomad_zeros;
+pub mod parse_hcl;
+mod plan;
+mod request;
+pub mod routes;
+mod server;
+mod services;
+
+use acl::{authority, check, Need};
+use agent::*;
+use allocs::*;
+pub use answers::Answers;
+use blocking::*;
+pub use connections::Registry as Connections;
+pub use events::end_all as end_event_streams;
+use guard::browser_guard;
+use jobs::*;
+use nodes::*;
+use request::*;
+pub use server::{runtime, serve, HttpLimits};
+use services::*;
+
+use super::host::DRIVERS;
+use super::{Core, Shared};
+use quiesce_core::server::store::{StateStore, TableIndexes};
+use quiesce_core::server::structs::{Allocation, ClientStatus, Evaluation};
+use quiesce_core::server::{ServerError, StopJobOptions};
+use quiesce_core::spec::{self, Job, SpecError, SpecErrors};
+use quiesce_core::step::log::LogEntry;
+use quiesce_core::step::Step;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An answer: status, body, and the index for `X-Nomad-Index`.
+pub struct Reply {
+    status: u16,
+    body: Value,
+    index: Option<u64>,
+    /// `X-Nomad-NextToken`: where the next page of a paginated list starts.
+    next_token: Option<String>,
+    /// Bytes sent as they are (`text/plain`) instead of `body` (a task log, `plain=true`).
+    raw: Option<Vec<u8>>,
+    /// `body`, encoded already: an answer shared by the requests that asked for it
+    /// (`answers.rs`).
+    encoded: Option<bytes::Bytes>,
+}
+
+/// A JSON answer with no index (the agent's own state, not the store's).
+fn plain(body: Value) -> Result<Reply, ApiError> {
+    Ok(Reply {
+        status: 200,
+        body,
+        index: None,
+        next_token: None,
+        raw: None,
+        encoded: None,
+    })
+}
+
+/// An error answer: status and Nomad's plain-text message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+    /// Not an answer yet: a blocking query found nothing new and waits up to this long.
+    blocked: Option<Duration>,
+    /// `Retry-After` (seconds): a refusal for now, not for good.
+    retry_after: Option<u32>,
+}
+
+fn error(status: u16, message: impl Into<String>) -> ApiError {
+    ApiError {
+        status,
+        message: message.into(),
+        blocked: None,
+        retry_after: None,
+    }
+}
+
+impl ApiError {
+    /// A blocking query that waits for a write, for at most `wait` (see [`answer`]).
+    fn blocked(wait: Duration) -> ApiError {
+        ApiError {
+            status: 200,
+            message: String::new(),
+            blocked: Some(wait),
+            retry_after: None,
+        }
+    }
+}
+
+fn ok(body: Value, index: u64) -> Result<Reply, ApiError> {
+    Ok(Reply {
+        status: 200,
+        body,
+        index: Some(index),
+        next_token: None,
+        raw: None,
+        encoded: None,
+    })
+}
+
+/// A request as the handlers see it, once the connection layer (`server.rs`) has read it
+/// within its limits and passed it through the browser guard.
+pub struct ApiRequest {
+    pub method: Method,
+    /// The path and query, as sent (percent-encoded).
+    pub url: String,
+    /// `X-Nomad-Token`, or the token of `Authorization: Bearer`.
+    pub token: Option<String>,
+    pub body: bytes::Bytes,
+    /// The body's share of [`server::MAX_BODY_READERS`], held until the request is done.
+    pub(super) _reading: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// The largest request body the agent reads (a jobspec of the largest job it takes is well
+/// under it); a larger one is refused with 413 before it is read.
+pub const MAX_BODY_BYTES: usize = 8 << 20;
+
+/// Answers a request on the handler threads. A blocking query that finds nothing new
+/// waits here, on no thread, for the next write (or its `wait`), then asks again.
+async fn answer(shared: Arc<Shared>, request: ApiRequest) -> Result<Reply, ApiError> {
+    let request = Arc::new(request);
+    let mut deadline = None;
+    loop {
+        let waited_out = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+        // Subscribed before the handler looks, so a write in between is not missed.
+        let mut changes = shared.changes();
+        let (on, asked) = (Arc::clone(&shared), Arc::clone(&request));
+        let attempt =
+            match tokio::task::spawn_blocking(move || handle(&on, &asked, waited_out)).await {
+                Ok(attempt) => attempt,
+                // A handler that panicked holding the core's lock has poisoned it: every thread
+                // of the agent would panic at its next look. The agent exits instead (its state
+                // is durable; a restarted agent reattaches to the tasks, which run on).
+                Err(_) if shared.poisoned() => {
+                    crate::daemon::say!("a request's handler panicked holding the state; exiting");
+                    std::process::exit(70);
+                }
+                Err(_) => Err(error(500, "the request's handler panicked")),
+            };
+        match attempt {
+            Err(ApiError {
+                blocked: Some(wait),
+                ..
+            }) if !waited_out => {
+                let until = *deadline.get_or_insert_with(|| server::deadline_after(wait));
+                let _ = tokio::time::timeout_at(until, changes.changed()).await;
+            }
+            answered => return answered,
+        }
+    }
+}
+
+/// One look at a request: its token (again on every look, so that a deleted token ends a
+/// blocking query's wait too), the URL, the route. A blocking query whose index has not
+/// passed answers [`ApiError::blocked`] unless `waited_out`.
+fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Reply, ApiError> {
+    let authority = authority(shared, request.token.as_deref())?;
+    let (path, query) = split_url(&request.url);
+    let writes = !matches!(request.method, Method::Get | Method::Head | Method::Options);
+    if writes && path != "/v1/jobs/parse" {
+        if let Some(failure) = shared.core().store_failing() {
+            return Err(error(
+                503,
+                format!(
+                    "the agent cannot store writes now: {failure}; reads are answered, tasks \
+                     run on, and writes are taken again once the store can be written"
+                ),
+            ));
+        }
+    }
+    let mut query = Query::parse(&query)?;
+    query.waited_out = waited_out;
+    let route = || {
+        routes::dispatch(
+            shared,
+            &authority,
+            &request.method,
+            &path,
+            &query,
+            &request.body,
+        )
+    };
+    if request.method == Method::Get && shares_answers(&path) {
+        shared_answer(shared, request, route)
+    } else if request.method == Method::Get && path.starts_with("/v1/client/fs/") {
+        held_file_read(&shared.answers, route)
+    } else {
+        route()
+    }
+}
+
+/// The 503 of a read that would need a new answer while the agent holds its budget of
+/// answers not yet taken (`answers.rs`).
+fn over_budget(answers: &Answers) -> ApiError {
+    let mut refused = error(
+        503,
+        format!(
+            "the agent holds {} MiB of answers its clients have not taken yet (at most \
+             {} MiB): try again shortly",
+            answers.unsent() >> 20,
+            answers::MAX_UNSENT_BYTES >> 20
+        ),
+    );
+    refused.retry_after = Some(1);
+    refused
+}
+
+/// The reads of the store: their answers are the same for the same URL, token and index
+/// (no time, no file, no peer in them), so they are shared (`answers.rs`).
+fn shares_answers(path: &str) -> bool {
+    const PREFIXES: [&str; 11] = [
+        "/v1/jobs",
+        "/v1/job/",
+        "/v1/allocations",
+        "/v1/allocation/",
+        "/v1/evaluations",
+        "/v1/evaluation/",
+        "/v1/nodes",
+        "/v1/node/",
+        "/v1/services",
+        "/v1/service/",
+        "/v1/acl/",
+    ];
+    PREFIXES.iter().any(|prefix| path.starts_with(prefix))
+}
+
+/// A read's answer as [`answers::Answers`] holds it: the one already encoded for this URL,
+/// token and index if a client still holds it; else built — at most a few at once, and
+/// only while the agent-wide budget of unsent answers has room — encoded once, and kept
+/// for the next request of the same key.
+fn shared_answer(
+    shared: &Shared,
+    request: &ApiRequest,
+    build: impl FnOnce() -> Result<Reply, ApiError>,
+) -> Result<Reply, ApiError> {
+    let answers = &shared.answers;
+    let key = || answers::Key {
+        url: request.url.clone(),
+        token: request.token.clone(),
+        index: shared.core().server.store.index(),
+    };
+    let held = |key: &answers::Key| {
+        answers.get(key).map(|(bytes, meta)| Reply {
+            status: meta.status,
+            body: Value::Null,
+            index: meta.index,
+            next_token: meta.next_token,
+            raw: None,
+            encoded: Some(bytes),
+        })
+    };
+    if let Some(reply) = held(&key()) {
+        return Ok(reply);
+    }
+    let _turn = answers.turn();
+    let key = key();
+    if let Some(reply) = held(&key) {
+        return Ok(reply);
+    }
+    if !answers.has_room() {
+        return Err(over_budget(answers));
+    }
+    let reply = build()?;
+    if reply.status != 200 || reply.raw.is_some() || reply.encoded.is_some() {
+        return Ok(reply);
+    }
+    let meta = answers::Meta {
+        status: reply.status,
+        index: reply.index,
+        next_token: reply.next_token.clone(),
+    };
+    let bytes = answers.keep(key, encode(&reply.body), meta);
+    Ok(Reply {
+        body: Value::Null,
+        encoded: Some(bytes),
+        ..reply
+    })
+}
+
+/// A file's read (up to a MiB of log, more as JSON) is held until its client takes it, as
+/// a store read's is: built a few at a time, counted as soon as it is built (its JSON
+/// encoded in its turn), and refused past the budget. A followed log's reads come here too
+/// and read the reply's body, which is kept beside the bytes until the reply is rendered;
+/// plain text is counted as it is rendered, a moment after its turn.
+fn held_file_read(
+    answers: &Answers,
+    build: impl FnOnce() -> Result<Reply, ApiError>,
+) -> Result<Reply, ApiError> {
+    let _turn = answers.turn();
+    if !answers.has_room() {
+        return Err(over_budget(answers));
+    }
+    let reply = build()?;
+    if reply.raw.is_some() || reply.encoded.is_some() {
+        return Ok(reply);
+    }
+    let bytes = answers.hold(encode(&reply.body));
+    Ok(Reply {
+        encoded: Some(bytes),
+        ..reply
+    })
+}
+
+/// A JSON answer's bytes, as sent.
+fn encode(body: &Value) -> Vec<u8> {
+    let mut text = serde_json::to_vec(body).expect("JSON values serialize");
+    text.push(b'\n');
+    text
+}
+
+/// A 404 for a path this agent does not serve, saying so (Nomad's is an empty body).
+fn not_served(path: &str) -> ApiError {
+    let mut shown: String = path.chars().take(200).collect();
+    if shown.len() < path.len() {
+        shown.push('…');
+    }
+    error(
+        404,
+        format!(
+            "{shown:?} is not an endpoint this agent serves (quiesce serves the subset of \
+             Nomad's HTTP API listed in its README)"
+        ),
+    )
+}
+
+/// For the fuzz target `request` (`quiesce_agent::fuzzing::request`): `METHOD URL`, then the
+/// `Host` and `Origin` values, each on its own line, through everything that reads a
+/// request before it reaches the agent's state — the browser guard, the URL's
+/// percent-decoding, the query's parameters as each endpoint reads them. None may panic;
+/// a refusal is a 4xx with a message.
+pub fn fuzz_request(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut lines = text.split('\n');
+    let first = lines.next().unwrap_or_default();
+    let (method, url) = first.split_once(' ').unwrap_or((first, "/"));
+    let method = Method::from(method);
+    let (host, origin) = (lines.next(), lines.next());
+    let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 4646));
+    let refused = |e: ApiError| assert!((400..500).contains(&e.status) && !e.message.is_empty());
+    if let Err(e) = browser_guard(bind, &method, host, origin) {
+        refused(e);
+    }
+    let (path, query) = split_url(url);
+    let _ = path.strip_prefix("/v1/job/").map(|id| id.rsplit_once('/'));
+    match Query::parse(&query) {
+        Err(e) => refused(e),
+        Ok(query) => {
+            for name in [
+                "purge",
+                "global",
+                "no_shutdown_delay",
+                "reschedule",
+                "resources",
+            ] {
+                if let Err(e) = query.bool(name) {
+                    refused(e);
+                }
+            }
+            if let Err(e) = query.int("eval_priority") {
+                refused(e);
+            }
+            if let Some(wait) = query.get("wait") {
+                let _ = quiesce_core::gotime::parse_go_duration(wait);
+            }
+            let _ = query.get("index").map(str::parse::<u64>);
+        }
+    }
+}

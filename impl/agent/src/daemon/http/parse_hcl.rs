@@ -1,0 +1,123 @@
+//! Parsing HCL sent over the API in a child process with a CPU limit (hcl-rs's parser can
+//! take minutes over a kilobyte).
+
+use quiesce_core::hcl_jobspec::{error, parse_job};
+use serde_json::Value;
+
+/// The CPU time a parse of an HCL jobspec sent to the HTTP API may take. hcl-rs's parser
+/// takes minutes over some kilobyte-long inputs (the fuzz target `hcl_jobspec` found one of
+/// 1,161 bytes that took 157 s), so the agent parses in a child process with this limit.
+pub const PARSE_CPU_SECONDS: u64 = 2;
+/// How long the agent waits for that child, and how many it runs at once.
+const PARSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+const PARSES_AT_ONCE: usize = 4;
+
+/// [`parse_job`] in a child process, `program parse-hcl` (the agent's own binary), with a
+/// CPU limit and a deadline: an input that would hold the parser for minutes is an error
+/// instead.
+pub fn parse_job_bounded(program: &std::path::Path, text: &str) -> Result<Value, String> {
+    use std::io::{Read as _, Write as _};
+    use std::os::unix::process::CommandExt as _;
+    static RUNNING: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+    {
+        let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+        if *running >= PARSES_AT_ONCE {
+            return Err(error("too many jobspecs being parsed at once; try again"));
+        }
+        *running += 1;
+    }
+    struct Slot;
+    impl Drop for Slot {
+        fn drop(&mut self) {
+            *RUNNING.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        }
+    }
+    let _slot = Slot;
+    let mut command = std::process::Command::new(program);
+    command
+        .arg("parse-hcl")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setrlimit is a system call (async-signal-safe; nix's thin wrapper allocates
+    // nothing, nor does an `io::Error` of its errno), on values known before.
+    unsafe {
+        command.pre_exec(|| {
+            use nix::sys::resource::{setrlimit, Resource};
+            let soft = PARSE_CPU_SECONDS as libc::rlim_t;
+            setrlimit(Resource::RLIMIT_CPU, soft, soft + 1)?;
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| error(format!("starting the parser: {e}")))?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let mut stdout = child.stdout.take().expect("piped");
+    let input = text.to_string();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = stdout.read_to_end(&mut out);
+        out
+    });
+    let deadline = std::time::Instant::now() + PARSE_WAIT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let _ = writer.join();
+    let out = reader.join().unwrap_or_default();
+    match status {
+        Some(status) if status.success() => {
+            let answer: Result<Value, String> = serde_json::from_slice::<Value>(&out)
+                .map_err(|e| error(format!("the parser's answer: {e}")))
+                .and_then(|answer| match answer {
+                    Value::Object(mut o) if o.contains_key("Job") => Ok(o.remove("Job").unwrap()),
+                    Value::Object(o) => Err(o
+                        .get("Error")
+                        .and_then(Value::as_str)
+                        .unwrap_or("the parser failed")
+                        .to_string()),
+                    _ => Err(error("the parser's answer is not an object")),
+                });
+            answer
+        }
+        _ => Err(error(format!(
+            "the jobspec took the parser more than {PARSE_CPU_SECONDS} s of CPU or {} s: refused",
+            PARSE_WAIT.as_secs()
+        ))),
+    }
+}
+
+/// `quiesce parse-hcl`: reads an HCL jobspec on standard input, writes `{"Job": …}` or
+/// `{"Error": "…"}` on standard output (see [`parse_job_bounded`]).
+pub fn parse_hcl_main() -> i32 {
+    use std::io::Read as _;
+    let mut text = String::new();
+    let limit = super::MAX_BODY_BYTES as u64;
+    if let Err(e) = std::io::stdin().take(limit).read_to_string(&mut text) {
+        println!(
+            "{}",
+            serde_json::json!({ "Error": error(format!("reading: {e}")) })
+        );
+        return 0;
+    }
+    let answer = match parse_job(&text) {
+        Ok(job) => serde_json::json!({ "Job": job }),
+        Err(e) => serde_json::json!({ "Error": e }),
+    };
+    println!("{answer}");
+    0
+}

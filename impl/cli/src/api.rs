@@ -1,0 +1,132 @@
+//! The helpers every command shares: the agent's API at the `-address` given
+//! ([`Address::api`]; the client itself is `quiesce-api`'s), output formatting (RFC 3339
+//! times, short IDs, Nomad-style tables and `key = value` fields), and resolving
+//! allocation, evaluation and job ID prefixes as Nomad does.
+
+use super::Address;
+pub(crate) use quiesce_api::{segment, Api};
+use quiesce_core::gotime::unix_now_ns;
+pub(crate) use quiesce_core::text::shown;
+use serde_json::Value;
+
+impl Address {
+    /// The agent's API at `-address` with `-token` (else their environment variables).
+    pub fn api(&self) -> Result<Api, String> {
+        Api::new(self.address.clone(), self.token.clone())
+    }
+}
+
+// ---------------------------------------------------------------------------- formatting
+
+/// Unix nanoseconds as RFC 3339 (UTC, seconds).
+pub use quiesce_core::gotime::rfc3339;
+
+pub(super) fn now() -> String {
+    rfc3339(unix_now_ns())
+}
+
+pub(super) fn short(id: &str) -> &str {
+    &id[..id.len().min(8)]
+}
+
+pub(super) fn text(value: &Value, key: &str) -> String {
+    match &value[key] {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Columns padded to their widest cell, as Nomad's tables are.
+pub(super) fn table(rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| shown(cell)).collect())
+        .collect();
+    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|row| {
+            let cells: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .map(|(cell, width)| format!("{cell:width$}"))
+                .collect();
+            cells.join("  ").trim_end().to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+pub(super) fn fields(pairs: &[(&str, String)]) -> String {
+    let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k:width$} = {}", shown(v)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+// ---------------------------------------------------------------------------- prefixes
+
+/// Resolves an allocation or evaluation ID prefix as Nomad does: at least two characters,
+/// exactly one match.
+pub(super) fn resolve(api: &Api, kind: &str, list: &str, prefix: &str) -> Result<Value, String> {
+    if prefix.len() < 2 {
+        return Err(format!("{kind} ID must contain at least two characters."));
+    }
+    let matches = api.get(&format!("/v1/{list}?prefix={}", segment(prefix)))?;
+    let matches = matches.as_array().cloned().unwrap_or_default();
+    match matches.len() {
+        0 => Err(format!(
+            "No {} with prefix or id {prefix:?} found",
+            kind.to_lowercase()
+        )),
+        1 => Ok(matches[0].clone()),
+        _ => {
+            let ids: Vec<String> = matches.iter().map(|m| text(m, "ID")).collect();
+            Err(format!(
+                "Prefix matched multiple {}s:\n{}",
+                kind.to_lowercase(),
+                ids.join("\n")
+            ))
+        }
+    }
+}
+
+/// A job by exact ID, else by a prefix matching exactly one job.
+pub(super) fn resolve_job(api: &Api, given: &str) -> Result<String, String> {
+    let jobs = api.get(&format!("/v1/jobs?prefix={}", segment(given)))?;
+    let ids: Vec<String> = jobs
+        .as_array()
+        .map(|jobs| jobs.iter().map(|j| text(j, "ID")).collect())
+        .unwrap_or_default();
+    if ids.iter().any(|id| id == given) {
+        return Ok(given.to_string());
+    }
+    match ids.len() {
+        0 => Err(format!("No job(s) with prefix or ID {given:?} found")),
+        1 => Ok(ids[0].clone()),
+        _ => Err(format!("Prefix matched multiple jobs:\n{}", ids.join("\n"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(shown("web"), "web");
+        assert_eq!(shown("a\u{1b}]52;c;x\u{7}b\n"), "a\\u{1b}]52;c;x\\u{7}b\\n");
+        assert!(!table(&[vec!["\u{1b}[2J".into()]]).contains('\u{1b}'));
+        assert!(!fields(&[("ID", "\u{9b}31m".into())]).contains('\u{9b}'));
+    }
+
+    #[test]
+    fn times_print_as_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_796_040_000_000_000_000), "2026-11-30T12:00:00Z");
+    }
+}

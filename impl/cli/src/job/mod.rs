@@ -1,0 +1,222 @@
+//! The `job` commands: `run`, `plan` and `validate` read a jobspec file (`run.rs`);
+//! `status`, `inspect` and `history` show what is stored (`show.rs`); `stop`, `start` and
+//! `restart` act on a stored job, asking for confirmation when a job is named by a prefix.
+
+mod run;
+mod show;
+
+pub(super) use run::run;
+pub(super) use show::status;
+
+use super::alloc::monitor;
+use super::api::{fields, resolve_job, segment, text, Api};
+use super::{JobCommand, StopArgs};
+use quiesce_core::spec::Job;
+use serde_json::Value;
+use std::io::{BufRead, Write};
+
+pub(super) fn job(command: JobCommand) -> Result<(), String> {
+    match command {
+        JobCommand::Run(args) => run(args),
+        JobCommand::Status(args) => status(args, false),
+        JobCommand::Stop(args) => stop(args),
+        JobCommand::Inspect {
+            job,
+            json,
+            hcl,
+            version,
+            address,
+        } => show::inspect(&address.api()?, &job, json, hcl, version),
+        JobCommand::History { job, address } => {
+            let api = address.api()?;
+            let id = resolve_job(&api, &job)?;
+            let versions = api.get(&format!("/v1/job/{}/versions", segment(&id)))?;
+            for (n, version) in versions["Versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                if n > 0 {
+                    println!();
+                }
+                println!(
+                    "{}",
+                    fields(&[
+                        ("Version", text(version, "Version")),
+                        ("Stop", text(version, "Stop")),
+                        (
+                            "Submit Date",
+                            version["SubmitTime"]
+                                .as_i64()
+                                .filter(|&ns| ns > 0)
+                                .map(quiesce_core::gotime::rfc3339)
+                                .unwrap_or_default(),
+                        ),
+                    ])
+                );
+            }
+            Ok(())
+        }
+        JobCommand::Plan { file, address } => run::plan(&file, &address),
+        JobCommand::Validate { file, address } => run::validate(&file, &address),
+        JobCommand::Restart {
+            job,
+            groups,
+            tasks,
+            all_tasks,
+            reschedule,
+            no_shutdown_delay,
+            batch_size,
+            batch_wait,
+            on_error,
+            yes,
+            verbose,
+            address,
+        } => {
+            let api = address.api()?;
+            super::restart::job_restart(
+                &api,
+                super::restart::JobRestart {
+                    job,
+                    job_type: String::new(),
+                    groups,
+                    tasks,
+                    all_tasks,
+                    reschedule,
+                    no_shutdown_delay,
+                    batch_size,
+                    batch_wait,
+                    on_error,
+                    yes,
+                    verbose,
+                },
+            )
+        }
+        JobCommand::Start {
+            job,
+            detach,
+            address,
+        } => {
+            let api = address.api()?;
+            let id = resolve_job(&api, &job)?;
+            let mut stored = api.get(&format!("/v1/job/{}", segment(&id)))?;
+            if stored["Stop"] != Value::Bool(true) {
+                return Err(format!("Job {id:?} is not stopped: nothing to start"));
+            }
+            stored["Stop"] = Value::Bool(false);
+            // The stopped version's source goes with it, as Nomad's UI sends it, so the new
+            // version keeps it (`job inspect -hcl`); a job registered without one has none.
+            let version = stored["Version"]
+                .as_u64()
+                .ok_or_else(|| format!("the agent's job {id:?} has no Version"))?;
+            let submission = api
+                .call_found(
+                    "GET",
+                    &format!("/v1/job/{}/submission?version={version}", segment(&id)),
+                    None,
+                )
+                .map_err(|e| format!("job {id:?} version {version}: its source: {e}"))?
+                .map(|(submission, _)| submission);
+            let job: Job = serde_json::from_value(stored)
+                .map_err(|e| format!("the agent's job does not decode: {e}"))?;
+            let mut body = serde_json::json!({ "Job": job });
+            if let Some(submission) = submission {
+                body["Submission"] = submission;
+            }
+            let body = serde_json::to_vec(&body).expect("JSON values serialize");
+            let answer = api.call("PUT", &format!("/v1/job/{}", segment(&id)), Some(&body))?;
+            let eval = text(&answer, "EvalID");
+            if detach {
+                println!("Job start successful\nEvaluation ID: {eval}");
+                return Ok(());
+            }
+            monitor(&api, &eval, None)
+        }
+    }
+}
+
+/// `job stop` (and `stop`): each job in turn, its monitor to the end before the next, as
+/// Nomad's.
+pub(super) fn stop(args: StopArgs) -> Result<(), String> {
+    let api = args.address.api()?;
+    for (n, job) in args.jobs.iter().enumerate() {
+        if n > 0 {
+            println!();
+        }
+        let options = StopOptions {
+            purge: args.purge,
+            global: args.global,
+            no_shutdown_delay: args.no_shutdown_delay,
+            detach: args.detach,
+            yes: args.yes,
+            eval_priority: args.eval_priority,
+        };
+        stop_job(&api, job, &options)?;
+    }
+    Ok(())
+}
+
+/// The flags of `job stop`, for each job it stops.
+struct StopOptions {
+    purge: bool,
+    global: bool,
+    no_shutdown_delay: bool,
+    detach: bool,
+    yes: bool,
+    eval_priority: Option<i64>,
+}
+
+fn stop_job(api: &Api, job: &str, options: &StopOptions) -> Result<(), String> {
+    let id = resolve_job(api, job)?;
+    if id != job
+        && !options.yes
+        && !confirm(&format!("Are you sure you want to stop job {id:?}? [y/N] "))?
+    {
+        println!("Cancelling job stop");
+        return Ok(());
+    }
+    let mut path = format!(
+        "/v1/job/{}?purge={}&global={}&no_shutdown_delay={}",
+        segment(&id),
+        options.purge,
+        options.global,
+        options.no_shutdown_delay
+    );
+    if let Some(priority) = options.eval_priority {
+        path.push_str(&format!("&eval_priority={priority}"));
+    }
+    // The allocations this stop stops: those still meant to run and not yet ended.
+    let allocs: Vec<String> = api
+        .get(&format!("/v1/job/{}/allocations", segment(&id)))?
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| {
+            let ended = matches!(
+                text(a, "ClientStatus").as_str(),
+                "complete" | "failed" | "lost"
+            );
+            !ended
+        })
+        .map(|a| text(a, "ID"))
+        .collect();
+    let answer = api.call("DELETE", &path, None)?;
+    let eval = text(&answer, "EvalID");
+    if options.detach {
+        println!("{eval}");
+        return Ok(());
+    }
+    monitor(api, &eval, Some(&allocs))
+}
+
+fn confirm(question: &str) -> Result<bool, String> {
+    print!("{question}");
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes" | "Yes"))
+}

@@ -1,0 +1,261 @@
+//! `job run`, `job plan`, `job validate`: a jobspec file (JSON, or HCL parsed here as
+//! Nomad's CLI does) as the register body the agent takes, with the source it was
+//! submitted as.
+
+use super::super::alloc::monitor_with;
+use super::super::api::{segment, text};
+use super::super::{Address, RunArgs};
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// A jobspec file read: the register body (`{"Job": …, "Submission": …}`).
+pub(super) struct Jobspec {
+    pub body: Vec<u8>,
+}
+
+/// A jobspec file as a register body: JSON (wrapped in `{"Job": …}` if it is not already),
+/// or HCL; with its source as `Submission` (Nomad's CLI sends it, so that `job inspect
+/// -hcl` shows the file as it was).
+pub(super) fn read_jobspec(file: &Path) -> Result<Jobspec, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("Error reading job file {}: {e}", file.display()))?;
+    let is_json =
+        file.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
+    let value: Value = if is_json {
+        serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "Error parsing job file {}: invalid JSON: {e}",
+                file.display()
+            )
+        })?
+    } else {
+        quiesce_core::hcl_jobspec::parse_job(&text)
+            .map_err(|e| format!("Error parsing job file {}: {e}", file.display()))?
+    };
+    let mut wrapped = match value.as_object() {
+        Some(object) if object.keys().any(|k| k.eq_ignore_ascii_case("job")) => value,
+        _ => json!({ "Job": value }),
+    };
+    let format = if is_json { "json" } else { "hcl2" };
+    if let Some(object) = wrapped.as_object_mut() {
+        if !object.keys().any(|k| k.eq_ignore_ascii_case("submission")) {
+            object.insert(
+                "Submission".into(),
+                json!({"Source": text, "Format": format, "VariableFlags": null, "Variables": ""}),
+            );
+        }
+    }
+    Ok(Jobspec {
+        body: serde_json::to_vec(&wrapped).expect("JSON values serialize"),
+    })
+}
+
+/// `job run` (and `run`).
+pub(crate) fn run(args: RunArgs) -> Result<(), String> {
+    let mut body = read_jobspec(&args.file)?.body;
+    if args.output {
+        // What would be registered, as Nomad's `-output`: the job, without its source.
+        let mut value: Value = serde_json::from_slice(&body).expect("our own JSON");
+        if let Some(object) = value.as_object_mut() {
+            object.retain(|key, _| key.eq_ignore_ascii_case("job"));
+        }
+        println!("{}", serde_json::to_string_pretty(&value).expect("JSON"));
+        return Ok(());
+    }
+    let api = args.address.api()?;
+    if let Some(index) = args.check_index {
+        let mut value: Value = serde_json::from_slice(&body).expect("our own JSON");
+        value["EnforceIndex"] = Value::Bool(true);
+        value["JobModifyIndex"] = json!(index);
+        body = serde_json::to_vec(&value).expect("JSON values serialize");
+    }
+    let answer = api.call("PUT", "/v1/jobs", Some(&body))?;
+    print_warnings(&answer);
+    let eval = text(&answer, "EvalID");
+    if eval.is_empty() {
+        println!("Job registered; no evaluation was created");
+        return Ok(());
+    }
+    if args.detach {
+        println!("Job registration successful\nEvaluation ID: {eval}");
+        return Ok(());
+    }
+    monitor_with(&api, &eval, None, args.verbose)
+}
+
+/// `job plan`: what running FILE would change, from a dry run of the scheduler; exits
+/// as Nomad's (0: no change to allocations, 1: some, 255: an error).
+pub(super) fn plan(file: &Path, address: &Address) -> Result<(), String> {
+    // Nomad's exit codes: 0 no change to allocations, 1 some, 255 an error.
+    let planned = (|| {
+        let api = address.api()?;
+        let body = read_jobspec(file)?.body;
+        let mut value: Value = serde_json::from_slice(&body).expect("our own JSON");
+        let member = |object: &Value, name: &str| {
+            object
+                .as_object()
+                .and_then(|o| o.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)))
+                .map(|(_, v)| v.clone())
+                .unwrap_or(Value::Null)
+        };
+        let job = member(&value, "Job");
+        let id = member(&job, "ID").as_str().unwrap_or_default().to_string();
+        value["Diff"] = Value::Bool(true);
+        let body = serde_json::to_vec(&value).expect("JSON values serialize");
+        api.call(
+            "PUT",
+            &format!("/v1/job/{}/plan", segment(&id)),
+            Some(&body),
+        )
+    })();
+    let answer = match planned {
+        Ok(answer) => answer,
+        Err(message) => {
+            eprintln!("Error: {message}");
+            std::process::exit(255);
+        }
+    };
+    let changes = print_plan(&answer, file);
+    if changes {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// `job validate`: FILE checked as the agent would register it.
+pub(super) fn validate(file: &Path, address: &Address) -> Result<(), String> {
+    let api = address.api()?;
+    let body = read_jobspec(file)?.body;
+    let answer = api.call("PUT", "/v1/validate/job", Some(&body))?;
+    print_warnings(&answer);
+    match answer["ValidationErrors"].as_array() {
+        Some(errors) if !errors.is_empty() => {
+            let lines: Vec<String> = errors
+                .iter()
+                .map(|e| format!("* {}", e.as_str().unwrap_or_default()))
+                .collect();
+            Err(format!("Job validation errors:\n{}", lines.join("\n")))
+        }
+        _ => {
+            println!("Job validation successful");
+            Ok(())
+        }
+    }
+}
+
+/// The answer's warnings, as Nomad's CLI prints them: "Job Warnings:" and the server's
+/// text, then a blank line.
+pub(super) fn print_warnings(answer: &Value) {
+    let warnings = text(answer, "Warnings");
+    if !warnings.is_empty() {
+        println!("Job Warnings:\n{warnings}\n");
+    }
+}
+
+/// Prints a plan as Nomad's CLI does; returns whether allocations would be created or
+/// destroyed.
+fn print_plan(answer: &Value, file: &Path) -> bool {
+    let mark = |kind: &Value| match kind.as_str() {
+        Some("Added") => "+",
+        Some("Deleted") => "-",
+        Some("Edited") => "+/-",
+        _ => "",
+    };
+    let field_line = |indent: &str, field: &Value| {
+        let (old, new) = (text(field, "Old"), text(field, "New"));
+        let change = match field["Type"].as_str() {
+            Some("Added") => format!("{new:?}"),
+            Some("Deleted") => format!("{old:?}"),
+            _ => format!("{old:?} => {new:?}"),
+        };
+        println!(
+            "{indent}{} {}: {change}",
+            mark(&field["Type"]),
+            text(field, "Name")
+        );
+    };
+    let diff = &answer["Diff"];
+    println!("{} Job: {:?}", mark(&diff["Type"]), text(diff, "ID"));
+    for field in diff["Fields"].as_array().into_iter().flatten() {
+        field_line("", field);
+    }
+    let mut changes = false;
+    for group in diff["TaskGroups"].as_array().into_iter().flatten() {
+        let updates = &answer["Annotations"]["DesiredTGUpdates"][text(group, "Name")];
+        let count = |key: &str| updates[key].as_u64().unwrap_or(0);
+        let mut said = Vec::new();
+        for (key, words) in [
+            ("Place", "create"),
+            ("DestructiveUpdate", "create/destroy update"),
+            ("InPlaceUpdate", "in-place update"),
+            ("Stop", "destroy"),
+            ("Migrate", "migrate"),
+            ("Ignore", "ignore"),
+        ] {
+            if count(key) > 0 {
+                said.push(format!("{} {words}", count(key)));
+            }
+        }
+        changes |= ["Place", "DestructiveUpdate", "Stop", "Migrate"]
+            .iter()
+            .any(|key| count(key) > 0);
+        println!(
+            "{} Task Group: {:?} ({})",
+            mark(&group["Type"]),
+            text(group, "Name"),
+            said.join(", ")
+        );
+        for field in group["Fields"].as_array().into_iter().flatten() {
+            field_line("  ", field);
+        }
+        for task in group["Tasks"].as_array().into_iter().flatten() {
+            let forces = count("DestructiveUpdate") > 0 && task["Type"] == "Edited";
+            println!(
+                "  {} Task: {:?}{}",
+                mark(&task["Type"]),
+                text(task, "Name"),
+                if forces {
+                    " (forces create/destroy update)"
+                } else {
+                    ""
+                }
+            );
+            for field in task["Fields"].as_array().into_iter().flatten() {
+                field_line("    ", field);
+            }
+        }
+    }
+    match answer["FailedTGAllocs"].as_object() {
+        Some(failed) if !failed.is_empty() => {
+            let warnings = text(answer, "Warnings");
+            if !warnings.is_empty() {
+                println!("\nJob Warnings:\n{warnings}");
+            }
+            // No change to the job: nothing to run, whatever the scheduler would place (Nomad's).
+            if diff["Type"] == "None" {
+                changes = false;
+            }
+            println!("\nScheduler dry-run:\n- WARNING: Failed to place all allocations.");
+            for (group, metric) in failed {
+                let count = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;
+                println!("  Task Group {group:?} (failed to place {count} allocation(s)):");
+                println!(
+                    "    * No node is ready that meets its constraints and has its ports free"
+                );
+            }
+        }
+        _ => println!("\nScheduler dry-run:\n- All tasks successfully allocated."),
+    }
+    let index = text(answer, "JobModifyIndex");
+    println!(
+        "\nJob Modify Index: {index}\nTo submit the job with version verification run:\n\n\
+         quiesce job run -check-index {index} {}\n\nWhen running the job with the check-index \
+         flag, the job will only be run if the\njob modify index given matches the server-side \
+         version. If the index has\nchanged, another user has modified the job and the plan's \
+         results are\npotentially invalid.",
+        file.display()
+    );
+    changes
+}

@@ -1,0 +1,195 @@
+//! `job status`, `job inspect`, `job history`, and the top-level `status`: what is stored,
+//! as Nomad's CLI prints it.
+
+use super::super::alloc::{alloc_status_of, eval_status};
+use super::super::api::{fields, resolve_job, segment, short, table, text, Api};
+use super::super::StatusArgs;
+use serde_json::Value;
+
+/// `job status` (and, with `any_object`, the top-level `status`, whose ID may also name an
+/// allocation, an evaluation or a node, as Nomad's).
+pub(crate) fn status(args: StatusArgs, any_object: bool) -> Result<(), String> {
+    let api = args.address.api()?;
+    let Some(id) = args.id else {
+        return list_jobs(&api);
+    };
+    if any_object {
+        let jobs = api.get(&format!("/v1/jobs?prefix={}", segment(&id)))?;
+        if jobs.as_array().is_none_or(Vec::is_empty) {
+            return other_object(&api, &id, args.verbose);
+        }
+    }
+    let id = resolve_job(&api, &id)?;
+    if args.json {
+        let stored = api.get(&format!("/v1/job/{}", segment(&id)))?;
+        println!("{}", serde_json::to_string_pretty(&stored).expect("JSON"));
+        return Ok(());
+    }
+    job_status(&api, &id, args.verbose, args.short)
+}
+
+/// The allocation, evaluation or node a prefix names (Nomad's `status` searches them all).
+fn other_object(api: &Api, prefix: &str, verbose: bool) -> Result<(), String> {
+    let found = |list: &str| -> Result<Vec<String>, String> {
+        let listed = api.get(&format!("/v1/{list}?prefix={}", segment(prefix)))?;
+        Ok(listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|object| text(object, "ID"))
+            .collect())
+    };
+    if let [alloc] = found("allocations")?.as_slice() {
+        return alloc_status_of(api, alloc, verbose);
+    }
+    if let [_] = found("evaluations")?.as_slice() {
+        return eval_status(api, prefix);
+    }
+    if let [_] = found("nodes")?.as_slice() {
+        return super::super::node::node_status(api, Some(prefix), false);
+    }
+    Err(format!(
+        "No matches found for {prefix:?}: not a job, allocation, evaluation or node"
+    ))
+}
+
+/// `job inspect`: the stored job as JSON, or (`hcl`) the source it was submitted as; of
+/// `version` if given.
+pub(super) fn inspect(
+    api: &Api,
+    job: &str,
+    json: bool,
+    hcl: bool,
+    version: Option<u64>,
+) -> Result<(), String> {
+    let id = resolve_job(api, job)?;
+    let stored = match version {
+        None => api.get(&format!("/v1/job/{}", segment(&id)))?,
+        Some(wanted) => {
+            let versions = api.get(&format!("/v1/job/{}/versions", segment(&id)))?;
+            versions["Versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|v| v["Version"].as_u64() == Some(wanted))
+                .cloned()
+                .ok_or_else(|| format!("job {id:?} has no version {wanted}"))?
+        }
+    };
+    if hcl {
+        let version = stored["Version"].as_u64().unwrap_or(0);
+        let submission = api
+            .get(&format!(
+                "/v1/job/{}/submission?version={version}",
+                segment(&id)
+            ))
+            .map_err(|e| format!("job {id:?} version {version}: its source: {e}"))?;
+        print!("{}", text(&submission, "Source"));
+        if !text(&submission, "Source").ends_with('\n') {
+            println!();
+        }
+        return Ok(());
+    }
+    let shown = if json {
+        stored
+    } else {
+        serde_json::json!({ "Job": stored })
+    };
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&shown).expect("JSON values serialize")
+    );
+    Ok(())
+}
+
+pub(crate) fn list_jobs(api: &Api) -> Result<(), String> {
+    let jobs = api.get("/v1/jobs")?;
+    let jobs = jobs.as_array().cloned().unwrap_or_default();
+    if jobs.is_empty() {
+        println!("No running jobs");
+        return Ok(());
+    }
+    let mut rows = vec![vec![
+        "ID".to_string(),
+        "Type".into(),
+        "Priority".into(),
+        "Status".into(),
+    ]];
+    for job in &jobs {
+        rows.push(vec![
+            text(job, "ID"),
+            text(job, "Type"),
+            text(job, "Priority"),
+            text(job, "Status"),
+        ]);
+    }
+    println!("{}", table(&rows));
+    Ok(())
+}
+
+fn alloc_rows(allocs: &[Value], verbose: bool) -> String {
+    let id = |value: &str| {
+        if verbose {
+            value.to_string()
+        } else {
+            short(value).to_string()
+        }
+    };
+    let mut rows = vec![vec![
+        "ID".to_string(),
+        "Node ID".into(),
+        "Task Group".into(),
+        "Version".into(),
+        "Desired".into(),
+        "Status".into(),
+    ]];
+    for alloc in allocs {
+        rows.push(vec![
+            id(&text(alloc, "ID")),
+            id(&text(alloc, "NodeID")),
+            text(alloc, "TaskGroup"),
+            text(alloc, "JobVersion"),
+            text(alloc, "DesiredStatus"),
+            text(alloc, "ClientStatus"),
+        ]);
+    }
+    table(&rows)
+}
+
+fn job_status(api: &Api, id: &str, verbose: bool, short_output: bool) -> Result<(), String> {
+    let job = api.get(&format!("/v1/job/{}", segment(id)))?;
+    println!(
+        "{}",
+        fields(&[
+            ("ID", text(&job, "ID")),
+            ("Name", text(&job, "Name")),
+            ("Type", text(&job, "Type")),
+            ("Priority", text(&job, "Priority")),
+            (
+                "Datacenters",
+                job["Datacenters"].as_array().map_or(String::new(), |d| {
+                    d.iter()
+                        .map(|x| x.as_str().unwrap_or("").to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+            ),
+            ("Namespace", text(&job, "Namespace")),
+            ("Status", text(&job, "Status")),
+            ("Version", text(&job, "Version")),
+            ("Stop", text(&job, "Stop")),
+        ])
+    );
+    if short_output {
+        return Ok(());
+    }
+    let allocs = api.get(&format!("/v1/job/{}/allocations", segment(id)))?;
+    let allocs = allocs.as_array().cloned().unwrap_or_default();
+    println!("\nAllocations");
+    if allocs.is_empty() {
+        println!("No allocations placed");
+    } else {
+        println!("{}", alloc_rows(&allocs, verbose));
+    }
+    Ok(())
+}

@@ -1,5 +1,0 @@
-//! `quiesce`: the reference daemon (`quiesce agent -dev`) and its Nomad-style CLI.
-
-fn main() {
-    std::process::exit(quiesce::cli::main(std::env::args().collect()));
-}
