@@ -245,19 +245,13 @@ pub(super) fn stop_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Rep
         .store
         .alloc(id)
         .map(|a| (a.id.clone(), a.job_id.clone(), a.task_group.clone()));
-    let response = core
-        .server
-        .stop_alloc_with(
-            id,
-            quiesce_core::server::StopAllocOptions {
-                no_shutdown_delay,
-                reschedule,
-            },
-        )
-        .map_err(|e| match e {
-            ServerError::AllocNotFound(_) => error(404, "allocation not found"),
-            other => error(500, other.to_string()),
-        })?;
+    let response = core.server.stop_alloc_with(
+        id,
+        quiesce_core::server::StopAllocOptions {
+            no_shutdown_delay,
+            reschedule,
+        },
+    )?;
     if let Some((alloc, job, group)) = context {
         let step = Step::StopAlloc {
             alloc,

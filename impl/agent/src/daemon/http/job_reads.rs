@@ -172,8 +172,7 @@ pub(super) fn force_evaluate(shared: &Shared, id: &str, body: &[u8]) -> Result<R
     }
     let response = core
         .server
-        .register_job_with(stored, quiesce_core::server::RegisterOptions::default())
-        .map_err(|e| error(400, e.to_string()))?;
+        .register_job_with(stored, quiesce_core::server::RegisterOptions::default())?;
     if let Some(stored) = core.server.store.job(id) {
         let entry = LogEntry::register_job(stored);
         core.log(entry);

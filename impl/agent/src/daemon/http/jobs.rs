@@ -313,10 +313,7 @@ pub(super) fn register(
         .job(&job.id)
         .is_some_and(|old| old.stop && !job.stop && old.spec_only() == job.spec_only());
     let existing = core.server.store.job(&job.id).map(|j| j.modify_index);
-    let response = core
-        .server
-        .register_job_with(job.clone(), options)
-        .map_err(|e| error(400, e.to_string()))?;
+    let response = core.server.register_job_with(job.clone(), options)?;
     if starts {
         // Re-registering a stopped job unchanged is `job start`, a step of the alphabet.
         core.log(LogEntry::step(
@@ -454,12 +451,7 @@ pub(super) fn stop_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply
     };
     let mut core = shared.core();
     let known = core.server.store.job(id).is_some();
-    let response = core.server.stop_job(id, options).map_err(|e| match e {
-        ServerError::EvalPriorityOutOfRange(_) => {
-            error(400, "Eval priority must be between 1 and 100 inclusively")
-        }
-        other => error(500, other.to_string()),
-    })?;
+    let response = core.server.stop_job(id, options)?;
     if !known {
         // Nomad answers an unknown job's deregistration with an all-zero body.
         return ok(

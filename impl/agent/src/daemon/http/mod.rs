@@ -104,6 +104,23 @@ fn error(status: u16, message: impl Into<String>) -> ApiError {
     }
 }
 
+/// The one place a server's refusal becomes an answer: what the request asked for that
+/// does not exist is a 404, a request the server will not carry out a 400.
+impl From<ServerError> for ApiError {
+    fn from(refused: ServerError) -> ApiError {
+        match refused {
+            ServerError::JobNotFound(_) => error(404, refused.to_string()),
+            ServerError::AllocNotFound(_) => error(404, "allocation not found"),
+            ServerError::EvalPriorityOutOfRange(_) => {
+                error(400, "Eval priority must be between 1 and 100 inclusively")
+            }
+            ServerError::InvalidJob(_)
+            | ServerError::JobNotStopped(_)
+            | ServerError::EnforceIndex(..) => error(400, refused.to_string()),
+        }
+    }
+}
+
 impl ApiError {
     /// A blocking query that waits for a write, for at most `wait` (see [`answer`]).
     fn blocked(wait: Duration) -> ApiError {

@@ -233,10 +233,7 @@ pub(super) fn plan_job(shared: &Shared, path_id: &str, body: &[u8]) -> Result<Re
     }
     let core = shared.core();
     let old = core.server.store.job(&job.id).map(spec_json);
-    let outcome = core
-        .server
-        .plan_job(job)
-        .map_err(|e| error(400, e.to_string()))?;
+    let outcome = core.server.plan_job(job)?;
     let index = core.server.store.index();
     drop(core);
     let updates: BTreeMap<String, Value> = outcome
