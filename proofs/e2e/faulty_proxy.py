@@ -11,7 +11,7 @@ for one fault, each of which breaks exactly one invariant the probe must catch a
   that skips the delay without recording why (`delay_skipped_only_when_flagged`);
 * `stale-services` keeps answering `/v1/service/:name` with the registrations it last saw
   once the server's list has emptied — a server that deregisters only after the kill
-  (`prestop_hooks_always_run`; the services outlive the stop too: `stops_complete`);
+  (`prestop_hooks_always_run`; the services outlive the stop too: `stop_completes`);
 * `late-leader` moves the `Terminated` and `Killed` events of each allocation's `leader`
   task 10 s later — a client that killed the other tasks before the leader had ended
   (`kill_order`);

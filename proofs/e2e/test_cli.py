@@ -12,6 +12,7 @@ def signals(agent, alloc_id):
     return [line for line in agent.task_log(alloc_id, "server") if line[0] == "signal"]
 
 
+# invariant: stop_completes
 def test_job_stop_stops_several_jobs_each_to_the_end(agent):
     for job_id in ["alpha", "beta"]:
         assert agent.http("PUT", "/v1/jobs", web_job(agent.address, job_id=job_id, task_delay_s=20))[0] == 200

@@ -171,6 +171,7 @@ def test_the_job_source_comes_back_as_submitted_version_by_version_across_a_rest
     assert source(0)[:2] == (404, "job source not found")
 
 
+# invariant: stop_completes
 def test_a_jobs_services_are_its_registrations_and_go_with_its_stop(agent):
     agent.http("PUT", "/v1/jobs", web_job(agent.address))
     agent.http("PUT", "/v1/jobs", web_job(agent.address, job_id="other"))

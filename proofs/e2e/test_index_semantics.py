@@ -25,6 +25,7 @@ def blocking(agent, path, index, wait="20s"):
     return body, int(headers["X-Nomad-Index"]), time.monotonic() - started
 
 
+# invariant: job_dead_only_when_tasks_ended
 @pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "unflagged"])
 def test_a_blocking_query_on_a_stopped_job_wakes_with_dead_once_its_tasks_ended(agent, flagged):
     agent.http("PUT", "/v1/jobs", web_job(agent.address, count=2, group_delay_s=1.0,

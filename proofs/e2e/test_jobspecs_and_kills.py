@@ -88,6 +88,7 @@ def test_the_cli_runs_an_hcl_file_and_names_what_it_cannot_read(agent, tmp_path)
     assert missing.returncode == 1 and 'No job(s) with prefix or ID "nope" found' in missing.stderr
 
 
+# invariant: kill_timeout_respected
 def test_a_task_that_ignores_its_signal_is_killed_after_kill_timeout(agent):
     """A witness that ignores its kill signal: it records the one SIGINT, and its supervisor
     delivers SIGKILL to its process group no sooner than kill_timeout (1 s) after it."""
@@ -167,6 +168,7 @@ def test_a_batch_job_whose_task_ends_completes(agent):
     assert len(agent.allocs("once")) == 1
 
 
+# invariant: restart_policy_respected
 def test_a_failing_leader_is_restarted_by_its_policy_then_fails_the_allocation(agent):
     """A leader that keeps failing: its restart policy (one attempt, after 1 s) runs it a
     second time, then — the attempts used up — the allocation fails and the helper is killed

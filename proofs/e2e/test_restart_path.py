@@ -32,6 +32,7 @@ def job_version(agent):
     return job["Version"], job["JobModifyIndex"], job["TaskGroups"][0]["Tasks"][0]["ShutdownDelay"]
 
 
+# invariant: services_restored
 def test_an_unflagged_restart_waits_the_task_delay_and_leaves_the_group_alone(agent):
     """The task's service goes first, the task's 1 s delay is waited (the group's 10 s is
     not: the group's services and delay are untouched), one SIGINT, then the task runs again

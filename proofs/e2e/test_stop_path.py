@@ -23,6 +23,7 @@ def nomadpy_client(agent):
     return nomadpy.Client(nomadpy.Config(address=agent.address))
 
 
+# invariant: delay_skipped_only_when_flagged
 def test_an_unflagged_stop_waits_the_group_and_task_delays(agent):
     n = python_nomad(agent)
     n.jobs.register_job(web_job(agent.address, group_delay_s=1.0, task_delay_s=1.5))
@@ -37,6 +38,7 @@ def test_an_unflagged_stop_waits_the_group_and_task_delays(agent):
     assert "Waiting for shutdown delay" in events
 
 
+# invariant: prestop_hooks_always_run
 def test_a_flagged_stop_kills_at_once_after_the_services_are_gone(agent):
     n = python_nomad(agent)
     n.jobs.register_job(web_job(agent.address, count=2, group_delay_s=30, task_delay_s=30))
@@ -66,6 +68,7 @@ def test_a_flagged_stop_kills_at_once_after_the_services_are_gone(agent):
     assert agent.get("/v1/service/web-group") == []
 
 
+# invariant: jobspec_unchanged
 def test_stop_and_start_change_only_stop_and_start_brings_the_delays_back(agent):
     n = python_nomad(agent)
     n.jobs.register_job(web_job(agent.address, group_delay_s=1.0, task_delay_s=1.0))
@@ -92,6 +95,7 @@ def test_stop_and_start_change_only_stop_and_start_brings_the_delays_back(agent)
     assert newest["Version"] == 3 and newest["Stop"] is True
 
 
+# invariant: flag_is_honoured
 def test_a_purge_honours_the_flag(agent):
     client = nomadpy_client(agent)
     client.jobs.register(web_job(agent.address, group_delay_s=30, task_delay_s=30)["Job"])
@@ -116,6 +120,7 @@ def test_a_purge_honours_the_flag(agent):
     assert runners() == "0"
 
 
+# invariant: flag_scoped
 def test_alloc_stop_with_the_flag_is_scoped_to_that_allocation(agent):
     python_nomad(agent).jobs.register_job(web_job(agent.address, count=2, group_delay_s=30, task_delay_s=30))
     first, second = agent.running("web", 2)

@@ -20,6 +20,7 @@ fn long_random_runs_keep_every_invariant() {
     eprintln!("{summary:?}");
 }
 
+// invariant: delay_skipped_only_when_flagged
 /// The harness has teeth: if it forgets which requests carried the flag, the first skipped
 /// delay breaks `delay_skipped_only_when_flagged` (or the flag breaks `flag_scoped`).
 #[test]

@@ -250,6 +250,7 @@ fn a_task_signalled_twice_is_refused() {
     expect_refused(&log, seq, "again for kill 1");
 }
 
+// invariant: prestop_hooks_always_run
 /// A kill signal before the task's services are deregistered is refused: by the rules
 /// (services still registered) when the deregistration is missing.
 #[test]
@@ -268,6 +269,7 @@ fn a_signal_before_the_deregistration_is_refused() {
     expect_refused(&log, seq, "still registered");
 }
 
+// invariant: kill_timeout_respected
 /// SIGKILL anywhere but in its task's kill timeout is refused.
 #[test]
 fn a_sigkill_outside_the_kill_timeout_is_refused() {
@@ -380,6 +382,7 @@ fn crashes_and_restarts_validate_in_full() {
     );
 }
 
+// invariant: restart_policy_respected
 /// A run that ends in an error the driver reports (a lost process) is not retried: the
 /// decision says so, the allocation fails at once, and the log validates in full.
 #[test]
@@ -410,6 +413,7 @@ fn an_unrecoverable_end_fails_the_allocation_and_validates() {
     );
 }
 
+// invariant: services_restored
 /// A crash whose entry does not deregister the task's service is refused at that entry:
 /// the model's crash takes the task out of the registry.
 #[test]

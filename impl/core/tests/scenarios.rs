@@ -145,6 +145,7 @@ fn client_terminal(sim: &Simulator, alloc: &str) -> bool {
         .is_none_or(|a| a.client_status.is_terminal())
 }
 
+// invariant: delay_skipped_only_when_flagged
 #[test]
 fn without_the_flag_every_delay_is_waited_and_events_say_so() {
     let mut sim = running(web_job(1));
@@ -173,6 +174,7 @@ fn without_the_flag_every_delay_is_waited_and_events_say_so() {
     );
 }
 
+// invariant: prestop_hooks_always_run
 #[test]
 fn with_the_flag_no_delay_is_waited_and_hooks_and_poststop_still_run() {
     let mut sim = running(web_job(2));
@@ -224,6 +226,7 @@ fn flagged_job_stop_reaches_running_and_terminal_allocations() {
     assert!(all.iter().all(|alloc| client_terminal(&sim, alloc)));
 }
 
+// invariant: flag_is_honoured
 #[test]
 fn flagged_alloc_stop_cuts_a_group_delay_short() {
     let mut sim = running(web_job(1));
@@ -256,6 +259,7 @@ fn flagged_alloc_stop_cuts_a_group_delay_short() {
     );
 }
 
+// invariant: flag_is_honoured
 #[test]
 fn flagged_alloc_stop_cuts_a_task_delay_short() {
     let mut sim = running(web_job(1));
@@ -287,6 +291,7 @@ fn flagged_alloc_stop_cuts_a_task_delay_short() {
     );
 }
 
+// invariant: jobspec_unchanged
 #[test]
 fn second_flagged_job_stop_rescues_a_stopped_job_and_changes_no_spec() {
     let mut sim = running(web_job(1));
@@ -313,6 +318,7 @@ fn second_flagged_job_stop_rescues_a_stopped_job_and_changes_no_spec() {
     );
 }
 
+// invariant: kill_order
 #[test]
 fn kill_order_is_leader_then_sidecar_then_poststop() {
     let mut job = web_job(1);
@@ -353,6 +359,7 @@ fn kill_order_is_leader_then_sidecar_then_poststop() {
     );
 }
 
+// invariant: jobspec_unchanged
 #[test]
 fn job_start_after_a_flagged_stop_waits_full_delays_again() {
     let mut sim = running(web_job(1));
@@ -374,6 +381,7 @@ fn job_start_after_a_flagged_stop_waits_full_delays_again() {
         .all(|v| v.spec_only() == versions[0].spec_only()));
 }
 
+// invariant: flag_is_honoured
 #[test]
 fn purge_with_the_flag_deletes_the_job_at_once_and_honours_the_flag() {
     let mut sim = running(web_job(2));
@@ -421,6 +429,7 @@ fn unflagged_alloc_stop_after_a_flagged_one_leaves_the_flag_set() {
     assert_eq!(sim.now_ns() - before, SECOND);
 }
 
+// invariant: flag_scoped
 #[test]
 fn a_replacement_never_carries_the_flag_and_waits_in_full() {
     let mut sim = running(web_job(2));
@@ -439,6 +448,7 @@ fn a_replacement_never_carries_the_flag_and_waits_in_full() {
     assert_eq!(stop_and_run(&mut sim, false, false), FULL_WAIT);
 }
 
+// invariant: kill_timeout_respected
 #[test]
 fn kill_timeout_is_capped_by_max_kill_timeout() {
     let mut job = web_job(1);
@@ -603,6 +613,7 @@ fn the_simulator_is_deterministic_and_branches_by_clone() {
     );
 }
 
+// invariant: flag_is_honoured
 /// DESIGN.md: a runner restored after a client restart applies the flag its stored
 /// allocation carries (Nomad's would wait out the remaining delays).
 #[test]
@@ -627,6 +638,7 @@ fn a_restored_runner_keeps_honouring_the_flag() {
     );
 }
 
+// invariant: jobspec_unchanged
 #[test]
 fn alloc_stop_writes_no_job_version() {
     let mut sim = running(web_job(2));
@@ -636,6 +648,7 @@ fn alloc_stop_writes_no_job_version() {
     assert_eq!(sim.server.store.job_versions("web").unwrap().len(), 1);
 }
 
+// invariant: stop_completes
 /// A group without a poststop task ends as soon as its last task is dead, not before.
 #[test]
 fn a_group_without_poststop_ends_when_its_last_task_dies() {
@@ -750,6 +763,7 @@ fn a_failing_poststop_task_fails_the_allocation() {
     );
 }
 
+// invariant: kill_timeout_respected
 /// A restored runner re-arms the timers it had: a task that ignores its kill signal is
 /// still SIGKILLed when its kill timeout runs out after the client restarted.
 #[test]

@@ -105,6 +105,7 @@ fn eval_priority_overrides_the_jobs() {
     assert_eq!(server.store.eval(&id).unwrap().priority, 90);
 }
 
+// invariant: flag_scoped
 #[test]
 fn stopping_a_job_stops_every_live_allocation_and_keeps_the_flag() {
     let mut server = server_with(job("service", 3));
@@ -597,6 +598,7 @@ fn a_stopping_allocation_keeps_its_static_port_until_its_client_ends_it() {
     );
 }
 
+// invariant: job_dead_only_when_tasks_ended
 #[test]
 fn a_jobs_status_moves_its_modify_index_and_is_published_in_the_write_that_changes_it() {
     use quiesce_core::server::events::{Since, Snapshot};

@@ -24,6 +24,7 @@ func waitForRuns(t *testing.T, a *agent, allocID string, n int) []record {
 	return a.signals(allocID, "server")
 }
 
+// invariant: services_restored
 // Nomad's Go client restarts a task in place through Allocations().Restart. Unflagged, the
 // task's 3 s delay is waited after its service is gone, and the group's service stays (a
 // restart leaves the group alone); with quiesce's `no_shutdown_delay` query parameter the

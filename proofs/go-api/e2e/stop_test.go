@@ -65,6 +65,7 @@ func checkSpecUnchanged(t *testing.T, before, after *api.Job) {
 	}
 }
 
+// invariant: flag_is_honoured
 func TestDeregisterWithNoShutdownDelaySkipsEveryDelay(t *testing.T) {
 	a := startAgent(t)
 	allocID := a.register(webJob(t, "web", groupDelay, taskDelay))
@@ -102,6 +103,7 @@ func TestDeregisterWithNoShutdownDelaySkipsEveryDelay(t *testing.T) {
 	}
 }
 
+// invariant: flag_scoped
 func TestAllocStopWithNoShutdownDelaySkipsTheDelaysOfThatAllocationOnly(t *testing.T) {
 	a := startAgent(t)
 	flagged := a.register(webJob(t, "flagged", groupDelay, taskDelay))

@@ -3,21 +3,40 @@
 
 use serde_json::{json, Value};
 
+/// The names the probe reports under: the model's invariants it can judge from outside,
+/// by the model's own definition (so the two cannot drift), and three checks of its own
+/// that the model has no invariant for.
+pub mod names {
+    pub use quiesce_model::properties::names::{
+        DELAY_SKIPPED_ONLY_WHEN_FLAGGED, FLAG_IS_HONOURED, FLAG_SCOPED, JOBSPEC_UNCHANGED,
+        KILL_ORDER, KILL_TIMEOUT_RESPECTED, PRESTOP_HOOKS_ALWAYS_RUN, STOP_COMPLETES,
+    };
+    /// A flagged restart skips its delay and the next, unflagged one waits it (the model's
+    /// `delay_skipped_only_when_flagged` for restarts, seen across two requests).
+    pub const RESTART_FLAG_ONE_SHOT: &str = "restart_flag_one_shot";
+    /// An allocation in its delay keeps its ports; a flagged stop frees them at once.
+    pub const RESOURCES_HELD: &str = "resources_held";
+    /// A stop answers and records what was asked.
+    pub const STOP_RECORDED: &str = "stop_recorded";
+    /// The probe's own checks, which are not the model's invariants.
+    pub const PROBE_ONLY: [&str; 3] = [RESTART_FLAG_ONE_SHOT, RESOURCES_HELD, STOP_RECORDED];
+}
+
 /// The invariants the probe can see from outside, with what it checks for each
 /// (ARCHITECTURE.md, "The probe", says what the evidence is and where it is weaker than the
 /// model's).
 pub const INVARIANTS: [(&str, &str); 11] = [
-    ("flag_is_honoured", "no shutdown delay is waited once a flagged request reached the allocation"),
-    ("delay_skipped_only_when_flagged", "a delay is skipped or cut short only on an allocation that shows the flag"),
-    ("flag_scoped", "an allocation nobody flagged neither shows the flag nor skips a delay"),
-    ("prestop_hooks_always_run", "each kill signal finds the task's and its group's services deregistered"),
-    ("jobspec_unchanged", "a stop stores the job unchanged but for Stop; a start restores it"),
-    ("kill_order", "the leader dies first, then other main tasks, then sidecars; poststop tasks start last"),
-    ("kill_timeout_respected", "SIGKILL comes no sooner than the kill timeout after the kill signal"),
-    ("stops_complete", "every stopped allocation ends client-terminal, its services gone"),
-    ("restart_flag_one_shot", "a flagged restart skips its delay; the next, unflagged one waits it"),
-    ("resources_held", "an allocation in its delay keeps its ports; a flagged stop frees them at once"),
-    ("stop_recorded", "a stop answers and records what was asked (Migrate, Reschedule, the flag, a new evaluation)"),
+    (names::FLAG_IS_HONOURED, "no shutdown delay is waited once a flagged request reached the allocation"),
+    (names::DELAY_SKIPPED_ONLY_WHEN_FLAGGED, "a delay is skipped or cut short only on an allocation that shows the flag"),
+    (names::FLAG_SCOPED, "an allocation nobody flagged neither shows the flag nor skips a delay"),
+    (names::PRESTOP_HOOKS_ALWAYS_RUN, "each kill signal finds the task's and its group's services deregistered"),
+    (names::JOBSPEC_UNCHANGED, "a stop stores the job unchanged but for Stop; a start restores it"),
+    (names::KILL_ORDER, "the leader dies first, then other main tasks, then sidecars; poststop tasks start last"),
+    (names::KILL_TIMEOUT_RESPECTED, "SIGKILL comes no sooner than the kill timeout after the kill signal"),
+    (names::STOP_COMPLETES, "every stopped allocation ends client-terminal, its services gone"),
+    (names::RESTART_FLAG_ONE_SHOT, "a flagged restart skips its delay; the next, unflagged one waits it"),
+    (names::RESOURCES_HELD, "an allocation in its delay keeps its ports; a flagged stop frees them at once"),
+    (names::STOP_RECORDED, "a stop answers and records what was asked (Migrate, Reschedule, the flag, a new evaluation)"),
 ];
 
 #[derive(Clone, Debug, PartialEq)]
@@ -173,6 +192,7 @@ pub fn ms(ns: i64) -> String {
     }
 }
 
+// invariant: flag_is_honoured
 /// The flag reached these allocations (a flagged request was answered): no delay of theirs
 /// may have been waited.
 pub fn flag_is_honoured(delays: &[DelaySeen], request: &str) -> Verdict {
@@ -188,6 +208,7 @@ pub fn flag_is_honoured(delays: &[DelaySeen], request: &str) -> Verdict {
     )
 }
 
+// invariant: delay_skipped_only_when_flagged
 /// A delay skipped (or cut short) on an allocation that did not show the flag.
 pub fn delay_skipped_only_when_flagged(delays: &[DelaySeen]) -> Verdict {
     Verdict::all(
@@ -205,6 +226,7 @@ pub fn delay_skipped_only_when_flagged(delays: &[DelaySeen]) -> Verdict {
     )
 }
 
+// invariant: flag_scoped
 /// An allocation no request flagged: it must not show the flag and must wait its delays.
 pub fn flag_scoped(alloc: &str, shows_flag: bool, delays: &[DelaySeen]) -> Verdict {
     let mut parts = vec![if shows_flag {
@@ -227,6 +249,23 @@ mod tests {
     use super::*;
 
     const SECOND: i64 = 1_000_000_000;
+
+    #[test]
+    fn the_probe_reports_under_the_models_names() {
+        let model: Vec<&str> = quiesce_model::properties::INVARIANTS
+            .iter()
+            .map(|(name, _)| *name)
+            .collect();
+        let mut seen = std::collections::BTreeSet::new();
+        for (name, _) in INVARIANTS {
+            assert!(seen.insert(name), "{name} is listed twice");
+            assert!(
+                model.contains(&name) ^ names::PROBE_ONLY.contains(&name),
+                "{name} is neither one of the model's invariants nor one of the probe's own checks"
+            );
+        }
+        assert_eq!(seen.len(), INVARIANTS.len());
+    }
 
     #[test]
     fn a_delay_is_waited_skipped_or_unclear_with_a_margin_each_way() {

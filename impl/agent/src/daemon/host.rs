@@ -169,6 +169,7 @@ impl DaemonHost {
         self
     }
 
+    // invariant: kill_timeout_respected
     fn start_timer(&mut self, timer: Timer, after_ns: i64) {
         let now = unix_now_ns();
         let signalled_before = match timer {
@@ -529,6 +530,7 @@ impl DaemonHost {
         shared.notify(&core);
     }
 
+    // invariant: prestop_hooks_always_run
     /// Carries out what is pending on the server, in one critical section of the core when
     /// the shell settles: the services' changes not yet applied, the report, the log
     /// entries, and one commit holding them, the services' records and the runner's state.

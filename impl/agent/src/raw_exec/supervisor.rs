@@ -97,6 +97,7 @@ struct Deliveries {
 }
 
 impl Deliveries {
+    // invariant: kill_timeout_respected
     /// Carries out one request on the task's (unreaped) process group `pid`, at `now`
     /// (CLOCK_MONOTONIC).
     fn carry_out(&mut self, request: Request, pid: i32, now: i64) {
@@ -620,6 +621,7 @@ mod tests {
         assert_eq!(deliveries.refused, 3);
     }
 
+    // invariant: kill_timeout_respected
     /// SIGKILL asked for before the kill timeout has run from the signal as delivered is
     /// held until it has, and asked again meanwhile is refused.
     #[test]

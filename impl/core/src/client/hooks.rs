@@ -55,6 +55,7 @@ impl GroupServiceHook {
 }
 
 impl RunnerPreKillHook for GroupServiceHook {
+    // invariant: prestop_hooks_always_run
     fn pre_kill(&self, out: &mut Vec<Command>) -> i64 {
         self.deregister(out);
         self.shutdown_delay_ns
@@ -93,6 +94,7 @@ impl TaskServiceHook {
 }
 
 impl TaskPreKillHook for TaskServiceHook {
+    // invariant: prestop_hooks_always_run
     fn pre_killing(&self, task: usize, out: &mut Vec<Command>) {
         self.deregister(task, out);
     }
@@ -112,6 +114,7 @@ mod tests {
         vec!["web".to_string()]
     }
 
+    // invariant: prestop_hooks_always_run
     /// Deregistration happens before the kill and again after it (postrun, stop hooks), so
     /// that a service registered in between, or after a crash, is still removed.
     #[test]

@@ -137,6 +137,7 @@ impl Server {
         id
     }
 
+    // invariant: flag_scoped
     /// Applies a plan's stops and in-place updates, and its placements if every one of them
     /// has a node (and its ports); returns how many allocations of each group it did not
     /// place (none, or all), and whether ports were what some lacked.

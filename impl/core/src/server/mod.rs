@@ -236,6 +236,7 @@ impl Server {
         self.register_job_with(job, RegisterOptions::default())
     }
 
+    // invariant: jobspec_unchanged
     /// `POST /v1/jobs` with its options.
     pub fn register_job_with(
         &mut self,
@@ -309,6 +310,7 @@ impl Server {
         Ok(WriteResponse { eval_id, index })
     }
 
+    // invariant: jobspec_unchanged
     /// `job stop` (`reference/nomad-stop-path.md` §1.3, §1.4, and DESIGN.md's purge). One
     /// write: the flag on every allocation of the job (terminal or not), never on the job;
     /// a new version with `Stop=true`, or the purge; one evaluation. Stopping an unknown job
@@ -384,6 +386,7 @@ impl Server {
         Ok(WriteResponse { eval_id, index })
     }
 
+    // invariant: flag_is_honoured
     /// DESIGN.md: the job is gone at once; each allocation the client still runs becomes a
     /// tombstone carrying desired stop and the flag, removed when the client reports it
     /// terminal; client-terminal ones are deleted now.
@@ -420,6 +423,7 @@ impl Server {
         self.stop_alloc_with(alloc_id, options)
     }
 
+    // invariant: flag_scoped
     /// `alloc stop` with its options.
     pub fn stop_alloc_with(
         &mut self,
@@ -458,6 +462,7 @@ impl Server {
         Ok(WriteResponse { eval_id, index })
     }
 
+    // invariant: jobspec_unchanged
     /// `job start`: resubmit the latest version with `Stop=false`, as a new version.
     pub fn start_job(&mut self, job_id: &str) -> Result<WriteResponse, ServerError> {
         let job = self
@@ -473,6 +478,7 @@ impl Server {
         self.register_job(started)
     }
 
+    // invariant: stop_completes
     /// A client's report: task states and client status. Reports do not bump
     /// `AllocModifyIndex` (the client does not pull its own writes). A tombstone that is now
     /// client-terminal is removed.

@@ -193,6 +193,7 @@ impl Default for EffectiveRestartPolicy {
 }
 
 impl RestartPolicy {
+    // invariant: restart_policy_respected
     /// Nomad's defaults (`structs.NewRestartPolicy`): service and system jobs 2 attempts in
     /// 30 m, batch jobs 3 in 24 h; a 15 s delay; mode `fail`. The task's block overrides the
     /// group's field by field, the group's overrides the defaults.

@@ -17,6 +17,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+// invariant: prestop_hooks_always_run
 /// Each kill signal the witnesses received found the task's services and its group's
 /// deregistered.
 pub fn prestop(
@@ -101,6 +102,7 @@ pub fn prestop(
     Verdict::all(parts)
 }
 
+// invariant: kill_order
 /// The leader died before any other task's kill began; main tasks before sidecars';
 /// poststop tasks started after every other task had ended.
 pub fn kill_order(spec: &JobSpec, alloc: &AllocView) -> Verdict {
@@ -159,8 +161,9 @@ pub fn kill_order(spec: &JobSpec, alloc: &AllocView) -> Verdict {
     Verdict::all(parts)
 }
 
+// invariant: stop_completes
 /// The stopped allocations ended client-terminal and their services are gone.
-pub fn stops_complete(
+pub fn stop_completes(
     api: &Api,
     spec: &JobSpec,
     allocs: &[AllocView],

@@ -52,6 +52,7 @@ pub fn flag_with_stop(view: &StreamView, alloc: &str, stop_index: u64, request: 
     }
 }
 
+// invariant: flag_scoped
 /// An allocation nobody flagged: the stream must never show it flagged (in any write,
 /// however briefly).
 pub fn never_flagged(view: &StreamView, alloc: &str) -> Verdict {
@@ -84,6 +85,7 @@ fn shows_ended(record: &Value, task: &str) -> bool {
         .is_some_and(|killing| events[killing..].iter().any(|e| e["Type"] == "Terminated"))
 }
 
+// invariant: prestop_hooks_always_run
 /// A violation if the stream shows the server hearing that a task ended before it heard
 /// that one of the services the task's kill must find gone was deregistered (the task's
 /// own, and with `with_group` its group's). The other order is what a correct server

@@ -43,6 +43,7 @@ fn alloc(tasks: [(&str, TaskView); 4]) -> AllocView {
     }
 }
 
+// invariant: kill_order
 #[test]
 fn a_sidecar_killed_before_the_leader_ended_breaks_kill_order() {
     let ordered = alloc([

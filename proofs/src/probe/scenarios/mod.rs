@@ -102,6 +102,7 @@ pub(super) fn stored_after(ctx: &Ctx, job: &str) -> Result<(Value, Option<Value>
     Ok((now, latest))
 }
 
+// invariant: jobspec_unchanged
 pub(super) fn jobspec_unchanged_by_stop(
     before: &Value,
     after: &Value,

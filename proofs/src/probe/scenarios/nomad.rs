@@ -6,7 +6,7 @@ use super::super::api::{escape, now_ns};
 use super::super::judge::short;
 use super::super::observe;
 use super::super::run::Ctx;
-use super::super::verdict::{ms, Delay, DelaySeen, Judgement, Verdict};
+use super::super::verdict::{ms, names, Delay, DelaySeen, Judgement, Verdict};
 use super::*;
 
 pub(super) fn nomad_alloc_stop(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
@@ -85,9 +85,9 @@ pub(super) fn nomad_alloc_stop(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> 
     });
     let plain_now = read_alloc(ctx, a)?;
     Ok(vec![
-        judged("stop_recorded", Verdict::all(parts)),
+        judged(names::STOP_RECORDED, Verdict::all(parts)),
         judged(
-            "flag_scoped",
+            names::FLAG_SCOPED,
             if plain_now.flagged() {
                 Verdict::Violated(format!(
                     "alloc {} shows NoShutdownDelay after another allocation's flagged stop",
@@ -253,7 +253,7 @@ pub(super) fn nomad_deregister(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> 
         ))
     };
     parts.push(flag_shown);
-    let complete = judge::stops_complete(
+    let complete = judge::stop_completes(
         ctx.api,
         &running.spec,
         &allocs,
@@ -290,9 +290,9 @@ pub(super) fn nomad_deregister(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> 
         },
     );
     Ok(vec![
-        judged("stop_recorded", Verdict::all(parts)),
-        judged("flag_is_honoured", honoured),
-        judged("stops_complete", complete),
+        judged(names::STOP_RECORDED, Verdict::all(parts)),
+        judged(names::FLAG_IS_HONOURED, honoured),
+        judged(names::STOP_COMPLETES, complete),
     ])
 }
 
@@ -333,7 +333,7 @@ pub(super) fn flag_values(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
             flagged,
         ));
     }
-    Ok(vec![judged("stop_recorded", Verdict::all(parts))])
+    Ok(vec![judged(names::STOP_RECORDED, Verdict::all(parts))])
 }
 
 pub(super) fn overlap(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
@@ -434,7 +434,7 @@ pub(super) fn overlap(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
         }
     }
     Ok(vec![
-        judged("resources_held", Verdict::all(halves)),
-        judged("flag_is_honoured", Verdict::all(honoured)),
+        judged(names::RESOURCES_HELD, Verdict::all(halves)),
+        judged(names::FLAG_IS_HONOURED, Verdict::all(honoured)),
     ])
 }

@@ -9,7 +9,7 @@ use super::super::judge::stream;
 use super::super::observe::{self, kinds, AllocView};
 use super::super::run::{Ctx, Extensions, Running};
 use super::super::stream::StreamView;
-use super::super::verdict::{self, ms, Delay, DelaySeen, Judgement, Verdict};
+use super::super::verdict::{self, ms, names, Delay, DelaySeen, Judgement, Verdict};
 use super::*;
 
 /// Judges a stop of `running` (flagged or not), answered with `answer`, from what it left
@@ -57,7 +57,7 @@ pub(super) fn judge_stop(
     let mut out = Vec::new();
     if flag {
         out.push(judged(
-            "flag_is_honoured",
+            names::FLAG_IS_HONOURED,
             with_unseen(verdict::flag_is_honoured(&delays, request)),
         ));
         let recorded: Vec<Verdict> = allocs
@@ -79,19 +79,22 @@ pub(super) fn judge_stop(
                     .map(|a| stream::flag_with_stop(view, &a.id, index, request))
             }))
             .collect();
-        out.push(judged("stop_recorded", Verdict::all(recorded)));
+        out.push(judged(names::STOP_RECORDED, Verdict::all(recorded)));
     } else {
-        out.push(no("flag_is_honoured", "this stop carries no flag"));
+        out.push(no(names::FLAG_IS_HONOURED, "this stop carries no flag"));
     }
     out.push(judged(
-        "delay_skipped_only_when_flagged",
+        names::DELAY_SKIPPED_ONLY_WHEN_FLAGGED,
         with_unseen(verdict::delay_skipped_only_when_flagged(&delays)),
     ));
-    out.push(judged("prestop_hooks_always_run", Verdict::all(prestop)));
-    out.push(judged("kill_order", Verdict::all(order)));
     out.push(judged(
-        "stops_complete",
-        judge::stops_complete(ctx.api, &running.spec, &allocs, done, limit)?,
+        names::PRESTOP_HOOKS_ALWAYS_RUN,
+        Verdict::all(prestop),
+    ));
+    out.push(judged(names::KILL_ORDER, Verdict::all(order)));
+    out.push(judged(
+        names::STOP_COMPLETES,
+        judge::stop_completes(ctx.api, &running.spec, &allocs, done, limit)?,
     ));
     Ok((out, streamed))
 }
@@ -185,6 +188,7 @@ fn replayed_job(
     Verdict::all(vec![registration, stopped])
 }
 
+// invariant: jobspec_unchanged
 /// The job in the stop's own write, as the event stream showed it.
 fn stream_job_unchanged(before: &Value, job: &Value) -> Verdict {
     let differ = judge::spec_differences(before, job);
@@ -208,7 +212,10 @@ fn stream_job_unchanged(before: &Value, job: &Value) -> Verdict {
 
 pub(super) fn job_stop_flagged(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
     let (_, mut out, spec_verdicts, _) = stop_path_stopped(ctx, "job-stop-flagged", 2, true)?;
-    out.push(judged("jobspec_unchanged", Verdict::all(spec_verdicts)));
+    out.push(judged(
+        names::JOBSPEC_UNCHANGED,
+        Verdict::all(spec_verdicts),
+    ));
     Ok(out)
 }
 
@@ -250,7 +257,10 @@ pub(super) fn job_stop_then_start(ctx: &mut Ctx) -> Result<Vec<Judgement>, Strin
             started["Version"]
         ))
     });
-    out.push(judged("jobspec_unchanged", Verdict::all(spec_verdicts)));
+    out.push(judged(
+        names::JOBSPEC_UNCHANGED,
+        Verdict::all(spec_verdicts),
+    ));
     Ok(out)
 }
 
@@ -342,28 +352,28 @@ pub(super) fn alloc_stop_scoped(ctx: &mut Ctx) -> Result<Vec<Judgement>, String>
     skipped.extend(seen_b.iter().cloned());
     Ok(vec![
         judged(
-            "flag_is_honoured",
+            names::FLAG_IS_HONOURED,
             with(
                 verdict::flag_is_honoured(&seen_a, &answer_a.sent.to_string()),
                 &unseen_a,
             ),
         ),
         judged(
-            "flag_scoped",
+            names::FLAG_SCOPED,
             with(
                 verdict::flag_scoped(short(&b), allocs[1].flagged(), &seen_b),
                 &unseen_b,
             ),
         ),
         judged(
-            "delay_skipped_only_when_flagged",
+            names::DELAY_SKIPPED_ONLY_WHEN_FLAGGED,
             verdict::delay_skipped_only_when_flagged(&skipped),
         ),
-        judged("prestop_hooks_always_run", Verdict::all(prestop)),
-        judged("stop_recorded", recorded),
+        judged(names::PRESTOP_HOOKS_ALWAYS_RUN, Verdict::all(prestop)),
+        judged(names::STOP_RECORDED, recorded),
         judged(
-            "stops_complete",
-            judge::stops_complete(ctx.api, &running.spec, &allocs, done, limit)?,
+            names::STOP_COMPLETES,
+            judge::stop_completes(ctx.api, &running.spec, &allocs, done, limit)?,
         ),
     ])
 }
@@ -375,6 +385,7 @@ pub(super) fn alloc_stop_scoped(ctx: &mut Ctx) -> Result<Vec<Judgement>, String>
 /// still shows.
 const KILL_TIMEOUT_SLACK_NS: i64 = 50_000_000;
 
+// invariant: kill_timeout_respected
 pub(super) fn kill_timeout(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
     if ctx.tasks.witness().is_none() {
         let why = format!(
@@ -382,8 +393,8 @@ pub(super) fn kill_timeout(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
             ctx.tasks.no_witness_reason()
         );
         return Ok(vec![
-            no("kill_timeout_respected", &why),
-            no("flag_is_honoured", &why),
+            no(names::KILL_TIMEOUT_RESPECTED, &why),
+            no(names::FLAG_IS_HONOURED, &why),
         ]);
     }
     let timeout = (ctx.delay_ns * 2).max(1_000_000_000);
@@ -393,7 +404,7 @@ pub(super) fn kill_timeout(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
     let running = ctx.run_job(spec)?;
     let (sent, answer) = job_stop(ctx, &running.spec.id, true)?;
     let (mut out, _) = judge_stop(ctx, &running, sent, true, &answer)?;
-    out.retain(|j| matches!(j.invariant, "flag_is_honoured" | "stops_complete"));
+    out.retain(|j| matches!(j.invariant, names::FLAG_IS_HONOURED | names::STOP_COMPLETES));
     let alloc =
         observe::alloc(ctx.api, &running.allocs[0].id)?.ok_or("the allocation disappeared")?;
     let witnessed = ctx.witnessed(&running.spec, &alloc.id);
@@ -429,7 +440,7 @@ pub(super) fn kill_timeout(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
         (Some(Err(why)), _) => Verdict::NotObservable(why.clone()),
         _ => Verdict::NotObservable("the task has no Killing event".into()),
     };
-    out.push(judged("kill_timeout_respected", verdict));
+    out.push(judged(names::KILL_TIMEOUT_RESPECTED, verdict));
     Ok(out)
 }
 
@@ -454,8 +465,8 @@ pub(super) fn restart_flag(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
     if !ctx.extensions.has(Extensions::RESTART_FLAG) {
         let why = "the server does not advertise quiesce's restart flag (Nomad's restart request has no NoShutdownDelay)";
         return Ok(vec![
-            no("restart_flag_one_shot", why),
-            no("flag_is_honoured", why),
+            no(names::RESTART_FLAG_ONE_SHOT, why),
+            no(names::FLAG_IS_HONOURED, why),
         ]);
     }
     let delay = ctx.delay_ns * 2;
@@ -515,9 +526,15 @@ pub(super) fn restart_flag(ctx: &mut Ctx) -> Result<Vec<Judgement>, String> {
         Err(v) => v.clone(),
     };
     Ok(vec![
-        judged("flag_is_honoured", verdict_of(&gaps[0], Delay::Skipped)),
-        judged("restart_flag_one_shot", verdict_of(&gaps[1], Delay::Waited)),
-        judged("prestop_hooks_always_run", Verdict::all(prestop)),
+        judged(
+            names::FLAG_IS_HONOURED,
+            verdict_of(&gaps[0], Delay::Skipped),
+        ),
+        judged(
+            names::RESTART_FLAG_ONE_SHOT,
+            verdict_of(&gaps[1], Delay::Waited),
+        ),
+        judged(names::PRESTOP_HOOKS_ALWAYS_RUN, Verdict::all(prestop)),
     ])
 }
 

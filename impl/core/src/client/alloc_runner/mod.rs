@@ -130,6 +130,7 @@ impl AllocRunner {
         runner
     }
 
+    // invariant: flag_is_honoured
     /// A runner restored from stored state after a client restart. It applies the flag the
     /// stored allocation already carries (DESIGN.md: Nomad's restored runners do not), and
     /// re-arms the timers that were running.
@@ -175,6 +176,7 @@ impl AllocRunner {
         self.alloc.desired_status != DesiredStatus::Run || self.alloc.tombstone
     }
 
+    // invariant: flag_is_honoured
     /// A pulled update. Any update carrying the flag cancels the delays at once, even in the
     /// middle of a wait (§2.2); a stop moves a running runner to its pre-kill hooks.
     pub fn update(&mut self, alloc: Allocation, now: i64, out: &mut Vec<Command>) {
@@ -192,6 +194,7 @@ impl AllocRunner {
         }
     }
 
+    // invariant: delay_skipped_only_when_flagged
     /// Fires the cancellation: a wait in progress ends now, a later wait is skipped.
     fn cancel_delays(&mut self, now: i64, out: &mut Vec<Command>) {
         if self.cancelled || self.phase == RunnerPhase::Terminal {
@@ -248,6 +251,7 @@ impl AllocRunner {
         steps
     }
 
+    // invariant: kill_order
     fn stop_steps(&self) -> Vec<RunnerStep> {
         match self.phase {
             RunnerPhase::PreKill => vec![RunnerStep::GroupPreKill],
@@ -271,6 +275,7 @@ impl AllocRunner {
         }
     }
 
+    // invariant: kill_order
     /// kill_order: leader, then the other main tasks, then sidecars (§2.3).
     fn earlier_stages_dead(&self, role: TaskRole) -> bool {
         let stage = kill_stage(role);
@@ -279,6 +284,7 @@ impl AllocRunner {
             .all(|task| kill_stage(task.role) >= stage || task.is_done())
     }
 
+    // invariant: kill_order
     fn non_poststop_done(&self) -> bool {
         self.tasks
             .iter()
@@ -301,6 +307,7 @@ impl AllocRunner {
         true
     }
 
+    // invariant: prestop_hooks_always_run
     /// The pre-kill hooks run (the group service hook deregisters the group services), then
     /// the delay they ask for is waited, or skipped if the delays are already cancelled.
     fn group_pre_kill(&mut self, now: i64, out: &mut Vec<Command>) {
@@ -340,6 +347,7 @@ impl AllocRunner {
         [&self.group_service_hook]
     }
 
+    // invariant: kill_timeout_respected
     /// A timer fired; `false` if no such timer was running (a stale one).
     pub fn timer_fired(&mut self, timer: Timer, now: i64, out: &mut Vec<Command>) -> bool {
         match timer {
@@ -415,6 +423,7 @@ impl AllocRunner {
         true
     }
 
+    // invariant: restart_policy_respected
     /// A task ended on its own before any stop, and its restart policy leaves it dead. As in
     /// Nomad (`reference/nomad-stop-path.md` §2.3, "other kill triggers"), the leader's
     /// death, a task's failure, or the last main task's end kills the rest through the same
@@ -472,6 +481,7 @@ impl AllocRunner {
         self.phase = RunnerPhase::PreKill;
     }
 
+    // invariant: kill_order
     /// The runner ends once every task that will run is dead.
     fn settle(&mut self, now: i64, out: &mut Vec<Command>) {
         let all_dead = self.tasks.iter().all(|task| {
@@ -483,6 +493,7 @@ impl AllocRunner {
         }
     }
 
+    // invariant: stop_completes
     /// Client-terminal: postrun hooks deregister the group services again (idempotent), and
     /// the status is reported.
     fn finish(&mut self, _now: i64, out: &mut Vec<Command>) {

@@ -78,6 +78,7 @@ impl AllocRunner {
         Ok(targets)
     }
 
+    // invariant: restart_policy_respected
     /// The restart policy decides about a task that ended on its own. In a stopping runner it
     /// stays dead; otherwise it is restarted after the policy's delay, or — the policy
     /// exhausted, or nothing to retry — it stays dead and, as in Nomad, the leader's death or

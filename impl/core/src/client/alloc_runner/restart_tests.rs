@@ -36,6 +36,7 @@ fn running(task_delay_s: i64) -> AllocRunner {
     )
 }
 
+// invariant: services_restored
 #[test]
 fn an_unflagged_restart_waits_the_task_delay_then_runs_the_task_again() {
     let mut runner = running(5);
@@ -99,6 +100,7 @@ fn an_unflagged_restart_waits_the_task_delay_then_runs_the_task_again() {
     );
 }
 
+// invariant: delay_skipped_only_when_flagged
 #[test]
 fn a_flagged_restart_skips_its_delay_and_the_next_stop_waits_again() {
     let mut runner = running(5);
@@ -156,6 +158,7 @@ fn with_policy(attempts: i64, delay_s: i64) -> AllocRunner {
     AllocRunner::new(alloc, 30 * SECOND, 0, &mut out)
 }
 
+// invariant: restart_policy_respected
 #[test]
 fn a_crash_is_restarted_within_the_policy_then_fails_the_allocation() {
     let mut runner = with_policy(1, 2);
@@ -197,6 +200,7 @@ fn a_crash_is_restarted_within_the_policy_then_fails_the_allocation() {
     assert_eq!(runner.alloc.client_status, ClientStatus::Failed);
 }
 
+// invariant: restart_policy_respected
 #[test]
 fn an_error_the_driver_reported_is_not_retried() {
     let mut runner = with_policy(2, 2);
@@ -215,6 +219,7 @@ fn an_error_the_driver_reported_is_not_retried() {
     );
 }
 
+// invariant: stop_completes
 #[test]
 fn a_stop_ends_a_restart_delay_and_nothing_runs_again() {
     let mut runner = with_policy(2, 15);

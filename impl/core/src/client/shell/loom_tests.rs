@@ -135,6 +135,7 @@ fn stopping(runner: &AllocRunner) -> bool {
     !matches!(runner.phase, RunnerPhase::Running | RunnerPhase::PreKill)
 }
 
+// invariant: flag_is_honoured
 /// A flagged update races an unflagged stop and its group delay: it may arrive before the
 /// wait (skipped), during it (cut short), or after the timer fired (waited in full).
 #[test]

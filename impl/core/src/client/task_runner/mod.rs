@@ -220,6 +220,7 @@ impl TaskRunner {
         self.kill_from_hooks(ix, cancelled, now, out);
     }
 
+    // invariant: prestop_hooks_always_run
     /// The kill sequence from the pre-kill hooks on.
     fn kill_from_hooks(&mut self, ix: usize, cancelled: bool, now: i64, out: &mut Vec<Command>) {
         // prestop_hooks_always_run: the hooks run flag or no flag, before any signal.
@@ -260,6 +261,7 @@ impl TaskRunner {
         }
     }
 
+    // invariant: flag_is_honoured
     /// The flag arrived mid-wait (flag_is_honoured): the wait ends now.
     pub(super) fn cut_delay_short(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {
         debug_assert_eq!(self.phase, TaskPhase::Delaying);
@@ -285,6 +287,7 @@ impl TaskRunner {
         self.send_signal(ix, now, out);
     }
 
+    // invariant: kill_timeout_respected
     fn send_signal(&mut self, ix: usize, _now: i64, out: &mut Vec<Command>) {
         debug_assert!(
             self.pre_kill_done,

@@ -27,6 +27,7 @@ pub enum Decision {
 }
 
 impl TaskRunner {
+    // invariant: delay_skipped_only_when_flagged
     /// An in-place restart begins (`alloc restart`): `Restart Signaled`, then the task's half
     /// of the kill sequence — pre-kill hooks, its delay (skipped if this restart carries the
     /// flag or a flagged stop cancelled the runner's delays), the signal. When the task has
@@ -62,6 +63,7 @@ impl TaskRunner {
             .is_some_and(|exit| exit.failure.is_some())
     }
 
+    // invariant: services_restored
     /// The process ended on its own while it ran (no kill had begun): `Terminated`, the
     /// exited hooks deregister its services, and the restart policy decides next.
     pub(in crate::client) fn ended_on_its_own(
@@ -81,6 +83,7 @@ impl TaskRunner {
         }
     }
 
+    // invariant: restart_policy_respected
     /// The restart policy's answer for the run that just ended on its own (Nomad's restart
     /// tracker): an error the driver reported is not retried; a batch task that exited
     /// cleanly is done; otherwise a restart while attempts are left in the interval, then —
@@ -196,6 +199,7 @@ impl TaskRunner {
             .is_some_and(|exit| exit.exit_code != 0 || exit.failure.is_some());
     }
 
+    // invariant: services_restored
     /// The task runs again — after a restart's kill, or its restart delay — with a fresh
     /// kill record, its services registered again; the restart's flag is gone with it.
     pub(in crate::client) fn run_again(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {

@@ -336,6 +336,7 @@ impl StateStore {
 
     // --- writes: only the server's operations call these, inside one indexed write ---
 
+    // invariant: jobspec_unchanged
     pub(super) fn put_job_version(&mut self, job: Job) {
         self.wrote(Record::Job(job.id.clone()));
         let versions = self.jobs.entry(job.id.clone()).or_default();

@@ -25,6 +25,7 @@ pub(super) struct Counts {
 }
 
 impl Counts {
+    // invariant: job_dead_only_when_tasks_ended
     /// What one allocation adds.
     pub(super) fn of(alloc: &Allocation) -> Counts {
         if alloc.tombstone {
@@ -42,6 +43,7 @@ impl Counts {
         self.allocs == 0
     }
 
+    // invariant: job_dead_only_when_tasks_ended
     fn status(self, stopped: bool) -> &'static str {
         if self.live > 0 {
             "running"
@@ -66,6 +68,7 @@ impl StateStore {
             .status(job.stop)
     }
 
+    // invariant: job_dead_only_when_tasks_ended
     /// An allocation of `job_id` that counted as `gone` now counts as `came` (a placement,
     /// an update, a deletion). If that changes the job's status, the job is changed by this
     /// write: its `ModifyIndex` is the write's, and it is journalled and published.

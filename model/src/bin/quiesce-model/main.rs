@@ -1,4 +1,7 @@
-//! `quiesce-model`: model-check the stop path, explore it, list the planted faults.
+//! `quiesce-model`: model-check the stop path, explore it, list the planted faults, and
+//! print the invariant index.
+
+mod index;
 
 use clap::{Args, Parser, Subcommand};
 use quiesce_model::config::{self, ModelCfg, Operator};
@@ -37,6 +40,13 @@ enum Command {
     },
     /// List the planted faults, one name per line.
     Faults,
+    /// The invariant index: each invariant's property, the code tagged as upholding it,
+    /// the tests that name it and the probe's judge; exits 1 if any is missing.
+    Invariants {
+        /// The workspace's root (default: found from the current folder).
+        #[arg(long)]
+        root: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -76,6 +86,10 @@ fn main() -> ExitCode {
             }
             Ok(true)
         }
+        Command::Invariants { root } => index::scan(&index::find_root(root)).map(|index| {
+            print!("{}", index::render(&index));
+            index.problems.is_empty()
+        }),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
