@@ -37,7 +37,7 @@ use workers::*;
 
 use crate::raw_exec::{Event, ExitWatcher};
 use host::DaemonHost;
-use persist::{Batch, Committer, Payload, Persist, Table, Write};
+use persist::{Batch, Committer, Payload, Persist, StoreError, Table, Write};
 use quiesce_core::client::shell::{Applied, RunnerShell};
 use quiesce_core::client::{
     AllocRunner, Command, ExitResult, RunnerPhase, DEFAULT_MAX_KILL_TIMEOUT_NS,
@@ -397,20 +397,20 @@ impl Core {
 
     /// Why the store refuses commits now (a full disk, say), if it does: the API refuses
     /// writes up front then (see `persist::Committer::failing`).
-    pub fn store_failing(&self) -> Option<String> {
+    pub fn store_failing(&self) -> Option<StoreError> {
         self.committer.failing()
     }
 
     /// Commits `writes` (ACL records) with everything written since, durably, as
     /// [`Core::commit_durably`] does.
-    pub fn commit_durably_with(&mut self, writes: Vec<Write>) -> Result<(), String> {
+    pub fn commit_durably_with(&mut self, writes: Vec<Write>) -> Result<(), StoreError> {
         let ticket = self.submit(None, writes, true);
         self.committer.wait(ticket)
     }
 
     /// Commits as [`Core::commit`] does and waits until the batch is durable: for writes that
     /// are acknowledged (the API's), and before anyone acts on them (the lock is held).
-    pub fn commit_durably(&mut self) -> Result<(), String> {
+    pub fn commit_durably(&mut self) -> Result<(), StoreError> {
         let ticket = self.submit(None, Vec::new(), true);
         self.committer.wait(ticket)
     }

@@ -436,7 +436,7 @@ pub(super) fn commit(shared: &Shared, core: &mut Core) -> Result<(), ApiError> {
     // Whatever came of it: a write kept for a retry is pulled once it is durable, by
     // workers woken now (they look again while it is held).
     shared.notify(core);
-    stored.map_err(|e| error(500, format!("storing the write: {e}")))
+    stored.map_err(ApiError::from)
 }
 
 pub(super) fn stop_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {

@@ -46,6 +46,7 @@ pub use server::{runtime, serve, HttpLimits};
 use services::*;
 
 use super::host::DRIVERS;
+use super::persist::StoreError;
 use super::{Core, Shared};
 use quiesce_core::server::store::{StateStore, TableIndexes};
 use quiesce_core::server::structs::{Allocation, ClientStatus, Evaluation};
@@ -118,6 +119,14 @@ impl From<ServerError> for ApiError {
             | ServerError::JobNotStopped(_)
             | ServerError::EnforceIndex(..) => error(400, refused.to_string()),
         }
+    }
+}
+
+/// A write the store could not make durable: a 500, as Nomad answers a failed raft apply.
+/// (Writes are refused up front, 503, while commits fail: see [`handle`].)
+impl From<StoreError> for ApiError {
+    fn from(failure: StoreError) -> ApiError {
+        error(500, format!("storing the write: {failure}"))
     }
 }
 

@@ -3,7 +3,7 @@
 //! be durable, runner progress is synced at most [`DURABILITY_LAG`] later (see the
 //! module above).
 
-use super::{Batch, Persist, DURABILITY_LAG, RETRY_AFTER};
+use super::{Batch, Persist, StoreError, DURABILITY_LAG, RETRY_AFTER};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
@@ -18,7 +18,7 @@ struct Queue {
     committer_asleep: bool,
     /// The last commit failed (a full disk, say), with this error: it is retried every
     /// [`RETRY_AFTER`] until it succeeds, and writes are refused until then.
-    failing: Option<String>,
+    failing: Option<StoreError>,
 }
 
 /// The committer thread's queue: batches go in in order and are committed in that order,
@@ -30,7 +30,7 @@ pub struct Committer {
 
 impl Committer {
     /// Starts the committer thread over `persist`.
-    pub fn start(persist: Persist) -> Result<Committer, String> {
+    pub fn start(persist: Persist) -> Result<Committer, StoreError> {
         let committer = Committer {
             shared: Arc::new((Mutex::new(Queue::default()), Condvar::new())),
         };
@@ -38,7 +38,7 @@ impl Committer {
         std::thread::Builder::new()
             .name("committer".into())
             .spawn(move || thread.run(persist))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| StoreError::NoCommitter(e.to_string()))?;
         Ok(committer)
     }
 
@@ -61,16 +61,14 @@ impl Committer {
     }
 
     /// Waits until the batch with `ticket` (and every batch before it) is durable.
-    pub fn wait(&self, ticket: u64) -> Result<(), String> {
+    pub fn wait(&self, ticket: u64) -> Result<(), StoreError> {
         let mut queue = self.queue();
         loop {
             if queue.durable >= ticket {
                 return Ok(());
             }
             if let Some(failure) = &queue.failing {
-                return Err(format!(
-                    "{failure} (the agent keeps it and retries; it is stored once there is room)"
-                ));
+                return Err(StoreError::Retrying(Box::new(failure.clone())));
             }
             queue = self
                 .shared
@@ -87,7 +85,7 @@ impl Committer {
 
     /// Why commits fail now, if they do: an API write is refused up front then (nothing
     /// changes), rather than taken in memory and not stored.
-    pub fn failing(&self) -> Option<String> {
+    pub fn failing(&self) -> Option<StoreError> {
         self.queue().failing.clone()
     }
 

@@ -18,7 +18,7 @@
 //!   the current file is written again from the table once it can be: the table holds only
 //!   what the current file should.
 
-use super::{error, Persist, LOG, META, PRIVATE_FILE, RETRY_AFTER};
+use super::{error, Persist, StoreError, LOG, META, PRIVATE_FILE, RETRY_AFTER};
 use redb::{ReadableDatabase, ReadableTable};
 use std::collections::BTreeSet;
 use std::fs;
@@ -76,7 +76,7 @@ impl Persist {
 
     /// The last sequence number: the table's, or, if the table is empty since a rotation,
     /// the one kept in `meta`.
-    pub(super) fn last_log_seq(&self) -> Result<u64, String> {
+    pub(super) fn last_log_seq(&self) -> Result<u64, StoreError> {
         let read = self.db.begin_read().map_err(|e| error("reading", e))?;
         let log = read.open_table(LOG).map_err(|e| error("log", e))?;
         let last = log.last().map_err(|e| error("log", e))?;
@@ -89,7 +89,7 @@ impl Persist {
     }
 
     /// The table's entries, in sequence order.
-    fn table_entries(&self) -> Result<Vec<(u64, String)>, String> {
+    fn table_entries(&self) -> Result<Vec<(u64, String)>, StoreError> {
         let read = self.db.begin_read().map_err(|e| error("reading", e))?;
         let log = read.open_table(LOG).map_err(|e| error("log", e))?;
         let mut entries = Vec::new();
@@ -102,7 +102,7 @@ impl Persist {
 
     /// At start: brings the file up to the table from its tail (see the module's
     /// documentation); returns the last sequence number.
-    pub(super) fn reconcile_log(&mut self) -> Result<u64, String> {
+    pub(super) fn reconcile_log(&mut self) -> Result<u64, StoreError> {
         let shown = |what: &str| format!("{what} {}", self.log_path.display());
         let mut file = match fs::OpenOptions::new()
             .read(true)
@@ -239,7 +239,7 @@ impl Persist {
 
     /// Writes the current file again from the table (through a temporary file and a
     /// rename): after a failed append.
-    fn rewrite_log(&mut self) -> Result<(), String> {
+    fn rewrite_log(&mut self) -> Result<(), StoreError> {
         let mut text = String::new();
         for (_, line) in self.table_entries()? {
             text.push_str(&line);
@@ -276,9 +276,9 @@ impl Persist {
     /// directory synced; only then is the table emptied. A crash between the renames and
     /// that commit leaves the table holding what `.1` shows, and the start appends nothing
     /// `.1` already has.
-    fn rotate(&mut self) -> Result<(), String> {
+    fn rotate(&mut self) -> Result<(), StoreError> {
         let last = self.last_log_seq()?;
-        let commit_meta = |clear: bool| -> Result<(), String> {
+        let commit_meta = |clear: bool| -> Result<(), StoreError> {
             let mut write = self.db.begin_write().map_err(|e| error("writing", e))?;
             write
                 .set_durability(redb::Durability::Immediate)

@@ -300,8 +300,75 @@ pub struct Persist {
     log_bound: u64,
 }
 
-fn error(what: &str, e: impl std::fmt::Display) -> String {
-    format!("{what}: {e}")
+/// Why the durable store failed. The HTTP layer answers any of them 500 (`http/mod.rs`);
+/// the agent refuses to start on one from [`Persist::open`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// Doing `what` to the database or a file of the data dir failed with `cause`.
+    Failed { what: String, cause: String },
+    /// The state file is `missing` or empty while `earlier` allocation directories of an
+    /// earlier agent are in the data dir (see [`refuse_a_lost_state`]).
+    LostState {
+        state: PathBuf,
+        missing: bool,
+        dir: PathBuf,
+        earlier: usize,
+    },
+    /// Commits fail now (a full disk, say) and are retried: the write is kept in memory
+    /// and stored once a commit succeeds.
+    Retrying(Box<StoreError>),
+    /// The committer thread could not be started.
+    NoCommitter(String),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Failed { what, cause } => write!(f, "{what}: {cause}"),
+            StoreError::LostState {
+                state,
+                missing,
+                dir,
+                earlier,
+            } => {
+                let allocs = dir.join("alloc");
+                write!(
+                    f,
+                    "{} is {}, but {} holds {earlier} allocation director{} of an earlier \
+                     agent, whose tasks may still be running. To start fresh, stop those tasks \
+                     (their supervisors are `quiesce supervise {}/…` processes) and remove {} or \
+                     start with another -data-dir",
+                    state.display(),
+                    if *missing { "missing" } else { "empty" },
+                    allocs.display(),
+                    if *earlier == 1 { "y" } else { "ies" },
+                    allocs.display(),
+                    dir.display(),
+                )
+            }
+            StoreError::Retrying(failure) => write!(
+                f,
+                "{failure} (the agent keeps it and retries; it is stored once there is room)"
+            ),
+            StoreError::NoCommitter(why) => write!(f, "starting the committer thread: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// The agent's start (`start.rs`) says why it cannot start in words.
+impl From<StoreError> for String {
+    fn from(failure: StoreError) -> String {
+        failure.to_string()
+    }
+}
+
+fn error(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Failed {
+        what: what.to_string(),
+        cause: e.to_string(),
+    }
 }
 
 /// The data dir's mode: others may pass through it (a task run as another user reaches
@@ -313,7 +380,7 @@ pub const PRIVATE_FILE: u32 = 0o600;
 
 /// The state file at [`PRIVATE_FILE`], created so (never readable by others for a
 /// moment), or tightened if an earlier agent left it looser.
-fn private(state: &Path) -> Result<(), String> {
+fn private(state: &Path) -> Result<(), StoreError> {
     let chmod = |path: &Path, mode: u32| {
         fs::set_permissions(path, fs::Permissions::from_mode(mode))
             .map_err(|e| error(&format!("setting the mode of {}", path.display()), e))
@@ -332,7 +399,7 @@ fn private(state: &Path) -> Result<(), String> {
 /// agent are there: their tasks may still run, and an agent started over them would not
 /// know them (they would run on as orphans while it placed their allocations again). It is
 /// refused, never silently a fresh start.
-fn refuse_a_lost_state(dir: &Path, path: &Path) -> Result<(), String> {
+fn refuse_a_lost_state(dir: &Path, path: &Path) -> Result<(), StoreError> {
     let lost = match fs::metadata(path) {
         Ok(meta) => meta.len() == 0,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
@@ -348,15 +415,12 @@ fn refuse_a_lost_state(dir: &Path, path: &Path) -> Result<(), String> {
         Err(_) => 0,
     };
     if lost && earlier > 0 {
-        let state = if path.exists() { "empty" } else { "missing" };
-        return Err(format!(
-            "{} is {state}, but {} holds {earlier} allocation director{} of an earlier              agent, whose tasks may still be running. To start fresh, stop those tasks              (their supervisors are `quiesce supervise {}/…` processes) and remove {} or              start with another -data-dir",
-            path.display(),
-            allocs.display(),
-            if earlier == 1 { "y" } else { "ies" },
-            allocs.display(),
-            dir.display(),
-        ));
+        return Err(StoreError::LostState {
+            state: path.to_path_buf(),
+            missing: !path.exists(),
+            dir: dir.to_path_buf(),
+            earlier,
+        });
     }
     Ok(())
 }
@@ -364,7 +428,7 @@ fn refuse_a_lost_state(dir: &Path, path: &Path) -> Result<(), String> {
 impl Persist {
     /// Opens (or creates) the database under `dir`, reads everything, and brings the event
     /// log file up to the log table (`event_log.rs`).
-    pub fn open(dir: &Path) -> Result<(Persist, Loaded), String> {
+    pub fn open(dir: &Path) -> Result<(Persist, Loaded), StoreError> {
         // A data dir the agent makes is DATA_DIR; one it is given keeps its mode (it may be
         // a shared one, /tmp say: what is in it is private by its own modes).
         if !dir.exists() {
@@ -418,7 +482,7 @@ impl Persist {
         Ok((persist, loaded))
     }
 
-    fn load(&mut self) -> Result<Loaded, String> {
+    fn load(&mut self) -> Result<Loaded, StoreError> {
         let read = self.db.begin_read().map_err(|e| error("reading", e))?;
         let mut loaded = Loaded::default();
         let meta = read.open_table(META).map_err(|e| error("meta", e))?;
@@ -430,7 +494,7 @@ impl Persist {
             read: &redb::ReadTransaction,
             table: Table,
             mut take: impl FnMut(T),
-        ) -> Result<(), String> {
+        ) -> Result<(), StoreError> {
             let table_name = format!("{table:?}");
             let opened = read
                 .open_table(table.definition())
@@ -502,7 +566,7 @@ impl Persist {
     /// Opens the database again after a failed commit (redb refuses every operation after
     /// an I/O error until the database is opened again; the old handle must be gone). The
     /// event log file is rewritten after the next commit.
-    fn reopen(db_path: PathBuf, log_path: PathBuf) -> Result<Persist, String> {
+    fn reopen(db_path: PathBuf, log_path: PathBuf) -> Result<Persist, StoreError> {
         let db = Database::create(&db_path)
             .map_err(|e| error(&format!("reopening {}", db_path.display()), e))?;
         Ok(Persist {
@@ -519,7 +583,7 @@ impl Persist {
     /// Commits batches, in order, as one transaction, durable (syncing the disk, which
     /// makes every earlier commit durable too) or not, then appends their log entries to the
     /// event log file.
-    pub fn commit(&mut self, batches: &[Batch], durable: bool) -> Result<(), String> {
+    pub fn commit(&mut self, batches: &[Batch], durable: bool) -> Result<(), StoreError> {
         if !durable && batches.iter().all(Batch::is_empty) {
             return Ok(());
         }
@@ -593,6 +657,26 @@ impl Persist {
 mod tests {
     use super::*;
     use quiesce_core::step::Step;
+
+    #[test]
+    fn a_lost_state_beside_an_earlier_agents_tasks_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("quiesce-lost-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("alloc/earlier")).unwrap();
+        let refused = Persist::open(&dir).err().expect("a lost state is refused");
+        assert_eq!(
+            refused,
+            StoreError::LostState {
+                state: dir.join(DATABASE_FILE),
+                missing: true,
+                dir: dir.clone(),
+                earlier: 1,
+            }
+        );
+        assert!(refused.to_string().contains("1 allocation directory of an earlier"));
+        assert!(!dir.join(DATABASE_FILE).exists(), "nothing was made");
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn merged_batches_keep_the_last_write_of_each_record_and_every_log_entry() {
