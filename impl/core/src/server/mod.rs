@@ -449,6 +449,14 @@ impl Server {
                     alloc.desired_transition.no_shutdown_delay = Some(true);
                 }
             });
+        debug_assert!(
+            !no_shutdown_delay
+                || self
+                    .store
+                    .alloc(alloc_id)
+                    .is_some_and(|a| a.desired_transition.should_ignore_shutdown_delay()),
+            "flag_scoped: alloc stop -no-shutdown-delay left {alloc_id} unflagged"
+        );
         let job = &alloc.job;
         let mut eval = self.new_eval(
             job,
@@ -473,9 +481,17 @@ impl Server {
         if !job.stop {
             return Err(ServerError::JobNotStopped(job_id.to_string()));
         }
+        let spec = job.spec_only();
         let mut started = job;
         started.stop = false;
-        self.register_job(started)
+        let response = self.register_job(started)?;
+        debug_assert!(
+            self.store
+                .job(job_id)
+                .is_some_and(|now| !now.stop && now.spec_only() == spec),
+            "jobspec_unchanged: job start of {job_id} stored another spec"
+        );
+        Ok(response)
     }
 
     // invariant: stop_completes
@@ -489,6 +505,11 @@ impl Server {
             return;
         };
         let tombstone = alloc.tombstone;
+        debug_assert!(
+            terminal || !alloc.client_status.is_terminal(),
+            "stop_completes: client-terminal alloc {alloc_id} reported {:?}",
+            report.client_status
+        );
         self.store.update_alloc(alloc_id, index, false, |alloc| {
             alloc.client_status = report.client_status;
             alloc.client_description = report.client_description;

@@ -131,6 +131,13 @@ impl Committer {
                 Ok(()) if durable => {
                     undurable = None;
                     since_durable.clear();
+                    // Batches become durable in the order they were submitted, never twice.
+                    debug_assert!(
+                        queue.durable <= upto && upto <= queue.submitted,
+                        "durable {} -> {upto} of {} submitted",
+                        queue.durable,
+                        queue.submitted
+                    );
                     queue.durable = upto;
                 }
                 Ok(()) => {

@@ -180,6 +180,13 @@ impl AllocRunner {
     /// A pulled update. Any update carrying the flag cancels the delays at once, even in the
     /// middle of a wait (§2.2); a stop moves a running runner to its pre-kill hooks.
     pub fn update(&mut self, alloc: Allocation, now: i64, out: &mut Vec<Command>) {
+        debug_assert_eq!(alloc.id, self.alloc.id, "an update for another allocation");
+        debug_assert!(
+            alloc.desired_transition.should_ignore_shutdown_delay()
+                || !self.alloc.desired_transition.should_ignore_shutdown_delay(),
+            "flag_is_honoured: an update of alloc {} drops the flag it carried",
+            self.alloc.id
+        );
         let task_states = std::mem::take(&mut self.alloc.task_states);
         let client_status = self.alloc.client_status;
         self.alloc = alloc;
@@ -311,6 +318,12 @@ impl AllocRunner {
     /// The pre-kill hooks run (the group service hook deregisters the group services), then
     /// the delay they ask for is waited, or skipped if the delays are already cancelled.
     fn group_pre_kill(&mut self, now: i64, out: &mut Vec<Command>) {
+        debug_assert!(
+            self.phase == RunnerPhase::PreKill && !self.group_pre_kill_done,
+            "kill_order: alloc {} runs its group pre-kill hooks in {:?}, or twice",
+            self.alloc.id,
+            self.phase
+        );
         let mut delay_ns = 0;
         for hook in self.pre_kill_hooks() {
             delay_ns = delay_ns.max(hook.pre_kill(out));
@@ -352,6 +365,11 @@ impl AllocRunner {
     pub fn timer_fired(&mut self, timer: Timer, now: i64, out: &mut Vec<Command>) -> bool {
         match timer {
             Timer::GroupDelay if self.phase == RunnerPhase::GroupDelay => {
+                debug_assert_eq!(
+                    self.group_delay,
+                    DelayOutcome::Waiting,
+                    "a group delay elapses that was not being waited"
+                );
                 self.group_delay = DelayOutcome::Elapsed;
                 self.phase = RunnerPhase::Killing;
                 // Every task may have died during the wait (a crash): then the runner ends.
@@ -497,6 +515,14 @@ impl AllocRunner {
     /// Client-terminal: postrun hooks deregister the group services again (idempotent), and
     /// the status is reported.
     fn finish(&mut self, _now: i64, out: &mut Vec<Command>) {
+        debug_assert!(
+            self.tasks.iter().all(|t| t.phase != TaskPhase::Running
+                && t.phase != TaskPhase::Signalled
+                && t.phase != TaskPhase::Delaying),
+            "stop_completes: alloc {} ends with a task still alive",
+            self.alloc.id
+        );
+        debug_assert_ne!(self.phase, RunnerPhase::Terminal, "an allocation ends twice");
         self.phase = RunnerPhase::Terminal;
         for hook in self.pre_kill_hooks() {
             hook.postrun(out);

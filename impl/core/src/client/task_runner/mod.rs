@@ -182,6 +182,7 @@ impl TaskRunner {
     }
 
     pub(super) fn start(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {
+        debug_assert_ne!(self.phase, TaskPhase::Running, "a running task is started again");
         self.phase = TaskPhase::Running;
         let was_running = self.state.state == TaskStateName::Running;
         self.state.state = TaskStateName::Running;
@@ -309,7 +310,10 @@ impl TaskRunner {
 
     /// kill_timeout_respected: SIGKILL only when the timer set at the signal has fired.
     pub(super) fn kill_timeout_fired(&mut self, ix: usize, out: &mut Vec<Command>) {
-        debug_assert_eq!(self.phase, TaskPhase::Signalled);
+        debug_assert!(
+            self.phase == TaskPhase::Signalled && !self.sigkilled,
+            "kill_timeout_respected: a task is SIGKILLed once per kill, after its signal"
+        );
         self.sigkilled = true;
         out.push(Command::ForceKill {
             task: ix,
