@@ -12,6 +12,11 @@
 //!
 //! Run: `QUIESCE_SOAK_CYCLES=10000 cargo bench -p quiesce-benches --bench soak` (default
 //! 2,000). It prints a row every tenth of the run.
+//!
+//! Measured with `QUIESCE_SOAK_CYCLES=30000`: the state file flat at 8.4 MB, all five
+//! event-log files 17–20 MB, evaluations held under 1,600, RSS 23.0 MB at 3,000 cycles
+//! and 27.1 MB at 30,000 (the mock driver's one-hour check timers, bounded by their time,
+//! are most of the rest).
 
 use quiesce_agent::daemon::{self, gc::GcConfig, AgentConfig};
 use quiesce_api::Api;

@@ -30,12 +30,19 @@
 //! * Modify indexes: the client's copy of (desired stop, flag, tombstone) is compared with
 //!   the server's instead (`reference/model-sizing.md` §4).
 //! * A task exits on its own while it runs (a crash, answered by its restart policy), during
-//!   its delay, or after the signal: the races the invariants are about. The restart policy's
-//!   interval is abstracted to a count of attempts.
+//!   its delay, or after the signal: the races the invariants are about.
 //! * Deterministic follow-ups are merged into the step before them, identically on every
 //!   side (DESIGN.md, "The step alphabet"): the kill signal with the end of a delay, the
 //!   forced exit with SIGKILL, the client's status report with the step that makes the
 //!   allocation terminal.
+//! * The restart policy's interval is read in the strictest way: every crash falls in one
+//!   interval, so the policy is a count of attempts. `mode = "delay"`, which restarts for
+//!   ever, is not modelled, and trace validation does not judge a group that uses it.
+//! * A batch task's clean end depends on its exit code, which the model does not have:
+//!   trace validation of a batch job stops judging at its first `RestartDecision`.
+//! * Which tasks may crash is a part's choice (`TaskCfg::may_crash`): `standard`'s restart
+//!   parts let the leader and the sidecar crash; trace validation lets every task but a
+//!   poststop one.
 //!
 //! ## The invariants
 //! Eleven: the eight of the stop path (read "stop or restart"), then `services_restored`,
@@ -51,6 +58,11 @@
 //! let checker = model.checker().threads(1).spawn_dfs().join();
 //! checker.assert_properties(); // every invariant holds, every witness is found
 //! ```
+//!
+//! Architecture Invariant: a pure library, with no I/O and no clock. It depends on nothing
+//! of the implementation (stateright is its one dependency; clap is the binary's), and no
+//! crate of the implementation depends on it. The binary's `invariants` command reads the
+//! source tree; the library never does.
 
 pub mod config;
 mod model;

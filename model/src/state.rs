@@ -6,6 +6,11 @@
 //! flag, tombstone) last pulled, the runner's phase, the delay cancellation, the group hooks
 //! and delay, and per task its phase, hooks, delay outcome, signal and SIGKILL. Ghost
 //! variables record what was requested before, where an invariant needs to know it.
+//!
+//! The symmetry representative sorts the allocation records by their packed form. It stays
+//! sound only while nothing outside the records names an allocation by position: if
+//! replacement links or node-level state are added, they must be renamed in the same
+//! canonicalisation.
 
 use crate::config::MAX_TASKS;
 

@@ -1,7 +1,8 @@
 //! # quiesce-proofs: the implementation checked against the model
 //!
-//! Model-check runs and the conformance suite. This crate is the only one that sees both
-//! `quiesce-model` and `quiesce`.
+//! Model-check runs and the conformance suite. This crate sees both sides: it depends on
+//! `quiesce-model`, `quiesce-core` and `quiesce-api` (the benchmarks also see the model and
+//! the implementation).
 //!
 //! * [`adapter`] maps between the two vocabularies: a jobspec and the model's task group,
 //!   model actions and simulator steps, both ways.
@@ -12,6 +13,10 @@
 //!   judges the invariants visible from outside.
 //! * [`random`] takes long random runs beyond the model's bounds, judging every
 //!   observation with the model's invariants.
+//!
+//! Architecture Invariant: the proofs depend on the model, the core and the API client,
+//! never on the agent or the CLI: they judge the agent from outside, over HTTP, and the core
+//! through the simulator.
 
 pub mod adapter;
 pub mod lockstep;

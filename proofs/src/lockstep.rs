@@ -4,6 +4,28 @@
 //! state reached, the sets of enabled internal steps are equal, both ways — the
 //! implementation may neither refuse a step the model allows nor take one it forbids.
 //! Operator requests are offered to both whenever the model's budget or script offers them.
+//!
+//! The walk, for one part in full history:
+//!
+//! 1. The simulator is brought to the model's initial state: the part's job
+//!    (`adapter::jobspec`: delays of 30 s and 20 s, every task on the mock driver, a task
+//!    that may crash ending on its own, failing, a minute into each run, the part's restart
+//!    attempts with a 15 s delay) is registered and run until idle, the clock standing
+//!    still so that nothing has crashed. Its allocation IDs, in placement order, are the
+//!    model's positions, and the two initial observations must be equal.
+//! 2. Depth-first over model states, one per symmetry class, each paired with a simulator
+//!    in the same state: at each, the model's enabled internal steps (mapped by `step_of`)
+//!    must equal `Simulator::enabled_steps`, both ways.
+//! 3. Every action the model offers there, operator requests included, is applied to a
+//!    clone of the simulator (the last one takes the simulator itself); the implementation
+//!    must accept it, and the observations after it must be equal. Only unvisited states
+//!    are explored further.
+//! 4. The first mismatch stops the walk and prints the path from the initial state, the
+//!    step, and the observation diff or the two sets of enabled steps.
+//!
+//! Every restart part is walked. A part fixes each task's kind of crash
+//! (`TaskCfg::crash_unrecoverable`) so that the mock driver can script it; only trace
+//! validation's models offer both outcomes for every crash ([`not_walkable`] says so).
 
 use crate::adapter::{extend_ids, jobspec, step_of};
 use crate::observe::{diff, of_model, of_sim};

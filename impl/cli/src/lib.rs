@@ -2,6 +2,11 @@
 //! run|status|stop|start`, `alloc status|stop`, `eval status`), with Nomad's single-dash
 //! flags, `-address` / `NOMAD_ADDR`, ID prefixes resolved as Nomad resolves them, and the
 //! evaluation monitor — which, for a stop, goes on until the stopped tasks are dead.
+//!
+//! Architecture Invariant: the CLI is the top of the stack. It depends on the core, the
+//! agent and the API client, and nothing depends on it but the benchmarks. It decides
+//! nothing of the stop path: a client command reaches an agent only over HTTP, through
+//! `quiesce-api`.
 
 mod acl;
 mod agent;

@@ -11,7 +11,7 @@
 //! Architecture Invariant: no I/O. Nothing here opens a socket or a file, starts a process
 //! or reads the clock for the runners; the simulator and the agent (`quiesce-agent`) bring
 //! time and the world in. The core depends on no other quiesce crate, and never on the
-//! model: only `quiesce-proofs` sees both.
+//! model: only `quiesce-proofs` and the benchmarks see both.
 
 pub mod client;
 pub mod gotime;

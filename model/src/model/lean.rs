@@ -1,5 +1,10 @@
 //! Lean history (`reference/model-sizing.md` §1): what a finished record is reduced to,
 //! after the invariants that judged it were folded into sticky bits.
+//!
+//! Full history keeps every allocation record and job version to the end: it is the mode
+//! the lockstep walk follows. Lean history erases what no invariant can still judge, and
+//! `tests/faults.rs` catches every planted fault in both modes, so erasing loses no
+//! violation.
 
 use super::StopPathModel;
 use crate::config::TaskKind;

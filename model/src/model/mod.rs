@@ -3,6 +3,31 @@
 //! Every step follows `reference/nomad-stop-path.md` except where DESIGN.md ("Where quiesce
 //! deliberately differs from Nomad") decides otherwise; each planted [`Fault`] is one `if`
 //! at the place the careless implementation would go wrong.
+//!
+//! ## A stop, step by step
+//!
+//! `job stop -no-shutdown-delay web` on two running allocations, each with a group delay, a
+//! leader with a task delay, a sidecar and a poststop task:
+//!
+//! 1. `StopJob { purge: false, no_shutdown_delay: true }`, one atomic write: version 1 has
+//!    `Stop=true` and the same spec (`jobspec_unchanged`), both allocations are flagged (the
+//!    ghost `flag_requested` is set), and an evaluation is pending. No client has seen it.
+//! 2. `ClientSync { 0 }` may come before the scheduler: the client pulls the flag alone and
+//!    cancels allocation 0's delays before any stop. From here on no delay of allocation 0
+//!    may be waited (`flag_is_honoured`).
+//! 3. `ProcessEval`: both allocations get desired stop; the flag survives.
+//! 4. `ClientSync { 0 }`, `ClientSync { 1 }`: the stop reaches the runners; allocation 1
+//!    learns the flag and the stop in one update.
+//! 5. `GroupPreKill { i }`: the group services are deregistered (`prestop_hooks_always_run`)
+//!    and the group delay is skipped (`delay_skipped_only_when_flagged`: a flagged request
+//!    came first). Had the flag come after this step, its pull would cut the wait short.
+//! 6. `TaskPreKill { i, leader }`: `Killing`, the leader's service deregistered, its delay
+//!    skipped, its kill signal sent. `kill_order` keeps the sidecar running until the leader
+//!    is dead.
+//! 7. `TaskExit` or `KillTimeout`: the leader dies, SIGKILLed only after its kill timeout
+//!    (`kill_timeout_respected`), flag or no flag. Then the sidecar; then the poststop task
+//!    runs to its end (`kill_order`), and the allocation is client-terminal.
+//! 8. Every state on the way in which nothing is pending satisfies `stop_completes`.
 
 use crate::config::{Fault, History, ModelCfg, Operator, Request, TaskKind, MAX_TASKS};
 use crate::properties;

@@ -2,19 +2,48 @@
 //! over the HTTP API alone — no event log, no access to the host — each with its own
 //! uniquely named job, purged at the end (also when it fails or the probe is interrupted);
 //! each invariant a scenario observes is reported `holds`, `VIOLATED` with the evidence, or
-//! `not observable` with the reason. ARCHITECTURE.md, "The probe", says what each
-//! invariant's outside evidence is and where it is weaker than the model's.
+//! `not observable` with the reason. [`verdict`] says what each invariant's outside evidence
+//! is and where it is weaker than the model's.
 //!
 //! * [`api`]: the HTTP client, which remembers every request for the evidence;
 //! * [`observe`]: allocations, task events and witness records read into values;
 //! * [`jobs`]: the scenarios' jobs;
 //! * [`run`]: registering a job and waiting for it to run, waiting for a stop, purging;
-//! * [`judge`]: a stop judged from what it left (its delays in `judge/delays.rs`; pre-kill, kill order, completion,
-//!   the stored job);
+//! * [`judge`]: a stop judged from what it left (its delays in `judge/delays.rs`; pre-kill,
+//!   kill order, completion, the stored job);
 //! * [`stream`]: the server's event stream, where it offers one, read on its own thread;
 //! * [`scenarios`]: the scenarios (the stop path's in `stops.rs`, Nomad's tests in
 //!   `nomad.rs`);
 //! * [`verdict`]: verdicts and the pure rules behind them.
+//!
+//! Server facts: `/v1/agent/self` tells Nomad from quiesce and gives Nomad's version
+//! (alloc stop's `reschedule` is Nomad 1.11's: before it, its absence is *not observable*).
+//! A token without `agent:read` gets a 403 there: the server is then taken for a Nomad of
+//! unknown version offering no extension. quiesce lists its extensions there
+//! (`quiesce.extensions`: `group-shutdown-delay-events`, `restart-no-shutdown-delay`); the
+//! probe uses one only where it is advertised, and its first lines say which.
+//!
+//! Tasks are raw_exec's where a ready node offers it healthy, else mock_driver's (Nomad's
+//! dev builds, this agent), and then what only a process can show is *not observable*. A
+//! probe started together with its agent finds it not yet listening, then its node ready
+//! only at its first heartbeat: it retries both within `--patience`, says once what it
+//! waits for, and fails only when the patience runs out, with the last reason.
+//!
+//! Teeth (`proofs/e2e/test_probe.py`): `faulty_proxy.py` sits between the probe and the
+//! reference agent, and each fault must be caught with exactly the invariants it breaks
+//! named: `drop-flag` (drops `no_shutdown_delay` from requests: `flag_is_honoured`,
+//! `stop_recorded`); `rewrite-delay` (a stored delay rewritten after a stop:
+//! `jobspec_unchanged`); `strip-flag` (`NoShutdownDelay` stripped from allocations:
+//! `delay_skipped_only_when_flagged`, `stop_recorded`); `stale-services` (a service listed
+//! after the server's list emptied: `prestop_hooks_always_run`, `stop_completes`);
+//! `late-leader` (the leader's `Terminated` and `Killed` 10 s later: `kill_order`);
+//! `late-flag` (the stream hides the flag until it has shown the stop: `stop_recorded`);
+//! `late-deregistration` (the stream holds deregistrations back past the allocation's end:
+//! `prestop_hooks_always_run`, without the witness). `hide-event-stream`,
+//! `end-event-stream` and `hide-raw-exec` are no faults: the probe says what it cannot
+//! use, and conforms. The same file runs the probe against the agent with and without the
+//! witness, with raw_exec hidden, interrupted (its jobs must be purged), and with bad
+//! arguments.
 
 pub mod api;
 pub mod jobs;

@@ -1,6 +1,6 @@
 //! What every scenario does with the cluster: register a job and wait for it to run (its
 //! services listed), wait for a stop to end, read back what the witness recorded, and
-//! purge. Judging what a stop left behind is `judge.rs`.
+//! purge. Judging what a stop left behind is `judge/`.
 
 use super::api::{escape, now_ns, Api};
 use super::jobs::{JobSpec, Role, Tasks};

@@ -3,6 +3,12 @@
 //! (allocations, jobs, services), read on its own thread. It keeps only the probe's own
 //! jobs' events, each with when the probe received it, so a verdict can rest on the order
 //! the server itself gave its writes — which polling can miss between two reads.
+//!
+//! A subscription that answers 200 but ends before its first line (Nomad refuses a token
+//! past its headers) counts as not offered, and the header line says so. Before a stop is
+//! judged, the probe waits (at most 5 s) until the stream shows each allocation as last
+//! read; where it does not, the stream's findings for that scenario are left out, and its
+//! lines say so.
 
 use super::api::{escape, now_ns, Api};
 use serde_json::Value;

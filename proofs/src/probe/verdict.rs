@@ -1,5 +1,21 @@
 //! Verdicts: `holds`, `VIOLATED` with the evidence, or `not observable` with the reason —
 //! and the rules that turn what was seen into them. Pure functions, tested below.
+//!
+//! What each invariant's outside evidence is, and where it is weaker than the model's:
+//!
+//! | invariant | outside evidence | weaker than the model because |
+//! |---|---|---|
+//! | `flag_is_honoured` | after a flagged request was answered, every delay of the allocation was skipped or cut short, timed as `judge/delays.rs` says (a delay whose events say otherwise than its times is *unclear*) | timing cannot see a wait shorter than half the delay; the model forbids any wait once the client has the flag. The probe cannot know when the client pulled the flag, so it judges only whole delays after the request |
+//! | `delay_skipped_only_when_flagged` | a delay skipped (by time) on an allocation whose `DesiredTransition.NoShutdownDelay` was not true when read after the stop | the model ties a skip to the runner's cancellation; the probe ties it to the flag as the API shows it |
+//! | `flag_scoped` | an allocation no request flagged shows no flag and waits its delays while a sibling's flagged stop skips them | only the scenarios' pairs are tried; the model tries every interleaving |
+//! | `prestop_hooks_always_run` | at each kill signal the witness asked the server for its task's services and its group's, and none was listed (a restart's: the task's); and, where the event stream is read, no service deregistered after the server heard its task end | needs the witness on the nodes and an anonymous read of services; a deregistration the server shows before the client has made it would pass. Without the witness it is *not observable* unless the stream shows it violated |
+//! | `jobspec_unchanged` | `GET /v1/job/:id` and the latest of `/versions` after the stop equal the job before it, but for `Stop`, `Status`, `Version`, indexes and times; after a start, equal to the job first run with `Stop=false` | only the versions the API lists are compared, and only after the probe's own stops |
+//! | `kill_order` | each later stage's `Killing` (a poststop task's `Started`) comes no sooner than every earlier stage's last `Terminated`/`Killed` | event times are the client's records, not the signals; a client that wrote events in order but signalled out of order would pass |
+//! | `kill_timeout_respected` | the witness's received kill signal to the task's `Terminated` event (SIGKILL) is at least the kill timeout, less 50 ms (a client may stamp the event with its timer's deadline, counted from when it sent the signal) | an early SIGKILL that took long to be reported could pass, as could one less than 50 ms early; needs the witness |
+//! | `stop_completes` | every stopped allocation client-terminal within the delays, the kill timeouts and `--patience` (60 s), and none of its services listed | a deadline, not "eventually" |
+//! | `restart_flag_one_shot` | `Restart Signaled` → `Terminated` under half the delay for the flagged restart, at least 90% of it for the next, unflagged one | quiesce's extension only |
+//! | `resources_held` | the second job is not placed on the node while the stopping allocation still runs; after a flagged stop it runs within half the delay | only a static port, on one node |
+//! | `stop_recorded` | the answers and `DesiredTransition` as Nomad's own tests check them | (the API contract, not a model invariant) |
 
 use serde_json::{json, Value};
 
@@ -23,8 +39,8 @@ pub mod names {
 }
 
 /// The invariants the probe can see from outside, with what it checks for each
-/// (ARCHITECTURE.md, "The probe", says what the evidence is and where it is weaker than the
-/// model's).
+/// (the table at the top of this file says what the evidence is and where it is weaker
+/// than the model's).
 pub const INVARIANTS: [(&str, &str); 11] = [
     (names::FLAG_IS_HONOURED, "no shutdown delay is waited once a flagged request reached the allocation"),
     (names::DELAY_SKIPPED_ONLY_WHEN_FLAGGED, "a delay is skipped or cut short only on an allocation that shows the flag"),

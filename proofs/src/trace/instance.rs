@@ -5,7 +5,7 @@
 //! when it first appears; while several positions could take it, every choice is followed
 //! (as trace validation of a nondeterministic specification does), and a choice survives
 //! while the model allows every step of the log from it, the effects the log records are
-//! those the model's step implies, and the model's eight invariants hold. Choices that
+//! those the model's step implies, and the model's eleven invariants hold. Choices that
 //! differ only in the order of their allocation records are one (the model's symmetry).
 
 use quiesce_core::server::structs::AllocId;

@@ -10,12 +10,15 @@
 //! scheduler's step) or of their allocation (bound on first sight, to its job and group);
 //! `ClientRestart` to all.
 //!
-//! Where the model has no step for what the log shows — a task ending on its own while it
-//! runs, a job registered again with a changed group, a job past the model's bounds (more
-//! than four tasks or sixteen allocations) — the instance says so and from where
-//! ([`instance::Judged`]), rather than passing or rejecting what follows. Effects are
-//! checked for every job, judged or not ([`effects::EffectRules`]), and, where the model
-//! follows, against what the model's step implies.
+//! Where the model has no step for what the log shows (a batch task's restart decision,
+//! which its exit code decides; a job registered again with a changed group; a job past
+//! the model's bounds: more than four tasks or sixteen allocations, restart attempts past
+//! six, tasks of one group with different attempts, `mode = "delay"`), the instance is
+//! judged up to there, and the report says from which step and why
+//! ([`instance::Judged`]), rather than passing or rejecting what follows
+//! (`quiesce-conform validate-log --require-full` fails then). Every effect, judged or not,
+//! keeps [`effects::EffectRules`], and, where the model follows, must be what the model's
+//! step implies. Every end-to-end test's agent log is validated when the test ends.
 
 mod effects;
 mod instance;

@@ -1,9 +1,21 @@
 //! Access control as Nomad has it: tokens (a management token may do anything; a client
 //! token what its policies grant), policies of HCL rules ([`policy`]), a one-time bootstrap
 //! that makes the first management token, and what a request's token may do
-//! ([`Authority`]). Pure: the daemon stores these records and checks every request
-//! (`daemon/http/acl.rs`). A request without a token is the anonymous one: it may do what
-//! the policy named `anonymous` grants, if there is one, and nothing else.
+//! ([`Authority`]). The records and their rules ([`AclStore`]) do no I/O: a write takes its
+//! new IDs, index and time from its caller; the daemon stores the records and checks every
+//! request (`daemon/http/acl.rs`). The one exception is [`random_uuid`], which reads
+//! `/dev/urandom`: the daemon's source of accessor IDs and secrets. A request without a
+//! token is the anonymous one: it may do what the policy named `anonymous` grants, if there
+//! is one, and nothing else.
+//!
+//! A request's token (`X-Nomad-Token`, else `Authorization: Bearer`) is resolved once,
+//! after the browser guard and before routing; an unknown token is a 403 `ACL token not
+//! found` on every route. Tokens, policies and the bootstrap's index are redb records,
+//! written durably at a new index before the answer and restored at start; a stored policy
+//! that no longer parses stops the start, naming it. Secrets are [`random_uuid`]'s v4 UUIDs
+//! (the seeded `IdGen` makes reproducible IDs, not secrets). A blocking query resolves its
+//! token again at every look, so a deleted token ends its waits. Limits: [`MAX_TOKENS`],
+//! [`MAX_POLICIES`], 64 policies per token, 64 KiB of rules.
 
 pub mod policy;
 

@@ -1,6 +1,32 @@
 //! The host of a runner in the daemon: carries out its commands on real processes (the
 //! `raw_exec` driver) or scripted ones (`mock_driver`), on the server (services, reports) and
 //! on the timer thread, and records each applied event in the event log and the store.
+//!
+//! A shell's critical section ends at [`Host::settled`], where the host does, in one
+//! critical section of the core: the service changes made visible on the server; one batch
+//! with their records, the steps' log entries (a pull's under the number reserved when its
+//! record was read), the pulled index, the report and the runner's state after the steps.
+//! So the stored progress is never ahead of its effects or its log entries, and a crash
+//! keeps both or neither. Only then, the deregistrations visible, do the kill requests go to
+//! the supervisors.
+//!
+//! A crash can lose that batch after a signal went out. That is safe because the stop
+//! itself is durable (an API write's plan): the restored runner applies the stored record
+//! before its reattached tasks' exits, redoes the pre-kill steps, and sees the task's exit
+//! as the end of a kill. Its supervisor's hello says which kill signals it delivered and
+//! when: the redone step sends nothing, logs its `Signal` effect `already_delivered`, and
+//! runs the kill timeout from the delivery. The other way round, a step stored whose
+//! requests never went out, the restored runner sends the requests of every task stored as
+//! signalled again, and the supervisor refuses what it has carried out.
+//!
+//! A task is launched only from durable state. `StartTask` waits in the host's pending
+//! work; the settle commits its batch with a disk sync (shared by every batch committed
+//! with it; the core's lock is not held while it waits), and only then is the supervisor
+//! spawned and the server told the task runs. So after a crash every process the agent
+//! started belongs to a stored runner, which reattaches it, or stops it if its allocation
+//! was stopped meanwhile. A run counts as launched once its supervisor has created
+//! `exit.json`, before it forks the task. Launches run outside the registry's lock, so the
+//! client workers launch allocations in parallel.
 
 use super::timers::Due;
 use super::{unix_now_ns, Shared};

@@ -1,5 +1,18 @@
 //! Starting the agent: the data dir opened, the server and ACLs restored, the node
 //! registered, the runners reattached to their tasks, the threads started.
+//!
+//! A restart, in order: everything is loaded and the broker rebuilt from pending
+//! evaluations; `ClientRestart` is logged if a runner was mid-way; a pending evaluation is
+//! processed and its plan stored durably; each unfinished runner is restored
+//! (`AllocRunner::restore`: timers re-armed with the deadlines stored with its progress,
+//! so a delay resumes where it was, and a stored flag applied at once), then brought up to
+//! its allocation's stored record as a pull, before any of its tasks' exits; its tasks are
+//! reattached (a supervisor answers on an abstract socket named after the run's directory;
+//! if it is gone, its `exit.json` gives the exit; a reattach that fails otherwise reports
+//! the task lost rather than starting it twice); its signalled tasks' kill requests are
+//! sent again; and the pulls the client had not taken are queued. A runner is registered
+//! with its shell's lock held (`RunnerShell::starting`), so no event from another thread
+//! reaches it before its restore has been carried out.
 
 use super::*;
 
@@ -24,7 +37,7 @@ impl Agent {
         store.limit_job_versions(config.gc.job_max_versions);
         store.set_clock(unix_now_ns);
         // The event stream's journal starts with this run, as Nomad's event buffer does.
-        // `QUIESCE_NO_JOURNAL` leaves it out, to measure what it costs (ARCHITECTURE.md).
+        // `QUIESCE_NO_JOURNAL` leaves it out, to measure what it costs (`server/events.rs`).
         if std::env::var_os("QUIESCE_NO_JOURNAL").is_none() {
             store.journal_events();
         }

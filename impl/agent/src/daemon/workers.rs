@@ -1,5 +1,30 @@
 //! The agent's threads beside HTTP: the scheduler, and the client workers that pull
 //! allocation updates and apply task exits.
+//!
+//! The kill path comes before its bookkeeping. Pulls go first; a dead task's exit is asked
+//! of its supervisor only once no pull has been taken for [`REPORT_AFTER`] and the tasks
+//! signalled last have died (or [`KILL_SETTLE`] has passed since the last kill request, so
+//! a draining task holds up no one else); exits are applied after that; exited tasks'
+//! control connections are closed, and their supervisors exit, once no pull has been taken
+//! for [`CLOSE_AFTER`], under the same condition.
+//!
+//! Why: on two cores a stop of many allocations is a contest for the CPU between the path
+//! that sends the signals and everything the signals set off. Measured with
+//! `benches/benches/http_stop.rs` (`QUIESCE_BENCH_STOPS`), `perf sched` and `perf record`:
+//! a thread per runner, a thread per task's exit and a core critical section per step sent
+//! the last signals of a 100-task stop 30–45 ms after the request; steps on the event
+//! thread, gathered server work, one exit watcher and unsynced runner commits brought it to
+//! 22–25 ms. With `/bin/sleep` tasks, each supervisor spent about 250 µs of CPU (most of it
+//! tearing itself down at exit), the task 110 µs and the agent 60 µs, and the supervisors'
+//! reaping and exits ran ahead of signals still to be sent. Deferring them as above halved
+//! the stop of 1,000 (220–250 ms to 120–135 ms) and took 100 from 23 ms to about 13 ms, the
+//! direct kill of the same processes being 62–66 ms and 6.4–7 ms; waiting for the deaths in
+//! flight removed the slow outliers (20 stops of 1,000 in a row, 101–155 ms). Tried and
+//! dropped: a lower priority for the committer (an API write holds the core lock while it
+//! waits for its durable commit, so a starved committer would hold up the kill path),
+//! lower priorities for the supervisors, other worker counts, and a disk sync before each
+//! round of signals (5 ms; the durable plan and the supervisor's refusal of repeats give
+//! the same safety without one).
 
 use super::*;
 

@@ -13,6 +13,9 @@
 //! cgroup (`cgroup.kill`), and the supervisor removes the cgroup once it is empty. Where the
 //! host has no cgroup2 mount the agent can write (not root, a read-only mount), the agent
 //! says so at start and tasks run in their process group alone, as before.
+//!
+//! The cgroup2 mount is `/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on a hybrid host;
+//! `cgroup.kill` needs Linux 5.14.
 
 use std::fs;
 use std::io::{self, Write};

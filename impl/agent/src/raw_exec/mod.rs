@@ -30,6 +30,24 @@
 //!   and if kill K's signal N never went out, it goes out first), and `report` (send the
 //!   task's exit once it has exited) ([`Request`]);
 //! * supervisor → daemon, when the task has exited: `exit {…}` ([`ExitRecord`]).
+//!
+//! Each run of a task has its own supervisor state (`run-N-<64 random bits>/` in the task
+//! directory, the agent's only: the task cannot guess its next run's socket name, derived
+//! from the path, to take it first), so a restart never reattaches to the run before it,
+//! and a run started before a crash is found again and reattached, never started twice.
+//!
+//! A supervisor answers only the agent's user: its abstract socket has no file
+//! permissions, so it checks each connection's peer credentials (`SO_PEERCRED`) before it
+//! says anything, and closes another user's at once, unread.
+//!
+//! Directories: `alloc/` and `alloc/<alloc>/` are 0711, a task directory 0700 (0711 for a
+//! task with a `User`), its `local/` (`NOMAD_TASK_DIR`) 0700 and the `User`'s: the only
+//! place the task's user can write, so nothing the agent or a supervisor opens as root can
+//! be a symlink of its making. Logs and `exit.json` are 0600.
+//!
+//! System calls go through nix and rustix; three stay raw, each with a `// Raw:` comment:
+//! `killpg` of any signal 1–64 (nix's `Signal` cannot name the real-time ones), `_exit` in
+//! the supervisor, and the `rt_sigaction` reset of signals 32 and 33 between fork and exec.
 
 pub mod beneath;
 pub mod cgroup;

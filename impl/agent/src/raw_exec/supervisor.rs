@@ -4,6 +4,17 @@
 //! most once, however often a restarted daemon asks — and records how the task ended and
 //! what it delivered, in `exit.json` and as an `exit` line on every control connection. The
 //! protocol is in the parent module's documentation.
+//!
+//! The task runs `Config.command` with `Config.args` in its own session (`setsid`: its own
+//! process group, for `killpg`, and no controlling terminal, so it cannot reach the
+//! terminal of an operator who started the agent from a shell). A task's `User` is taken
+//! on between fork and exec, after the task joins its cgroup: the user's groups
+//! (`getgrouplist`), gid and uid, in that order, then the parent-death signal (a credential
+//! change clears it). A task ended by signal n is reported `Exit Code: 128+n, Signal: n`.
+//! The supervisor is one thread (a poll loop over its listening socket, its control
+//! connections and a pidfd of the task), creates `exit.json` empty when it starts and
+//! writes it once at the end, and ends with `_exit`; `quiesce supervise` skips the
+//! command-line parser.
 
 use super::cgroup::TaskCgroup;
 use super::task_start::{reset_signals, Credentials};

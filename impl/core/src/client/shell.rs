@@ -14,6 +14,11 @@
 //!
 //! Timers are explicit events (`fire`), so that loom, which has no time, can drive them. The
 //! primitives come from `crate::sync`: std normally, loom under `--cfg quiesce_loom`.
+//!
+//! A shell made with [`RunnerShell::unstarted`] takes no step before
+//! [`RunnerShell::start`] has carried out its creation's commands: a kill step must not
+//! signal a task that is yet to be launched. A timer that is no longer armed (cancelled,
+//! or fired) is refused: [`RunnerShell::fire`] returns `false` and changes nothing.
 
 use super::alloc_runner::RestartRefused;
 use super::{AllocRunner, Command, ExitResult, RunnerPhase, Timer};

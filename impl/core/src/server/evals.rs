@@ -1,6 +1,13 @@
 //! The scheduler's side of the server: nodes that turn ready, evaluations processed into
 //! plans (placements all or none), and blocked evaluations that wait for a node or for
 //! ports and are tried again.
+//!
+//! An evaluation that cannot place completes with `QueuedAllocations` and leaves a blocked
+//! evaluation (`queued-allocs`, linked both ways), which goes back to the broker when a
+//! node turns ready or an allocation's end frees its ports, and which a newer evaluation of
+//! its job cancels, as Nomad's blocked-evals tracker does. The event log records an
+//! evaluation when it is processed with its placements, so for the model it stays pending
+//! until then.
 
 use super::*;
 use std::sync::Arc;

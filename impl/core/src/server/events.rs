@@ -13,6 +13,14 @@
 //! An allocation's event shares its record with the store (see `store/journal.rs`), so the
 //! kill path pays for a copy only when it writes a version an event holds, and that copy
 //! shares the job.
+//!
+//! What the journal costs (`QUIESCE_NO_JOURNAL=1` starts an agent without it, for this
+//! measurement; it serves no stream): 12 flagged stops of 1,000 `/bin/sleep` allocations
+//! per variant, interleaved, on 2 cores, nobody subscribed (`benches/benches/http_stop.rs`
+//! with `QUIESCE_BENCH_STOPS=2 QUIESCE_BENCH_ALLOCS=1000`). Median 253 ms against 258 ms
+//! without it, within the noise; peak RSS over two such stops (about 12,000 events, near
+//! the bound) 101 MB against 73 MB, so a full journal holds about 30 MB. Copying every
+//! changed record at every write, before records were shared, cost 329 ms against 219.
 
 use super::structs::{AllocatedPort, Allocation, Evaluation, Node, ServiceRegistration};
 use crate::spec::Job;

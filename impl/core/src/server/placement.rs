@@ -1,6 +1,13 @@
 //! Where an allocation may go: the ready nodes whose datacenter the job names and whose
 //! attributes meet its constraints (job, group and tasks), and the ports its group's
 //! network asks for, free on that node.
+//!
+//! A port is free only of every allocation whose client still runs it: a stopping one in
+//! its delay holds its ports (Nomad's `TestOverlap`, #10440), and a placement that cannot
+//! have them blocks its evaluation until an allocation's end frees one. Unlike Nomad, which
+//! gives a replacement its predecessor's static port in the stop's own plan, a replacement
+//! on the same node waits for its predecessor to end, and a count of N places all or
+//! nothing.
 
 use super::store::StateStore;
 use super::structs::{AllocatedPort, Node, NodeId};

@@ -4,6 +4,38 @@
 //! suite can walk it in lockstep with the model; `Clone` lets a walk branch it. Its
 //! [`Simulator::run_until_quiet`] mode takes steps with a realistic policy instead: steps
 //! that wait for nothing first, then whatever is due earliest on the clock.
+//!
+//! ## A flagged stop, step by step
+//!
+//! `Simulator::apply(&Step::StopJob { .. })` with the flag, on running allocations:
+//!
+//! 1. `StopJob`: `Server::stop_job` makes one indexed write. `StateStore::update_alloc`
+//!    sets `DesiredTransition.NoShutdownDelay` on every allocation of the job that lacks it
+//!    (client-visible: `AllocModifyIndex` moves, and the ID is journalled for the client);
+//!    the job gets a version with `Stop=true` and the same `spec_only()`; the
+//!    `job-deregister` evaluation goes to the broker, which cancels an older pending one.
+//!    `after_server_write` drains the store's client changes and marks each pull pending.
+//! 2. `ProcessEval`: `Server::process_next_eval` → `scheduler::reconcile` plans a stop for
+//!    every live allocation; `apply_plan` writes desired stop and keeps the transition.
+//! 3. `ClientSync`: `Client::pull` records the `AllocModifyIndex` and calls
+//!    `AllocRunner::update`; the runner moves to `PreKill`, and the flag fires
+//!    `cancel_delays` (a wait in progress would end here: `CancelTimer`, a `cut short`
+//!    event, the signal).
+//! 4. `GroupPreKill`: `AllocRunner::step(RunnerStep::GroupPreKill)` runs the pre-kill hooks;
+//!    `Command::DeregisterServices` becomes `Server::deregister_services`, and the group
+//!    delay is skipped (`Skipping group shutdown delay` on every task).
+//! 5. `TaskPreKill` of the leader: `TaskRunner::begin_kill` records `Killing` with the
+//!    capped kill timeout, deregisters the task's services, records `Skipping shutdown
+//!    delay`, and issues `Command::Signal` and `StartTimer(KillTimeout)`. The mock driver
+//!    records the signal; `refresh_exits` schedules the process's exit.
+//! 6. `TaskExit` (or `KillTimeout`: `Command::ForceKill` and the forced exit in one step):
+//!    `TaskRunner::exited` records `Terminated` and `Killed`, the stop hooks deregister
+//!    again, and `ready_steps` offers the sidecar's `TaskPreKill`, then `PoststopStart`.
+//! 7. `PoststopExit`: the last task is dead; `AllocRunner::finish` sets `complete`, the
+//!    postrun hooks deregister the group services again, and `Command::Report` becomes
+//!    `Server::client_report`, which removes a tombstone once terminal.
+//!
+//! Each step appends one `LogEntry` to the simulator's `EventLog`, with its effects.
 
 use crate::client::driver::{Driver, MockDriver, SIGKILL};
 use crate::client::{

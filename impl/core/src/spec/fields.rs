@@ -5,7 +5,25 @@
 //! field — `null`, `false`, `0`, `""`, `[]`, `{}`, as Nomad's Go client sends every field it
 //! has — is absent, whatever its name; an unknown field that is set is refused.
 //!
-//! ARCHITECTURE.md, "Jobspec fields", lists the same table for people.
+//! Nomad 2.0.1's warnings for services with no `shutdown_delay` are returned too. HCL's
+//! blocks are read into the same fields (`hcl_jobspec/blocks.rs`), so the same rules apply.
+//!
+//! | | honoured | warned (accepted, not acted on) | refused |
+//! |---|---|---|---|
+//! | job | `ID`, `Name`, `Type`, `Priority`, `Namespace` (`default`), `Region`, `Datacenters` (globs, judged against the node), `NodePool` (`default`), `TaskGroups`, `Meta`, `Constraints` | `AllAtOnce`, `Update`, `Reschedule`, `Migrate`, `Affinities`, `Spreads`, `UI`, `ConsulToken`, `ConsulNamespace`, `VersionTag` | `Periodic`, `ParameterizedJob`, `Dispatched`, `Payload`, `ParentID`, `Multiregion`, `VaultToken`, `VaultNamespace` |
+//! | group | `Name`, `Count`, `ShutdownDelay`, `Services`, `Tasks`, `Meta`, `Networks` (host mode; ports), `Constraints`, `RestartPolicy` (`Attempts`, `Interval`, `Delay`, `Mode`) | `RestartPolicy.RenderTemplates`, `ReschedulePolicy`, `EphemeralDisk`, `Update`, `Migrate`, `Affinities`, `Spreads`, `Scaling`, `Disconnect` and its older fields, `Consul` | `Volumes` |
+//! | task | `Name`, `Driver`, `User`, `Lifecycle`, `Config`, `Env`, `Services`, `KillTimeout`, `KillSignal`, `Leader`, `ShutdownDelay`, `Meta`, `Resources` (recorded: `CPU`, `Cores`, `MemoryMB`, `MemoryMaxMB`), `Constraints`, `Templates` (inline data), `RestartPolicy` (over the group's) | `LogConfig`, `Affinities`, `Kind`, `Identity`/`Identities`, `Consul`, `ScalingPolicies` | `Artifacts`, `Vault`, `VolumeMounts`, `DispatchPayload`, `CSIPluginConfig`, `Actions`, `Schedule` |
+//! | service | `Name`, `Provider`, `Tags`, `PortLabel`, `TaskName`, `Meta` | `Checks` (not run), `CheckRestart`, `CanaryTags`, `CanaryMeta`, `EnableTagOverride`, `AddressMode`, `Address`, `TaggedAddresses`, `OnUpdate`, `Identity`, `Cluster`, `Kind`, `Weights` | `Connect` |
+//! | inside | ports: `Label`, `Value` (static), `To`, `HostNetwork` (`default`); constraints: `LTarget` (`${attr.*}`, `${node.*}`, `${meta.*}`), `Operand` (`=`, `==`, `is`, `!=`, `not`, `is_set`, `is_not_set`), `RTarget`; templates: `EmbeddedTmpl` (no `{{ }}` directives), `DestPath` (inside the task directory), `Perms` | resources `DiskMB`, `IOPS`, `SecretsMB`; network `MBits`, `IP`, `CIDR`, `Device`; template `ChangeMode`, `ChangeSignal`, `Splay`, `Wait`, delimiters | resources `Networks`, `Devices`, `NUMA`; network modes but host, `Hostname`, `DNS`, `CNI`; template `SourcePath`, `Envvars`, `Uid`, `Gid`; other constraint operands |
+//!
+//! What honoured means for a task: its environment has `NOMAD_META_<key>` (job, then
+//! group, then task), `NOMAD_DC`, `NOMAD_REGION`, `NOMAD_CPU_LIMIT` and
+//! `NOMAD_MEMORY_LIMIT` (Nomad's defaults for what `resources` leaves out: 300 MB, and
+//! 100 MHz unless it asks for `cores`), and per port `NOMAD_PORT_<label>`,
+//! `NOMAD_ADDR_<label>`, `NOMAD_IP_<label>`, `NOMAD_HOST_PORT_<label>`: a static port as
+//! given, a dynamic one the lowest free in 20000–32000 on the node, shown under
+//! `AllocatedResources.Shared.Ports`. Templates are written into the task directory before
+//! the task starts, following no symlink (`raw_exec/beneath.rs`).
 
 use super::SpecError;
 use serde_json::Value;

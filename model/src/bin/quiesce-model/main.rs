@@ -1,5 +1,14 @@
 //! `quiesce-model`: model-check the stop path, explore it, list the planted faults, and
 //! print the invariant index.
+//!
+//! `check` builds each part of a configuration with `ModelCfg::into_model` and runs
+//! stateright's depth-first search, on one thread unless `--threads` says otherwise, with
+//! the model's own symmetry representative unless `--no-symmetry`. It prints one verdict
+//! per property, then the counts. `--bfs` gives shortest counterexamples and needs
+//! `--no-symmetry`, since stateright applies symmetry in DFS only. stateright keeps the last
+//! violating state a search reached, so for each violated invariant `check` prints the
+//! shortest counterexample instead (`report::shortest_counterexample`), in the operator's
+//! words.
 
 mod index;
 

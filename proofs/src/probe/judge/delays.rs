@@ -1,4 +1,17 @@
 //! A stop's delays as the times show them — and the events, where they say otherwise.
+//!
+//! A task's own delay is timed on the client's clock alone: from its `Killing` event to
+//! the kill signal as the witness received it; without the witness, to its `Terminated`
+//! event (a task that ignores its signal then cannot be timed). Where a delay's own events
+//! (`Skipping shutdown delay`, or a `Waiting for shutdown delay` not cut short) say
+//! otherwise than its times, the delay is *unclear*: neither is trusted over the other.
+//! Nomad has no event for the group delay, so it is timed from the stop request (the
+//! probe's clock) to the first `Killing` (the client's), the two clocks related by
+//! `Skew`, one per node: an allocation's first event happened after the probe sent the
+//! registration and before the probe saw it. When that bound is wider than a quarter of
+//! the delay, the group delay is *not observable*. Where the server advertises quiesce's
+//! group-delay events, the gap runs from `Waiting for` or `Skipping group shutdown delay`
+//! to the first `Killing`, on the client's clock alone.
 
 use super::short;
 use crate::probe::jobs::{JobSpec, Role};

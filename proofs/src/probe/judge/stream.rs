@@ -2,6 +2,11 @@
 //! flag written with the stop (never after the allocation was set to stop), every service
 //! deregistered before the server heard its task had ended, and the job as the stop stored
 //! it. Each is a reading polling cannot give: two reads can miss a state in between.
+//!
+//! One more reading: an allocation nobody flagged is never shown flagged, even for one
+//! write (`flag_scoped`). A deregistration the stream shows before its task's end does not
+//! time it against the kill signal, so the stream never makes `prestop_hooks_always_run`
+//! hold by itself: that is the witness's.
 
 use super::super::jobs::{JobSpec, Role};
 use super::super::stream::{StreamEvent, StreamView};

@@ -3,6 +3,18 @@
 //! stop path's own scenarios (and the restart flag's); `nomad.rs` Nomad's own tests recast
 //! as black-box sequences (`reference/nomad-tests-and-clients.md` §1). This file: the list,
 //! and what they share (the jobs, the requests, reading an answer as Nomad's tests do).
+//!
+//! | scenario | requests | observes |
+//! |---|---|---|
+//! | `job-stop-flagged` | two allocations (leader, main, poststart sidecar, poststop; group and task delays, services); `DELETE /v1/job/:id?no_shutdown_delay=true` | flag_is_honoured, delay_skipped_only_when_flagged, prestop_hooks_always_run, jobspec_unchanged, kill_order, stop_completes, stop_recorded |
+//! | `job-stop` | the same job, stopped without the flag, then started as `nomad job start` does | delay_skipped_only_when_flagged, prestop_hooks_always_run, jobspec_unchanged (stop and start), kill_order, stop_completes |
+//! | `alloc-stop-scoped` | `alloc stop -no-shutdown-delay` of A, then `alloc stop` of B | flag_is_honoured, flag_scoped, delay_skipped_only_when_flagged, prestop_hooks_always_run, stop_recorded, stop_completes |
+//! | `kill-timeout` | a flagged stop of a witness that ignores its kill signal | kill_timeout_respected, flag_is_honoured, stop_completes |
+//! | `nomad-alloc-stop` | plain, flagged and (batch) `reschedule=true` alloc stops, and an unknown allocation's | stop_recorded, flag_scoped |
+//! | `nomad-deregister` | an unknown job's stop; a stop; a second, flagged stop during a 4 s delay; a purge | stop_recorded, flag_is_honoured, stop_completes |
+//! | `flag-values` | alloc stops with `no_shutdown_delay` = `true`, `false`, `1`, `0`, `maybe` | stop_recorded (Go's `ParseBool`; the malformed value refused, nothing changed) |
+//! | `nomad-overlap` | a static port; an unflagged stop, then a second job on that node and port during the delay; the same with the flag | resources_held, flag_is_honoured |
+//! | `restart-flag` | (advertised extension) a flagged restart, then an unflagged one | flag_is_honoured, restart_flag_one_shot, prestop_hooks_always_run |
 
 mod nomad;
 mod stops;

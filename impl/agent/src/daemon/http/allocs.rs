@@ -1,4 +1,11 @@
 //! `/v1/allocation(s)` and `/v1/evaluation(s)`.
+//!
+//! `PUT`/`POST /v1/client/allocation/:id/restart` restarts in place: Nomad's `TaskName`
+//! and `AllTasks` (every running task, as with neither: poststop tasks and ended prestart
+//! tasks are not run again, unlike Nomad's `AllTasks`), plus quiesce's `NoShutdownDelay`.
+//! The answer is `{}` at once; the restart goes on in the runner. Refused with a 400,
+//! nothing changed: a stopping or stopped allocation, a task not running, both `TaskName`
+//! and `AllTasks`, an unknown field; an unknown allocation is a 404.
 
 use super::*;
 use crate::daemon::DaemonHost;

@@ -15,6 +15,15 @@
 //! a subscriber that falls so far behind that the journal dropped what it had not read
 //! yet has its stream ended (it resubscribes from the last index it got, and is never
 //! silently skipped ahead); at most [`MAX_STREAMS`] streams run at once.
+//!
+//! Where it differs from Nomad: a topic Nomad does not have, an empty key or a malformed
+//! index is a 400 (Nomad takes them); `*` among several keys matches every key (Nomad's
+//! filter then matches it literally); a purged job's allocations are published until their
+//! client ends them (Nomad 1.7.3 and later deletes them in the purge); only allocations,
+//! jobs, evaluations, services and nodes carry events; the journal keeps 16,384 events
+//! (Nomad's `event_buffer_size` counts 100 indexes by default). A stopping agent ends its
+//! streams cleanly first, so Nomad's Go client reads the end of a stream, not a broken
+//! connection.
 
 use super::*;
 use quiesce_core::server::events::{Event, Since, Snapshot};

@@ -8,6 +8,20 @@
 //! Paths are percent-decoded and routed by the table in `routes.rs`, each route declared once
 //! with what it needs of the token; `/v1/job/...` is routed by its suffix, as Nomad does, so a
 //! job ID may contain `/`.
+//!
+//! What every read shares: `index` and `wait`; a list answers, and blocks on, the index of
+//! its own table (`StateStore::table_indexes`, Nomad's `index` table: jobs with their
+//! allocations, since a job's status follows them; allocations; evaluations; services;
+//! nodes), one object its `ModifyIndex`; unset string IDs are `""`. Errors are Nomad's texts
+//! (`job not found`, `alloc not found`, `eval not found`, `Invalid method`, `Enforcing job
+//! modify index …`). A path the agent does not serve is a 404 saying so; a job endpoint it
+//! does not serve (`/scale`, `/revert`, `/dispatch`, …) is named, never taken for a job ID.
+//! IDs are matched by prefix without Nomad's even-length rule.
+//!
+//! Not supported: ACL roles, binding rules, auth methods, token expiry and JSON policy
+//! rules; namespaces other than `default` (a job in another is refused; ACL checks are
+//! against `default`); `filter`, `?pretty`, gzip; rescheduling (a failed allocation is not
+//! replaced), scaling, deployments, periodic and parameterized jobs.
 
 pub mod acl;
 mod agent;

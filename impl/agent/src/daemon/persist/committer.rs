@@ -2,6 +2,18 @@
 //! is queued merged into one redb transaction (group commit); API writes wait for theirs to
 //! be durable, runner progress is synced at most [`DURABILITY_LAG`] later (see the
 //! module above).
+//!
+//! A commit that fails (`ENOSPC`, any I/O error) does not stop the agent. The committer
+//! says so once, puts the failed batches back at the head of its queue, after those
+//! committed since the last sync, which reopening may lose (every write is a put or a
+//! delete by key, so committing one again is harmless), merged into one; waits
+//! [`RETRY_AFTER`], reopens the database (redb refuses everything after an I/O error until
+//! it is reopened), and commits again, synced, until it succeeds ("storing state again").
+//! Meanwhile an API write waiting for its batch gets a 500 naming the error (its batch is
+//! kept), later writes are refused up front with a 503, reads answer, tasks run on, stops
+//! under way go on, and no update is pulled (a plan the store does not hold is not acted
+//! on). The agent's log lines never panic (`say!`: `eprintln!` panics when stderr is a
+//! file on the full disk). `proofs/e2e/test_disk_faults.py` tests it on a 32 MiB tmpfs.
 
 use super::{Batch, Persist, StoreError, DURABILITY_LAG, RETRY_AFTER};
 use std::sync::{Arc, Condvar, Mutex};

@@ -17,6 +17,17 @@
 //! * **A failed append** (a full disk) loses nothing — the table holds the entries — and
 //!   the current file is written again from the table once it can be: the table holds only
 //!   what the current file should.
+//!
+//! The order of a rotation survives a crash anywhere: a synced commit first (every entry
+//! the file shows is then durable, so no sequence number is given twice) and the file
+//! synced; then the renames and the directory synced; the table emptied last. A crash
+//! before that commit leaves the table holding what `.1` shows, and the start appends
+//! nothing `.1` already has.
+//!
+//! A pull's entry keeps the sequence number reserved when its record was read and is
+//! committed with the runner's progress after it, so the file may list it after later
+//! entries: readers sort by `seq` (`trace::parse_log` does), and numbers reserved by a batch
+//! a crash lost are gaps.
 
 use super::{error, Persist, StoreError, LOG, META, PRIVATE_FILE, RETRY_AFTER};
 use redb::{ReadableDatabase, ReadableTable};

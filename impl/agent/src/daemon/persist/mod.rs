@@ -13,15 +13,26 @@
 //! durable too. So do evaluations' plans, which are committed with the write that caused
 //! them (or, at start-up, before any runner is restored). Runner progress does not wait, and
 //! its transactions do not sync (`Durability::None`): the next sync comes with the next API
-//! write or at most [`DURABILITY_LAG`] later. A crash can lose that much of it — a suffix, which the
-//! restored agent redoes (see ARCHITECTURE.md). A stop of many allocations so syncs a few
-//! times instead of once per group of steps.
+//! write or at most [`DURABILITY_LAG`] later. A crash can lose that much of it — a suffix,
+//! which the restored agent redoes: evaluations and their plans are durable, and runners
+//! restored from their stored state, brought up to their allocation's stored record first,
+//! redo their steps. A deregistration already done is a no-op, a task already started is
+//! reattached through its task directory, a kill signal already delivered is refused by the
+//! supervisor, and a task that died is found dead through its `exit.json`. A stop of many
+//! allocations so syncs a few times instead of once per group of steps.
 //!
 //! The event log's JSON-lines file (`events.jsonl`) is an export of the log table: appended
 //! after each commit, so it is current for anyone who reads it once a stop has finished,
 //! rotated by size, and brought up to the table at start-up from its tail
 //! ([`event_log`]). Between a crash and the restart it may hold the last few entries the
 //! store lost (at most [`DURABILITY_LAG`] of them); the restart cuts them off.
+//!
+//! Files are private: a data dir the agent makes is [`DATA_DIR`] (others may pass to a
+//! task's own directory, not list it; one it is given keeps its mode), and the state and
+//! the event log, which holds every registered spec with its `Env`, are [`PRIVATE_FILE`],
+//! tightened at start if an earlier agent left them looser. A state file that is missing
+//! or empty while `alloc/` holds an earlier agent's directories is refused at start: an
+//! empty agent over them would leave their tasks running as orphans.
 
 use quiesce_core::client::AllocRunner;
 use quiesce_core::server::structs::{Allocation, Evaluation, ServiceRegistration};
@@ -673,7 +684,9 @@ mod tests {
                 earlier: 1,
             }
         );
-        assert!(refused.to_string().contains("1 allocation directory of an earlier"));
+        assert!(refused
+            .to_string()
+            .contains("1 allocation directory of an earlier"));
         assert!(!dir.join(DATABASE_FILE).exists(), "nothing was made");
         fs::remove_dir_all(&dir).unwrap();
     }

@@ -522,7 +522,11 @@ impl AllocRunner {
             "stop_completes: alloc {} ends with a task still alive",
             self.alloc.id
         );
-        debug_assert_ne!(self.phase, RunnerPhase::Terminal, "an allocation ends twice");
+        debug_assert_ne!(
+            self.phase,
+            RunnerPhase::Terminal,
+            "an allocation ends twice"
+        );
         self.phase = RunnerPhase::Terminal;
         for hook in self.pre_kill_hooks() {
             hook.postrun(out);

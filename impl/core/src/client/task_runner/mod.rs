@@ -182,7 +182,11 @@ impl TaskRunner {
     }
 
     pub(super) fn start(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {
-        debug_assert_ne!(self.phase, TaskPhase::Running, "a running task is started again");
+        debug_assert_ne!(
+            self.phase,
+            TaskPhase::Running,
+            "a running task is started again"
+        );
         self.phase = TaskPhase::Running;
         let was_running = self.state.state == TaskStateName::Running;
         self.state.state = TaskStateName::Running;

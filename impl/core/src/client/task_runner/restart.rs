@@ -1,5 +1,12 @@
 //! A task's restarts: in place (the operator's, through the task's half of the kill
 //! sequence), and by its restart policy after it ended on its own.
+//!
+//! The policy is the group's `RestartPolicy`, overridden field by field by the task's,
+//! with Nomad's defaults where both are unset (`RestartPolicy::effective`). Unlike Nomad,
+//! a restart delay has no jitter (Nomad adds up to 25 %). A task the policy leaves dead
+//! stops the rest as Nomad does: the leader's death, a failed task or the last main task's
+//! end kills the others through the stop path (`Leader Task Dead`, `Sibling Task Failed`,
+//! `Main Tasks Dead`), and the allocation ends `complete` or `failed`.
 
 use super::{event, ExitResult, TaskPhase, TaskRunner};
 use crate::client::{Command, DelayOutcome, Timer};

@@ -4,6 +4,13 @@
 //! applies one raft entry. Each table also keeps the index of its last write (Nomad's
 //! `index` table): a list answers, and blocks on, its own table's index, so a write to one
 //! table does not wake the readers of another.
+//!
+//! Times: a host may give the store a clock (`StateStore::set_clock`; the daemon does).
+//! Each write reads it once, when it starts, and stamps what it writes: an allocation's and
+//! an evaluation's `CreateTime` (the write that made it) and `ModifyTime` (its last write),
+//! and a registered version's `SubmitTime` (a stop's version keeps the register's: it
+//! writes no new specification), all Unix nanoseconds as Nomad's. The simulator's store has
+//! no clock and stamps nothing, so its states stay comparable.
 
 mod journal;
 mod status;

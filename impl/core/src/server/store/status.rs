@@ -8,6 +8,20 @@
 //! has told to stop as terminal, so a job reads `dead` while its tasks are still in their
 //! `shutdown_delay` or kill timeout (Nomad issues #23940, #18148). Here a job is `dead` only
 //! once no allocation of it still runs on its client.
+//!
+//! The store keeps, per job, how many allocations it has and how many still run on their
+//! client, updated by every allocation write, so a status is read in O(1): `running` while
+//! one runs, `dead` once the job is stopped or all have ended, `pending` before any was
+//! placed. The write that changes it also journals the job under its own write type
+//! (`AllocationUpdated` for a client's report, `PlanResult` for a placement);
+//! `JobModifyIndex` does not move. A restored store counts before it takes its jobs, so a
+//! restart moves no index.
+//!
+//! The model derives the same status (`State::job_status`), its invariant
+//! `job_dead_only_when_tasks_ended` forbids `dead` while a task still has a process, and the
+//! lockstep walk compares the two after every step (`Observation::status`).
+//! `proofs/e2e/test_index_semantics.py` waits for `dead` with blocking queries through a
+//! flagged and an unflagged stop of witness tasks.
 
 use super::{Record, StateStore};
 use crate::server::structs::Allocation;
