@@ -182,22 +182,27 @@ fn first_sentence(doc: &str) -> String {
 fn read_tags(path: &str, text: &str, index: &mut Index) {
     let lines: Vec<&str> = text.lines().collect();
     let test_file = is_test_path(path);
-    let mut in_test_module = false;
+    // The closing line of the test module we are in (its indentation, then `}`), if any.
+    let mut test_module_end: Option<String> = None;
     for (ix, line) in lines.iter().enumerate() {
         let trimmed = line.trim_start();
-        // `#[cfg(test)]`, `#[cfg(all(test, …))]` over a module with a body: the rest of the
-        // file is tests (by rustfmt's order, a test module comes last). A one-line
-        // `mod test_support;` is not.
-        if trimmed.starts_with("#[cfg(") && trimmed.contains("test") {
+        if test_module_end.as_deref() == Some(*line) {
+            test_module_end = None;
+            continue;
+        }
+        // `#[cfg(test)]`, `#[cfg(all(test, …))]` over a module with a body: tests until the
+        // module's closing brace, at the module's own indentation (rustfmt's layout). A
+        // one-line `mod test_support;` is not a test module.
+        if test_module_end.is_none() && trimmed.starts_with("#[cfg(") && trimmed.contains("test") {
             let next = lines[ix + 1..]
                 .iter()
-                .map(|l| l.trim())
-                .find(|l| !l.starts_with('#'))
-                .unwrap_or_default();
-            if next.contains("mod ") && next.ends_with('{') {
-                in_test_module = true;
+                .find(|l| !l.trim_start().starts_with('#'));
+            if let Some(next) = next.filter(|l| l.contains("mod ") && l.ends_with('{')) {
+                let indent = &next[..next.len() - next.trim_start().len()];
+                test_module_end = Some(format!("{indent}}}"));
             }
         }
+        let in_test_module = test_module_end.is_some();
         let Some(names) = trimmed
             .strip_prefix("// invariant:")
             .or_else(|| trimmed.strip_prefix("# invariant:"))
@@ -349,7 +354,7 @@ mod tests {
     fn tags_are_read_by_where_they_stand() {
         let names: Vec<&str> = INVARIANTS.iter().map(|(n, _)| *n).collect();
         let all = names.join(", ");
-        let code = format!("#[cfg(test)]\nmod test_support;\n// invariant: {all}\nfn upholds() {{}}\n#[cfg(all(test, not(loom)))]\nmod tests {{\n    // invariant: {all}\n    #[test]\n    fn checks() {{}}\n}}\n");
+        let code = format!("#[cfg(test)]\nmod test_support;\n// invariant: {all}\nfn upholds() {{}}\n#[cfg(all(test, not(loom)))]\nmod tests {{\n    // invariant: {all}\n    #[test]\n    fn checks() {{}}\n}}\n// invariant: {}\nfn after() {{}}\n", names[2]);
         let probe = format!("// invariant: {}\npub fn judge() {{}}\n", names[0]);
         let root = tree(
             "kinds",
@@ -369,6 +374,7 @@ mod tests {
         assert_eq!(first.probe[0].path, "proofs/src/probe/judge.rs");
         assert_eq!(first.tests.len(), 2);
         assert_eq!(index.entries[names[1]].code.len(), 1);
+        assert_eq!(index.entries[names[2]].code[1].item, "fn after");
         assert_eq!(first.property.as_ref().unwrap().line, 2);
         assert_eq!(first.says, format!("{} holds", names[0]));
         let _ = std::fs::remove_dir_all(root);

@@ -181,12 +181,6 @@ impl AllocRunner {
     /// middle of a wait (§2.2); a stop moves a running runner to its pre-kill hooks.
     pub fn update(&mut self, alloc: Allocation, now: i64, out: &mut Vec<Command>) {
         debug_assert_eq!(alloc.id, self.alloc.id, "an update for another allocation");
-        debug_assert!(
-            alloc.desired_transition.should_ignore_shutdown_delay()
-                || !self.alloc.desired_transition.should_ignore_shutdown_delay(),
-            "flag_is_honoured: an update of alloc {} drops the flag it carried",
-            self.alloc.id
-        );
         let task_states = std::mem::take(&mut self.alloc.task_states);
         let client_status = self.alloc.client_status;
         self.alloc = alloc;
