@@ -143,10 +143,38 @@ mod tests {
         assert_eq!(out, [deregister.clone(), deregister]);
     }
 
+    // invariant: services_restored
+    /// A start registers the group's and each task's services, by name.
+    #[test]
+    fn service_hooks_register_at_a_start() {
+        let mut out = Vec::new();
+        GroupServiceHook {
+            services: names(),
+            shutdown_delay_ns: 0,
+        }
+        .register(&mut out);
+        TaskServiceHook { services: names() }.register(1, &mut out);
+        assert_eq!(
+            out,
+            [
+                Command::RegisterServices {
+                    task: None,
+                    names: names()
+                },
+                Command::RegisterServices {
+                    task: Some(1),
+                    names: names()
+                },
+            ]
+        );
+    }
+
     #[test]
     fn hooks_without_services_issue_nothing() {
         let mut out = Vec::new();
         assert_eq!(GroupServiceHook::default().pre_kill(&mut out), 0);
+        GroupServiceHook::default().register(&mut out);
+        TaskServiceHook::default().register(0, &mut out);
         TaskServiceHook::default().stop(0, &mut out);
         assert!(out.is_empty());
     }

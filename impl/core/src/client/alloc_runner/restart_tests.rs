@@ -237,6 +237,100 @@ fn a_stop_ends_a_restart_delay_and_nothing_runs_again() {
         }
     )));
     assert!(!runner.timer_fired(Timer::RestartDelay(0), 15 * SECOND, &mut out));
+    assert!(
+        runner.tasks[0].state.failed,
+        "its last run ended with exit code 1: the task failed"
+    );
+}
+
+fn with_interval(attempts: i64, interval_s: i64) -> AllocRunner {
+    let mut alloc = alloc(false, false, 0, 0);
+    let mut job = (*alloc.job).clone();
+    job.task_groups[0].restart_policy = Some(RestartPolicy {
+        attempts: Some(attempts),
+        delay_ns: Some(SECOND),
+        interval_ns: Some(interval_s * SECOND),
+        ..RestartPolicy::default()
+    });
+    alloc.job = std::sync::Arc::new(job);
+    let mut out = Vec::new();
+    AllocRunner::new(alloc, 30 * SECOND, 0, &mut out)
+}
+
+/// A crash at `at`, its restart decision, and (if it restarts) the run again after the
+/// policy's 1 s delay; the task's phase after the decision.
+fn crash(runner: &mut AllocRunner, at: i64) -> TaskPhase {
+    let mut out = Vec::new();
+    assert!(runner.task_exited(0, CRASH, at, &mut out));
+    assert!(runner.step(RunnerStep::RestartDecision(0), at, &mut out));
+    let phase = runner.tasks[0].phase;
+    if phase == TaskPhase::Restarting {
+        assert!(runner.timer_fired(Timer::RestartDelay(0), at + SECOND, &mut out));
+    }
+    phase
+}
+
+// invariant: restart_policy_respected
+/// `attempts` restarts in an interval, counted from the first crash; the next fails.
+#[test]
+fn every_attempt_of_the_policy_is_used_then_the_allocation_fails() {
+    let mut runner = with_interval(2, 600);
+    assert_eq!(crash(&mut runner, SECOND), TaskPhase::Restarting);
+    assert_eq!(crash(&mut runner, 3 * SECOND), TaskPhase::Restarting);
+    assert_eq!(crash(&mut runner, 5 * SECOND), TaskPhase::Dead);
+    assert!(runner.failed);
+}
+
+// invariant: restart_policy_respected
+/// The interval runs from its first crash: a crash exactly at its end still counts in it;
+/// one after it starts a new interval with its attempts back.
+#[test]
+fn the_policys_interval_starts_again_only_after_it_has_passed() {
+    let mut at_the_end = with_interval(1, 10);
+    assert_eq!(crash(&mut at_the_end, SECOND), TaskPhase::Restarting);
+    assert_eq!(crash(&mut at_the_end, 11 * SECOND), TaskPhase::Dead);
+
+    let mut after = with_interval(1, 10);
+    assert_eq!(crash(&mut after, SECOND), TaskPhase::Restarting);
+    assert_eq!(crash(&mut after, 12 * SECOND), TaskPhase::Restarting);
+    assert_eq!(crash(&mut after, 13 * SECOND), TaskPhase::Dead);
+}
+
+/// A restart is refused, by reason, for a runner that has ended, for a task that is not
+/// running (waiting its restart delay), and for a task that does not exist.
+#[test]
+fn a_restart_is_refused_for_what_is_not_running() {
+    let mut waiting = with_interval(1, 600);
+    let mut out = Vec::new();
+    waiting.task_exited(0, CRASH, SECOND, &mut out);
+    waiting.step(RunnerStep::RestartDecision(0), SECOND, &mut out);
+    assert_eq!(waiting.tasks[0].phase, TaskPhase::Restarting);
+    assert_eq!(
+        waiting.restart_targets(Some(0)),
+        Err(RestartRefused::TaskNotRunning)
+    );
+    assert_eq!(
+        waiting.restart_targets(None),
+        Err(RestartRefused::TaskNotRunning)
+    );
+    assert_eq!(
+        waiting.restart_targets(Some(9)),
+        Err(RestartRefused::NoSuchTask)
+    );
+
+    let mut ended = with_interval(0, 600);
+    ended.task_exited(0, CRASH, SECOND, &mut out);
+    ended.step(RunnerStep::RestartDecision(0), SECOND, &mut out);
+    assert_eq!(ended.phase, RunnerPhase::Terminal);
+    assert!(!ended.stop_requested(), "it ended on its own");
+    assert_eq!(
+        ended.restart_targets(Some(0)),
+        Err(RestartRefused::Stopping)
+    );
+    assert_eq!(
+        RestartRefused::Stopping.to_string(),
+        "Allocation is stopping or has stopped: not restarted"
+    );
 }
 
 /// A restart's kill timeout: SIGKILL, and the forced exit comes as its own event, after
