@@ -116,17 +116,11 @@ pub(super) fn resolve_job(api: &Api, given: &str) -> Result<String, String> {
 mod tests {
     use super::*;
 
+    /// `shown` itself is tested where it lives (`quiesce_core::text`); here, that tables and
+    /// fields go through it.
     #[test]
-    fn control_characters_are_shown_escaped() {
-        assert_eq!(shown("web"), "web");
-        assert_eq!(shown("a\u{1b}]52;c;x\u{7}b\n"), "a\\u{1b}]52;c;x\\u{7}b\\n");
+    fn tables_and_fields_show_control_characters_escaped() {
         assert!(!table(&[vec!["\u{1b}[2J".into()]]).contains('\u{1b}'));
         assert!(!fields(&[("ID", "\u{9b}31m".into())]).contains('\u{9b}'));
-    }
-
-    #[test]
-    fn times_print_as_rfc3339() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_796_040_000_000_000_000), "2026-11-30T12:00:00Z");
     }
 }

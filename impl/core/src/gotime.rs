@@ -204,6 +204,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn times_print_as_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_796_040_000_000_000_000), "2026-11-30T12:00:00Z");
+    }
+
+    #[test]
     fn times_are_written_as_go_writes_them_and_read_back() {
         // 2026-12-03T05:10:11.123456789Z, as `date -d @1796274611` gives its second.
         let ns = 1_796_274_611_123_456_789;
