@@ -237,3 +237,81 @@ fn restore_rearms_no_kill_timeout_after_sigkill() {
     );
     assert_eq!(restored.tasks[0].phase, TaskPhase::Signalled);
 }
+
+/// A runner stored mid-wait gets its timers back on restore: the task's shutdown delay (its
+/// full length: the deadline is the driver's to keep) and a restart delay.
+#[test]
+fn restore_rearms_a_task_delay_and_a_restart_delay() {
+    let mut out = Vec::new();
+    let mut delaying = AllocRunner::new(alloc(false, false, 0, 5), 30_000_000_000, 0, &mut out);
+    delaying.update(alloc(true, false, 0, 5), 0, &mut out);
+    assert!(delaying.step(RunnerStep::GroupPreKill, 0, &mut out));
+    assert!(delaying.step(RunnerStep::TaskPreKill(0), 0, &mut out));
+    assert_eq!(delaying.tasks[0].phase, TaskPhase::Delaying);
+    let mut commands = Vec::new();
+    AllocRunner::restore(delaying, 0, &mut commands);
+    assert_eq!(
+        commands,
+        [Command::StartTimer {
+            timer: Timer::TaskDelay(0),
+            after_ns: 5_000_000_000,
+        }]
+    );
+
+    let mut restarting = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 0, &mut out);
+    let crash = ExitResult {
+        exit_code: 1,
+        ..EXIT
+    };
+    assert!(restarting.task_exited(0, crash, 0, &mut out));
+    assert!(restarting.step(RunnerStep::RestartDecision(0), 0, &mut out));
+    assert_eq!(restarting.tasks[0].phase, TaskPhase::Restarting);
+    let delay = restarting.tasks[0].restart_delay_ns;
+    assert!(delay > 0, "the default policy waits before a restart");
+    let mut commands = Vec::new();
+    AllocRunner::restore(restarting, 0, &mut commands);
+    assert_eq!(
+        commands,
+        [Command::StartTimer {
+            timer: Timer::RestartDelay(0),
+            after_ns: delay,
+        }]
+    );
+}
+
+/// The flag is applied once: a second flagged update, or one reaching a runner that has
+/// ended, sends nothing (no second report, no event).
+#[test]
+fn a_flag_pulled_again_or_late_changes_nothing() {
+    let mut out = Vec::new();
+    let mut runner = waiting_out_the_group_delay();
+    runner.update(alloc(true, true, 30, 0), 0, &mut out);
+    assert_eq!(runner.group_delay, DelayOutcome::CutShort);
+    let events = runner.alloc.task_states.clone();
+    out.clear();
+    runner.update(alloc(true, true, 30, 0), 0, &mut out);
+    assert_eq!(out, [], "the second flagged update");
+    assert_eq!(runner.alloc.task_states, events);
+
+    let mut ended = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 0, &mut out);
+    ended.update(alloc(true, false, 0, 0), 0, &mut out);
+    run_out(&mut ended, &mut out);
+    assert_eq!(ended.phase, RunnerPhase::Terminal);
+    out.clear();
+    ended.update(alloc(true, true, 0, 0), 0, &mut out);
+    assert_eq!(out, [], "a flag reaching an ended runner");
+    assert!(!ended.cancelled);
+}
+
+/// A restart-delay timer that fires for a task that is not waiting one (a stale timer the
+/// shell did not cancel in time) is refused and runs nothing.
+#[test]
+fn a_stale_restart_timer_runs_nothing() {
+    let mut out = Vec::new();
+    let mut runner = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 0, &mut out);
+    assert_eq!(runner.tasks[0].phase, TaskPhase::Running);
+    out.clear();
+    assert!(!runner.timer_fired(Timer::RestartDelay(0), 0, &mut out));
+    assert_eq!(out, []);
+    assert_eq!(runner.tasks[0].phase, TaskPhase::Running);
+}
