@@ -315,3 +315,158 @@ fn a_stale_restart_timer_runs_nothing() {
     assert_eq!(out, []);
     assert_eq!(runner.tasks[0].phase, TaskPhase::Running);
 }
+
+/// An exit reported for a task with no process — not started, dead, or waiting out its
+/// restart delay — is refused and changes nothing.
+#[test]
+fn an_exit_of_a_task_without_a_process_is_refused() {
+    let mut out = Vec::new();
+    let mut runner = AllocRunner::new(four_roles(), 30_000_000_000, 0, &mut out);
+    assert_eq!(
+        runner.tasks[3].phase,
+        TaskPhase::NotStarted,
+        "the poststop task"
+    );
+    out.clear();
+    assert!(!runner.task_exited(3, EXIT, 0, &mut out));
+    assert_eq!(
+        (out.len(), runner.tasks[3].phase),
+        (0, TaskPhase::NotStarted)
+    );
+
+    let crash = || ExitResult {
+        exit_code: 1,
+        ..EXIT
+    };
+    let mut restarting = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 0, &mut out);
+    assert!(restarting.task_exited(0, crash(), 0, &mut out));
+    assert!(restarting.step(RunnerStep::RestartDecision(0), 0, &mut out));
+    assert_eq!(restarting.tasks[0].phase, TaskPhase::Restarting);
+    let events = restarting.tasks[0].state.events.len();
+    out.clear();
+    assert!(!restarting.task_exited(0, crash(), 0, &mut out));
+    assert_eq!(out, []);
+    assert_eq!(restarting.tasks[0].phase, TaskPhase::Restarting);
+    assert_eq!(restarting.tasks[0].state.events.len(), events);
+
+    let mut dead = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 0, &mut out);
+    dead.update(alloc(true, false, 0, 0), 0, &mut out);
+    run_out(&mut dead, &mut out);
+    assert_eq!(dead.tasks[0].phase, TaskPhase::Dead);
+    out.clear();
+    assert!(!dead.task_exited(0, EXIT, 0, &mut out));
+    assert_eq!(out, []);
+}
+
+/// A poststop task's end is not a task ending on its own: no restart decision waits for
+/// it, and with it the runner ends at once.
+#[test]
+fn a_poststop_task_that_ends_ends_the_runner() {
+    let mut out = Vec::new();
+    let mut runner = AllocRunner::new(four_roles(), 30_000_000_000, 0, &mut out);
+    runner.update(
+        {
+            let mut stop = four_roles();
+            stop.desired_status = DesiredStatus::Stop;
+            stop
+        },
+        0,
+        &mut out,
+    );
+    loop {
+        if let Some(step) = runner.ready_steps().first().copied() {
+            runner.step(step, 0, &mut out);
+            continue;
+        }
+        match (0..3).find(|&t| runner.tasks[t].phase == TaskPhase::Signalled) {
+            Some(ix) => assert!(runner.task_exited(ix, EXIT, 0, &mut out)),
+            None => break,
+        }
+    }
+    assert_eq!(
+        runner.tasks[3].phase,
+        TaskPhase::Running,
+        "the poststop task runs"
+    );
+    assert!(runner.task_exited(3, EXIT, 0, &mut out));
+    assert_eq!(runner.ready_steps(), []);
+    assert_eq!(runner.tasks[3].phase, TaskPhase::Dead);
+    assert_eq!(runner.phase, RunnerPhase::Terminal);
+}
+
+// invariant: stop_completes
+/// A stop that comes while an operator's restart is killing the task: the kill's end does
+/// not run the task again.
+#[test]
+fn a_restart_overtaken_by_a_stop_does_not_run_the_task_again() {
+    let mut out = Vec::new();
+    let mut runner = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 0, &mut out);
+    assert_eq!(runner.restart(None, false, 0, &mut out), Ok(vec![0]));
+    assert_eq!(runner.tasks[0].phase, TaskPhase::Signalled);
+    runner.update(alloc(true, false, 0, 0), 0, &mut out);
+    assert_ne!(runner.phase, RunnerPhase::Running);
+    out.clear();
+    assert!(runner.task_exited(0, EXIT, 0, &mut out));
+    assert!(
+        !out.iter().any(|c| matches!(c, Command::StartTask { .. })),
+        "{out:?}"
+    );
+    run_out(&mut runner, &mut out);
+    assert_eq!(runner.tasks[0].phase, TaskPhase::Dead);
+    assert_eq!(runner.phase, RunnerPhase::Terminal);
+}
+
+/// Each kill of a task, a restart's or a stop's, has the next number, from 1 (a supervisor
+/// refuses a request it has carried out by its number); `StartedAt` is the first `Started` event's time and
+/// `LastRestart` the last `Restarting` event's, 0 until there is one.
+#[test]
+fn kills_are_numbered_and_the_task_state_keeps_its_times() {
+    let mut out = Vec::new();
+    let mut runner = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 7, &mut out);
+    let started = |runner: &AllocRunner| {
+        let events = &runner.tasks[0].state.events;
+        events
+            .iter()
+            .find(|e| e.event_type == event_types::STARTED)
+            .unwrap()
+            .time
+    };
+    assert_eq!(runner.tasks[0].state.started_at, started(&runner));
+    assert!(runner.tasks[0].state.started_at >= 7);
+    assert_eq!(runner.tasks[0].state.last_restart, 0);
+    let kills = |out: &[Command]| {
+        out.iter()
+            .filter_map(|c| match c {
+                Command::Signal { kill, .. } => Some(*kill),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    for n in 1..=2 {
+        out.clear();
+        assert_eq!(runner.restart(None, false, 10, &mut out), Ok(vec![0]));
+        assert_eq!(kills(&out), [n], "kill {n}");
+        assert!(runner.task_exited(0, EXIT, 10, &mut out));
+        assert_eq!(runner.tasks[0].phase, TaskPhase::Running);
+    }
+    let crash = ExitResult {
+        exit_code: 1,
+        ..EXIT
+    };
+    assert!(runner.task_exited(0, crash, 20, &mut out));
+    assert!(runner.step(RunnerStep::RestartDecision(0), 20, &mut out));
+    let restarting = runner.tasks[0]
+        .state
+        .events
+        .iter()
+        .rfind(|e| e.event_type == event_types::RESTARTING)
+        .unwrap()
+        .time;
+    assert_eq!(runner.tasks[0].state.last_restart, restarting);
+    // The stop's kill, after two restarts' (the restart delay run out first).
+    assert!(runner.timer_fired(Timer::RestartDelay(0), 30, &mut out));
+    out.clear();
+    runner.update(alloc(true, false, 0, 0), 30, &mut out);
+    run_out(&mut runner, &mut out);
+    assert_eq!(kills(&out), [3], "the stop's kill");
+}

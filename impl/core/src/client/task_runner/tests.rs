@@ -65,3 +65,24 @@ fn events_recorded_at_one_instant_are_a_nanosecond_apart() {
         .collect();
     assert_eq!(times, [("A", 5), ("B", 6), ("C", 7), ("D", 8), ("E", 20)]);
 }
+
+/// A prestart or poststart task that is not a sidecar runs once, to its end; a main task,
+/// a sidecar and a poststop task do not count as such.
+#[test]
+fn only_a_prestart_or_poststart_task_without_sidecar_ends_when_done() {
+    let ends = |hook: Option<(&str, bool)>| {
+        ends_when_done(&Task {
+            lifecycle: hook.map(|(hook, sidecar)| crate::spec::Lifecycle {
+                hook: hook.into(),
+                sidecar,
+            }),
+            ..Task::default()
+        })
+    };
+    assert!(!ends(None));
+    assert!(ends(Some(("prestart", false))));
+    assert!(ends(Some(("poststart", false))));
+    assert!(!ends(Some(("prestart", true))));
+    assert!(!ends(Some(("poststart", true))));
+    assert!(!ends(Some(("poststop", false))));
+}

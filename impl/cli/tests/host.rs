@@ -1,0 +1,568 @@
+//! The daemon's host (`daemon/host.rs`) judged by what a real program experienced: a
+//! `quiesce agent -dev` process runs a Python witness under raw_exec, and the witness
+//! records each signal it gets, when, and how many registrations of its allocation's
+//! services the agent still listed at that moment. The end-to-end suite
+//! (`proofs/e2e`) covers the same ground with Nomad's clients; these run under `cargo test`,
+//! so that mutation testing (README, "Mutation testing") reaches the host.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const SECOND: i64 = 1_000_000_000;
+
+/// The witness: `python3 -c WITNESS LOG AGENT SERVICES MODE`. It appends one JSON line per
+/// start and per signal to LOG; on SIGINT it counts the registrations of SERVICES (comma
+/// separated) the agent at AGENT lists, then dies of the signal — unless MODE is `ignore`,
+/// when it goes on (so only SIGKILL ends it).
+const WITNESS: &str = r#"
+import json, os, signal, sys, time, urllib.request
+log, agent, services, mode = sys.argv[1], sys.argv[2], sys.argv[3].split(","), sys.argv[4]
+alloc = os.environ["NOMAD_ALLOC_ID"]
+def note(**line):
+    line["alloc"] = alloc
+    with open(log, "a") as f:
+        f.write(json.dumps(line) + "\n")
+def listed():
+    seen = {}
+    for name in services:
+        try:
+            with urllib.request.urlopen(agent + "/v1/service/" + name, timeout=5) as answer:
+                seen[name] = sum(1 for s in json.load(answer) if s["AllocID"] == alloc)
+        except OSError:
+            seen[name] = None
+    return seen
+def on_signal(number, frame):
+    note(event="signal", signal=number, at=time.time(), listed=listed())
+    if number == signal.SIGINT and mode != "ignore":
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+signal.signal(signal.SIGINT, on_signal)
+signal.signal(signal.SIGUSR1, on_signal)
+note(event="started", pid=os.getpid(), at=time.time())
+while True:
+    time.sleep(60)
+"#;
+
+fn now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
+}
+
+/// Polls `f` every 10 ms until it gives a value; panics naming `what` after 30 s.
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(value) = f() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One `quiesce agent -dev` process over one data dir, restartable on the same port.
+struct Agent {
+    dir: PathBuf,
+    child: Option<Child>,
+    address: String,
+    http: ureq::Agent,
+}
+
+impl Agent {
+    fn new(name: &str) -> Agent {
+        let dir = std::env::temp_dir().join(format!("quiesce-host-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("the test's dir");
+        let mut agent = Agent {
+            dir,
+            child: None,
+            address: String::new(),
+            http: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .build()
+                .into(),
+        };
+        agent.start(0);
+        agent
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// Starts the agent on `port` (0: a free one) and waits until its node is ready.
+    fn start(&mut self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_quiesce"))
+                .args(["agent", "-dev", "-data-dir"])
+                .arg(self.data_dir())
+                .args(["-port", &port.to_string()])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("the agent starts");
+            let mut lines = BufReader::new(child.stdout.take().expect("its stdout")).lines();
+            let (mut address, mut ready) = (None, false);
+            for line in lines.by_ref() {
+                let line = line.expect("the agent's stdout");
+                if let Some(at) = line.trim().strip_prefix("HTTP address: ") {
+                    address = Some(at.to_string());
+                }
+                ready |= line.starts_with("==> Node ") && line.ends_with(" is ready");
+                if address.is_some() && ready {
+                    break;
+                }
+            }
+            if let (Some(address), true) = (address, ready) {
+                // The rest of its stdout is drained, so the agent never blocks on it.
+                std::thread::spawn(move || lines.for_each(drop));
+                self.address = address;
+                self.child = Some(child);
+                return;
+            }
+            let mut stderr = String::new();
+            let _ = std::io::Read::read_to_string(
+                &mut child.stderr.take().expect("its stderr"),
+                &mut stderr,
+            );
+            let _ = child.wait();
+            // A port held a moment longer by a child of the killed agent: tried again.
+            assert!(
+                stderr.contains("Address already in use") && Instant::now() < deadline,
+                "the agent exited: {stderr}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.address
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a port")
+    }
+
+    /// Kills the agent as a crash would; its tasks live on under their supervisors.
+    fn kill9(&mut self) {
+        let mut child = self.child.take().expect("a running agent");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let body = body.map(|b| serde_json::to_vec(b).expect("JSON"));
+        let url = format!("{}{path}", self.address);
+        let (status, _, text) =
+            quiesce_api::exchange(&self.http, method, &url, "", body.as_deref(), 1 << 22)
+                .unwrap_or_else(|_| panic!("{method} {path}: no answer"));
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    fn ok(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
+        let (status, value) = self.call(method, path, body);
+        assert_eq!(status, 200, "{method} {path}: {value}");
+        value
+    }
+
+    fn alloc(&self, id: &str) -> Value {
+        self.ok("GET", &format!("/v1/allocation/{id}"), None)
+    }
+
+    /// Registers `job` and waits until its one allocation's witness has started; the
+    /// allocation's ID.
+    fn run(&self, job: &Value, log: &Path) -> String {
+        self.ok("PUT", "/v1/jobs", Some(job));
+        let id = job["Job"]["ID"].as_str().expect("an ID");
+        wait_for("the allocation to run", || {
+            let allocs = self.ok("GET", &format!("/v1/job/{id}/allocations"), None);
+            let alloc = allocs.as_array()?.first()?.clone();
+            let id = alloc["ID"].as_str().expect("an ID");
+            (alloc["ClientStatus"] == "running" && !lines(log, id, "started").is_empty())
+                .then(|| id.to_string())
+        })
+    }
+
+    fn wait_client_status(&self, id: &str, status: &str) -> Value {
+        wait_for(&format!("allocation {id} to be {status}"), || {
+            let alloc = self.alloc(id);
+            (alloc["ClientStatus"] == status).then_some(alloc)
+        })
+    }
+
+    /// The number of registrations of `service` the agent lists.
+    fn listed(&self, service: &str) -> usize {
+        let services = self.ok("GET", &format!("/v1/service/{service}"), None);
+        services.as_array().expect("a list").len()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // The tasks outlive the agent by design: what a test left running is ended here,
+        // found by the alloc dir in its environment.
+        let marker = format!("NOMAD_ALLOC_DIR={}/", self.data_dir().display());
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|p| p.parse::<i32>().ok()) else {
+                continue;
+            };
+            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+            if environ
+                .split(|b| *b == 0)
+                .any(|var| var.starts_with(marker.as_bytes()))
+            {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The witness's lines of `event` (`started`, `signal`) in allocation `alloc`.
+fn lines(log: &Path, alloc: &str, event: &str) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["event"] == event && line["alloc"] == alloc)
+        .collect()
+}
+
+/// A service job `id`: one group with the service `<id>-group` and `group_delay` ns, one
+/// raw_exec task `server` running the witness (in `mode`) with the service `<id>-server`,
+/// `task_delay` ns and `kill_timeout` ns.
+fn job(
+    agent: &Agent,
+    id: &str,
+    log: &Path,
+    delays: (i64, i64),
+    kill_timeout: i64,
+    mode: &str,
+) -> Value {
+    let services = format!("{id}-group,{id}-server");
+    json!({"Job": {
+        "ID": id,
+        "TaskGroups": [{
+            "Name": "web",
+            "Count": 1,
+            "ShutdownDelay": delays.0,
+            "Services": [{"Name": format!("{id}-group"), "Provider": "nomad"}],
+            "RestartPolicy": {"Attempts": 0, "Mode": "fail"},
+            "Tasks": [{
+                "Name": "server",
+                "Driver": "raw_exec",
+                "ShutdownDelay": delays.1,
+                "KillTimeout": kill_timeout,
+                "Config": {
+                    "command": "python3",
+                    "args": ["-c", WITNESS, log, agent.address, services, mode],
+                },
+                "Services": [{"Name": format!("{id}-server"), "Provider": "nomad"}],
+            }],
+        }],
+    }})
+}
+
+/// The types of the task `server`'s events.
+fn event_types(alloc: &Value) -> Vec<String> {
+    alloc["TaskStates"]["server"]["Events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["Type"].as_str().expect("a type").to_string())
+        .collect()
+}
+
+fn terminated(alloc: &Value) -> String {
+    let events = alloc["TaskStates"]["server"]["Events"]
+        .as_array()
+        .expect("events");
+    let [event] = &events
+        .iter()
+        .filter(|e| e["Type"] == "Terminated")
+        .collect::<Vec<_>>()[..]
+    else {
+        panic!("one Terminated event: {events:?}");
+    };
+    event["DisplayMessage"]
+        .as_str()
+        .expect("a message")
+        .to_string()
+}
+
+// invariant: delay_skipped_only_when_flagged
+// invariant: prestop_hooks_always_run
+/// An unflagged stop waits the group's delay and the task's, in that order, after the
+/// services are deregistered; the witness dies of its one SIGINT.
+#[test]
+fn an_unflagged_stop_waits_both_delays_with_the_services_gone() {
+    let agent = Agent::new("unflagged");
+    let log = agent.dir.join("witness.jsonl");
+    let id = agent.run(
+        &job(
+            &agent,
+            "slow",
+            &log,
+            (SECOND / 2, SECOND / 2),
+            5 * SECOND,
+            "die",
+        ),
+        &log,
+    );
+    assert_eq!(agent.listed("slow-group"), 1);
+    assert_eq!(agent.listed("slow-server"), 1);
+    let requested = now_s();
+    agent.ok("PUT", &format!("/v1/allocation/{id}/stop"), None);
+    let alloc = agent.wait_client_status(&id, "complete");
+    let [signal] = &lines(&log, &id, "signal")[..] else {
+        panic!("one signal: {:?}", lines(&log, &id, "signal"));
+    };
+    assert_eq!(signal["signal"], libc::SIGINT);
+    let waited = signal["at"].as_f64().expect("a time") - requested;
+    assert!(
+        (1.0..20.0).contains(&waited),
+        "signalled {waited:.2} s after the stop; the delays add up to 1 s"
+    );
+    assert_eq!(signal["listed"], json!({"slow-group": 0, "slow-server": 0}));
+    let types = event_types(&alloc);
+    let group = types
+        .iter()
+        .position(|t| t == "Waiting for group shutdown delay");
+    let task = types.iter().position(|t| t == "Waiting for shutdown delay");
+    assert!(group.is_some() && group < task, "{types:?}");
+    assert_eq!(terminated(&alloc), "Exit Code: 130, Signal: 2");
+    assert_eq!(alloc["TaskStates"]["server"]["State"], "dead");
+    assert_eq!(alloc["TaskStates"]["server"]["Failed"], false);
+}
+
+// invariant: flag_is_honoured
+/// A flagged stop of a job whose delays add up to a minute kills at once, the services gone.
+#[test]
+fn a_flagged_stop_skips_the_delays_and_keeps_the_hooks() {
+    let agent = Agent::new("flagged");
+    let log = agent.dir.join("witness.jsonl");
+    let id = agent.run(
+        &job(
+            &agent,
+            "fast",
+            &log,
+            (30 * SECOND, 30 * SECOND),
+            5 * SECOND,
+            "die",
+        ),
+        &log,
+    );
+    let requested = now_s();
+    agent.ok(
+        "PUT",
+        &format!("/v1/allocation/{id}/stop?no_shutdown_delay=true"),
+        None,
+    );
+    let alloc = agent.wait_client_status(&id, "complete");
+    let [signal] = &lines(&log, &id, "signal")[..] else {
+        panic!("one signal: {:?}", lines(&log, &id, "signal"));
+    };
+    let waited = signal["at"].as_f64().expect("a time") - requested;
+    assert!(
+        waited < 10.0,
+        "signalled {waited:.2} s after the stop; the delays add up to 60 s"
+    );
+    assert_eq!(signal["listed"], json!({"fast-group": 0, "fast-server": 0}));
+    let types = event_types(&alloc);
+    assert!(
+        types.contains(&"Skipping group shutdown delay".to_string()),
+        "{types:?}"
+    );
+    assert!(
+        types.contains(&"Skipping shutdown delay".to_string()),
+        "{types:?}"
+    );
+    assert_eq!(alloc["DesiredTransition"]["NoShutdownDelay"], true);
+    assert_eq!(terminated(&alloc), "Exit Code: 130, Signal: 2");
+}
+
+/// A task that ignores its kill signal gets it once, then SIGKILL when its kill timeout
+/// runs out.
+#[test]
+fn a_task_that_ignores_its_signal_is_killed_at_its_kill_timeout() {
+    let agent = Agent::new("sigkill");
+    let log = agent.dir.join("witness.jsonl");
+    let id = agent.run(
+        &job(&agent, "stubborn", &log, (0, 0), SECOND / 2, "ignore"),
+        &log,
+    );
+    let requested = now_s();
+    agent.ok("PUT", &format!("/v1/allocation/{id}/stop"), None);
+    let alloc = agent.wait_client_status(&id, "complete");
+    let ended = now_s() - requested;
+    let signals = lines(&log, &id, "signal");
+    assert_eq!(signals.len(), 1, "one SIGINT: {signals:?}");
+    assert_eq!(signals[0]["signal"], libc::SIGINT);
+    assert!(
+        ended >= 0.5,
+        "killed {ended:.2} s after the stop, before its kill timeout"
+    );
+    assert_eq!(terminated(&alloc), "Exit Code: 137, Signal: 9");
+}
+
+/// An operator's signal reaches the task and ends nothing; an in-place restart stops the
+/// task (no delay: it is not a stop of the allocation) and runs it again in the same
+/// allocation, a new process.
+#[test]
+fn a_signal_and_a_restart_reach_the_task_in_place() {
+    let agent = Agent::new("restart");
+    let log = agent.dir.join("witness.jsonl");
+    let id = agent.run(&job(&agent, "again", &log, (0, 0), 5 * SECOND, "die"), &log);
+    let body = json!({"Task": "server", "Signal": "SIGUSR1"});
+    agent.ok(
+        "PUT",
+        &format!("/v1/client/allocation/{id}/signal"),
+        Some(&body),
+    );
+    let usr1 = wait_for("the witness to get SIGUSR1", || {
+        lines(&log, &id, "signal").first().cloned()
+    });
+    assert_eq!(usr1["signal"], libc::SIGUSR1);
+    assert_eq!(agent.alloc(&id)["ClientStatus"], "running");
+
+    let body = json!({"TaskName": "server"});
+    agent.ok(
+        "PUT",
+        &format!("/v1/client/allocation/{id}/restart"),
+        Some(&body),
+    );
+    let started = wait_for("the task to run again", || {
+        let started = lines(&log, &id, "started");
+        (started.len() == 2).then_some(started)
+    });
+    assert_ne!(started[0]["pid"], started[1]["pid"]);
+    let signals = lines(&log, &id, "signal");
+    assert_eq!(
+        signals.len(),
+        2,
+        "SIGUSR1, then the restart's SIGINT: {signals:?}"
+    );
+    assert_eq!(signals[1]["signal"], libc::SIGINT);
+    let alloc = wait_for("the task to be running", || {
+        let alloc = agent.alloc(&id);
+        (alloc["TaskStates"]["server"]["State"] == "running").then_some(alloc)
+    });
+    assert_eq!(alloc["ClientStatus"], "running");
+    let types = event_types(&alloc);
+    assert!(types.contains(&"Restart Signaled".to_string()), "{types:?}");
+    assert_eq!(alloc["TaskStates"]["server"]["Restarts"], 1);
+}
+
+// invariant: stop_completes
+/// A crash in the middle of a delay: the restarted agent reattaches to the task and waits
+/// only what was left of the delay, and the task gets its signal once.
+#[test]
+fn a_crash_mid_delay_resumes_the_delay_where_it_was() {
+    let mut agent = Agent::new("crash");
+    let log = agent.dir.join("witness.jsonl");
+    let id = agent.run(
+        &job(&agent, "crash", &log, (3 * SECOND, 0), 5 * SECOND, "die"),
+        &log,
+    );
+    let requested = now_s();
+    agent.ok("PUT", &format!("/v1/allocation/{id}/stop"), None);
+    wait_for("the group delay to start", || {
+        event_types(&agent.alloc(&id))
+            .contains(&"Waiting for group shutdown delay".to_string())
+            .then_some(())
+    });
+    let port = agent.port();
+    agent.kill9();
+    assert!(
+        lines(&log, &id, "signal").is_empty(),
+        "the task was signalled before its delay ran out"
+    );
+    agent.start(port);
+    let alloc = agent.wait_client_status(&id, "complete");
+    let signals = lines(&log, &id, "signal");
+    assert_eq!(signals.len(), 1, "one SIGINT: {signals:?}");
+    let waited = signals[0]["at"].as_f64().expect("a time") - requested;
+    assert!(
+        (3.0..20.0).contains(&waited),
+        "signalled {waited:.2} s after the stop; the delay is 3 s"
+    );
+    assert_eq!(
+        lines(&log, &id, "started").len(),
+        1,
+        "the task was not started again"
+    );
+    assert_eq!(
+        signals[0]["listed"],
+        json!({"crash-group": 0, "crash-server": 0})
+    );
+    assert_eq!(terminated(&alloc), "Exit Code: 130, Signal: 2");
+}
+
+/// A task whose program does not exist fails at start: its allocation fails, and nothing
+/// is left registered.
+#[test]
+fn a_task_that_cannot_start_fails_its_allocation() {
+    let agent = Agent::new("nostart");
+    let log = agent.dir.join("witness.jsonl");
+    let mut spec = job(&agent, "missing", &log, (0, 0), SECOND, "die");
+    spec["Job"]["TaskGroups"][0]["Tasks"][0]["Config"]["command"] = json!("/nonexistent/program");
+    agent.ok("PUT", "/v1/jobs", Some(&spec));
+    let alloc = wait_for("the allocation to fail", || {
+        let allocs = agent.ok("GET", "/v1/job/missing/allocations", None);
+        let alloc = allocs.as_array()?.first()?.clone();
+        (alloc["ClientStatus"] == "failed").then_some(alloc)
+    });
+    let alloc = agent.alloc(alloc["ID"].as_str().expect("an ID"));
+    let types = event_types(&alloc);
+    assert!(types.contains(&"Driver Failure".to_string()), "{types:?}");
+    assert_eq!(alloc["TaskStates"]["server"]["Failed"], true);
+    assert_eq!(agent.listed("missing-group"), 0);
+    assert_eq!(agent.listed("missing-server"), 0);
+}
+
+/// A `mock_driver` task that exits on its own with a failure is restarted by its policy,
+/// then, the attempts used, fails its allocation.
+#[test]
+fn a_mock_task_that_fails_is_restarted_then_fails_the_allocation() {
+    let agent = Agent::new("mock");
+    let spec = json!({"Job": {
+        "ID": "flaky",
+        "TaskGroups": [{
+            "Name": "web",
+            "RestartPolicy": {"Attempts": 1, "Delay": SECOND / 10, "Interval": 60 * SECOND, "Mode": "fail"},
+            "Tasks": [{
+                "Name": "server",
+                "Driver": "mock_driver",
+                "Config": {"run_for": "100ms", "exit_code": 3},
+            }],
+        }],
+    }});
+    agent.ok("PUT", "/v1/jobs", Some(&spec));
+    let alloc = wait_for("the allocation to fail", || {
+        let allocs = agent.ok("GET", "/v1/job/flaky/allocations", None);
+        let alloc = allocs.as_array()?.first()?.clone();
+        (alloc["ClientStatus"] == "failed").then_some(alloc)
+    });
+    let alloc = agent.alloc(alloc["ID"].as_str().expect("an ID"));
+    assert_eq!(alloc["TaskStates"]["server"]["Restarts"], 1);
+    let types = event_types(&alloc);
+    let started = types.iter().filter(|t| *t == "Started").count();
+    assert_eq!(started, 2, "{types:?}");
+    assert!(types.contains(&"Restarting".to_string()), "{types:?}");
+    assert!(types.contains(&"Not Restarting".to_string()), "{types:?}");
+}
