@@ -1,7 +1,10 @@
 //! The server on its own: versions, evaluations, the broker and the reconciler.
 
+use quiesce_core::server::structs::NodeEvent;
 use quiesce_core::server::structs::{ClientStatus, DesiredStatus, EvalStatus};
-use quiesce_core::server::{ClientReport, Server, StopJobOptions};
+use quiesce_core::server::{
+    ClientReport, RegisterOptions, Server, ServerError, StopAllocOptions, StopJobOptions,
+};
 use quiesce_core::spec::{Job, Task, TaskGroup};
 
 fn job(job_type: &str, count: i64) -> Job {
@@ -543,6 +546,9 @@ fn a_blocked_evaluation_that_still_cannot_place_blocks_again_itself() {
         .unwrap()
         .id
         .clone();
+    // A report that the holder still runs frees nothing: the evaluation stays blocked.
+    server.client_report(&holder, report(ClientStatus::Running));
+    assert!(!server.eval_pending());
     server.client_report(&holder, report(ClientStatus::Complete));
     let processed = server.process_next_eval().unwrap().unwrap();
     assert!(!processed.blocked);
@@ -905,4 +911,172 @@ fn a_running_allocation_is_never_collected_and_an_ended_one_goes_with_its_evalua
         server.store.alloc_record(&ids[1]).is_none(),
         "ended, and its evaluation's other allocation is not: the ended one goes"
     );
+}
+
+fn job_named(id: &str, count: i64) -> Job {
+    Job {
+        id: id.into(),
+        ..job("service", count)
+    }
+}
+
+fn alloc_nodes(server: &Server, job: &str) -> Vec<String> {
+    server
+        .store
+        .allocs_by_job(job)
+        .map(|a| a.node_id.clone())
+        .collect()
+}
+
+/// A server restored over its store (the daemon's restart) queues its pending evaluations
+/// again, keeps its blocked ones until a node is ready, and places on the ready nodes it
+/// had stored, not on the others.
+#[test]
+fn a_restored_server_takes_up_its_evaluations_and_its_ready_nodes() {
+    let mut server = Server::new(Vec::new(), 3);
+    server.register_job(job_named("blocked", 1)).unwrap();
+    server.process_next_eval().unwrap().unwrap();
+    assert!(!server.eval_pending(), "no node: the evaluation blocks");
+    server.register_job(job_named("pending", 1)).unwrap();
+    let mut restored = Server::restore(server.store.clone(), Vec::new(), 3);
+    assert_eq!(
+        restored.next_eval_job().map(String::as_str),
+        Some("pending")
+    );
+    restored.process_next_eval().unwrap().unwrap();
+    assert!(!restored.eval_pending());
+    restored.upsert_node(node("n1", "ready"));
+    while restored.process_next_eval().unwrap().is_some() {}
+    assert_eq!(alloc_nodes(&restored, "blocked"), ["n1"]);
+    assert_eq!(alloc_nodes(&restored, "pending"), ["n1"]);
+
+    // n1 is stored ready, n2 initializing: a restore over that store places on n1 only.
+    restored.upsert_node(node("n2", "initializing"));
+    let mut again = Server::restore(restored.store.clone(), Vec::new(), 5);
+    again.register_job(job_named("third", 3)).unwrap();
+    while again.process_next_eval().unwrap().is_some() {}
+    assert_eq!(alloc_nodes(&again, "third"), ["n1", "n1", "n1"]);
+}
+
+#[test]
+fn the_servers_ids_are_uuids_each_new() {
+    let mut server = Server::new(Vec::new(), 3);
+    let (a, b) = (server.uuid(), server.uuid());
+    assert_ne!(a, b);
+    for id in [a, b] {
+        let groups: Vec<usize> = id.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "{id}");
+        assert!(
+            id.chars().all(|c| c == '-' || c.is_ascii_hexdigit()),
+            "{id}"
+        );
+    }
+}
+
+#[test]
+fn a_registration_takes_an_eval_priority_of_1_to_100_only() {
+    let mut server = Server::new(vec!["node-0".into()], 3);
+    let with = |priority| RegisterOptions {
+        eval_priority: Some(priority),
+        ..RegisterOptions::default()
+    };
+    for bad in [0, 101] {
+        let error = server
+            .register_job_with(job("service", 1), with(bad))
+            .unwrap_err();
+        assert!(
+            matches!(error, ServerError::EvalPriorityOutOfRange(p) if p == bad),
+            "{error}"
+        );
+    }
+    assert!(server.store.job("web").is_none(), "nothing stored");
+    for good in [1, 100] {
+        let id = server
+            .register_job_with(job("service", 1), with(good))
+            .unwrap()
+            .eval_id;
+        assert_eq!(server.store.eval(&id).unwrap().priority, good);
+    }
+}
+
+/// Native services are stored under Nomad's IDs (`_nomad-task-<alloc>-<owner>-<name>`,
+/// the owner `group` for the group's) and go once: deregistering again counts none.
+#[test]
+fn services_are_stored_under_nomads_ids_and_deregistered_once() {
+    let mut server = server_with(job("service", 1));
+    let [id] = &alloc_ids(&server)[..] else {
+        panic!("one allocation");
+    };
+    server.register_services(id, "", &["web-group".into()]);
+    server.register_services(id, "app", &["api".into()]);
+    let mut ids: Vec<String> = server.store.services().map(|s| s.id.clone()).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        [
+            format!("_nomad-task-{id}-app-api"),
+            format!("_nomad-task-{id}-group-web-group")
+        ]
+    );
+    assert_eq!(server.deregister_services(id, "app", &["api".into()]), 1);
+    assert_eq!(server.deregister_services(id, "app", &["api".into()]), 0);
+    assert_eq!(server.store.services().count(), 1);
+}
+
+// invariant: flag_scoped
+#[test]
+fn an_unflagged_alloc_stop_sets_no_flag() {
+    let mut server = server_with(job("service", 1));
+    let [id] = &alloc_ids(&server)[..] else {
+        panic!("one allocation");
+    };
+    server
+        .stop_alloc_with(id, StopAllocOptions::default())
+        .unwrap();
+    let alloc = server.store.alloc(id).unwrap();
+    assert_eq!(alloc.desired_transition.no_shutdown_delay, None);
+    assert_eq!(alloc.desired_transition.migrate, Some(true));
+}
+
+/// A node's new events take the index of the write that stores them, its older ones
+/// keep theirs; a node that is not ready takes no placement, and one that stops being
+/// ready takes none from then on while the others still do.
+#[test]
+fn a_nodes_events_keep_their_index_and_only_ready_nodes_take_placements() {
+    let mut server = Server::new(Vec::new(), 3);
+    let event = |message: &str| NodeEvent {
+        message: message.into(),
+        subsystem: "Cluster".into(),
+        timestamp: String::new(),
+        create_index: 0,
+    };
+    let mut n1 = node("n1", "ready");
+    n1.events.push(event("Node registered"));
+    let first = server.upsert_node(n1.clone());
+    n1.events = server.store.node("n1").unwrap().events.clone();
+    assert_eq!(n1.events[0].create_index, first);
+    n1.events.push(event("Node heartbeat"));
+    let second = server.upsert_node(n1);
+    let indexes: Vec<u64> = server
+        .store
+        .node("n1")
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e.create_index)
+        .collect();
+    assert_eq!(indexes, [first, second]);
+
+    server.upsert_node(node("n2", "initializing"));
+    server.upsert_node(node("n3", "ready"));
+    server.register_job(job_named("spread", 4)).unwrap();
+    while server.process_next_eval().unwrap().is_some() {}
+    let mut nodes = alloc_nodes(&server, "spread");
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n1", "n3", "n3"], "none on n2, not ready");
+
+    server.upsert_node(node("n3", "down"));
+    server.register_job(job_named("after", 2)).unwrap();
+    while server.process_next_eval().unwrap().is_some() {}
+    assert_eq!(alloc_nodes(&server, "after"), ["n1", "n1"]);
 }

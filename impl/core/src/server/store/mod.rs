@@ -535,3 +535,6 @@ impl StateStore {
         self.allocs.get(alloc_id).map(|alloc| &alloc.node_id)
     }
 }
+
+#[cfg(test)]
+mod tests;
