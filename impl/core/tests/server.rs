@@ -529,8 +529,14 @@ fn a_blocked_evaluation_that_still_cannot_place_blocks_again_itself() {
     server.process_next_eval().unwrap();
     let mut wants = job("service", 1);
     static_port(&mut wants);
-    server.register_job(wants).unwrap();
+    let wanted = server.register_job(wants).unwrap().eval_id;
     assert!(server.process_next_eval().unwrap().unwrap().blocked);
+    let queued = &server.store.eval(&wanted).unwrap().queued_allocations;
+    assert_eq!(
+        queued.get("web"),
+        Some(&1),
+        "the placement waits for its port"
+    );
     let evals = server.store.evals().count();
     // A node update unblocks it; it still cannot place, and blocks again as itself.
     for _ in 0..3 {
@@ -869,6 +875,11 @@ fn a_service_job_whose_allocations_ended_is_kept_until_it_is_stopped() {
     assert!(server.store.job("web").is_none());
     assert!(server.store.allocs_by_job("web").next().is_none());
     assert_eq!(server.store.evals().count(), 0);
+    // What its status was derived from went with it: registered again, it is pending
+    // until something of it is placed.
+    server.register_job(job("service", 1)).unwrap();
+    let again = server.store.job("web").unwrap().clone();
+    assert_eq!(server.store.job_status(&again), "pending");
 }
 
 #[test]
@@ -1079,4 +1090,24 @@ fn a_nodes_events_keep_their_index_and_only_ready_nodes_take_placements() {
     server.register_job(job_named("after", 2)).unwrap();
     while server.process_next_eval().unwrap().is_some() {}
     assert_eq!(alloc_nodes(&server, "after"), ["n1", "n1"]);
+}
+
+/// Placement weighs each node's live allocations, those of earlier evaluations included:
+/// the less loaded node takes the next.
+#[test]
+fn placement_goes_to_the_node_with_fewer_live_allocations() {
+    let mut server = Server::new(Vec::new(), 3);
+    server.upsert_node(node("n1", "ready"));
+    server.register_job(job_named("first", 2)).unwrap();
+    while server.process_next_eval().unwrap().is_some() {}
+    server.upsert_node(node("n2", "ready"));
+    for (id, held) in [("second", 0), ("third", 1)] {
+        server.register_job(job_named(id, 1)).unwrap();
+        while server.process_next_eval().unwrap().is_some() {}
+        assert_eq!(
+            alloc_nodes(&server, id),
+            ["n2"],
+            "{id}: n1 holds 2, n2 {held}"
+        );
+    }
 }

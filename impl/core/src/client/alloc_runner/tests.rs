@@ -79,7 +79,7 @@ fn no_restarts(mut alloc: Allocation, job_type: &str) -> Allocation {
 fn run_out(runner: &mut AllocRunner, out: &mut Vec<Command>) {
     loop {
         if let Some(step) = runner.ready_steps().first().copied() {
-            runner.step(step, 0, out);
+            assert!(runner.step(step, 0, out), "{step:?} is ready but refused");
             continue;
         }
         let signalled = runner
@@ -239,7 +239,7 @@ fn restore_rearms_no_kill_timeout_after_sigkill() {
 }
 
 /// A runner stored mid-wait gets its timers back on restore: the task's shutdown delay (its
-/// full length: the deadline is the driver's to keep) and a restart delay.
+/// full length: the deadline is the host's to keep) and a restart delay.
 #[test]
 fn restore_rearms_a_task_delay_and_a_restart_delay() {
     let mut out = Vec::new();
@@ -375,7 +375,10 @@ fn a_poststop_task_that_ends_ends_the_runner() {
     );
     loop {
         if let Some(step) = runner.ready_steps().first().copied() {
-            runner.step(step, 0, &mut out);
+            assert!(
+                runner.step(step, 0, &mut out),
+                "{step:?} is ready but refused"
+            );
             continue;
         }
         match (0..3).find(|&t| runner.tasks[t].phase == TaskPhase::Signalled) {
@@ -417,8 +420,9 @@ fn a_restart_overtaken_by_a_stop_does_not_run_the_task_again() {
 }
 
 /// Each kill of a task, a restart's or a stop's, has the next number, from 1 (a supervisor
-/// refuses a request it has carried out by its number); `StartedAt` is the first `Started` event's time and
-/// `LastRestart` the last `Restarting` event's, 0 until there is one.
+/// refuses a request it has carried out by its number). A new task's `StartedAt` is its
+/// `Started` event's time; `LastRestart` is the last `Restarting` event's, 0 until there is
+/// one.
 #[test]
 fn kills_are_numbered_and_the_task_state_keeps_its_times() {
     let mut out = Vec::new();

@@ -104,7 +104,6 @@ pub enum Record {
 }
 
 impl StateStore {
-    /// A store rebuilt from a durable copy, journalling its writes from now on.
     /// A store rebuilt from a durable copy, journalling its writes from now on. A table's
     /// index is the one stored, or, if none was (or it is older), its newest record's.
     pub fn restore(index: u64, tables: Tables, indexes: TableIndexes) -> Self {
@@ -135,7 +134,6 @@ impl StateStore {
         };
         let mut store = StateStore {
             index,
-            written: Some(BTreeSet::new()),
             ..StateStore::default()
         };
         // Before the jobs: restored statuses are as they were stored, no write of their own.
@@ -153,13 +151,9 @@ impl StateStore {
             store.put_node(node);
         }
         store.table_indexes = table_indexes;
+        // Journalled from now on: what was restored is stored already.
         store.written = Some(BTreeSet::new());
         store
-    }
-
-    /// Starts journalling writes (see [`StateStore::drain_written`]).
-    pub fn journal_writes(&mut self) {
-        self.written.get_or_insert_with(BTreeSet::new);
     }
 
     /// The records written since the last call (each to be stored as it is now, or deleted
@@ -301,14 +295,6 @@ impl StateStore {
             .values()
             .map(Arc::as_ref)
             .filter(move |alloc| alloc.node_id == node)
-    }
-
-    /// Allocations placed on a node and not terminal: its load, for placement.
-    pub fn live_allocs_on_node(&self, node: &str) -> usize {
-        self.allocs
-            .values()
-            .filter(|a| a.node_id == node && !a.is_terminal())
-            .count()
     }
 
     pub fn eval(&self, id: &str) -> Option<&Evaluation> {
@@ -528,11 +514,6 @@ impl StateStore {
     pub(super) fn put_node(&mut self, node: Node) {
         self.wrote(Record::Node(node.id.clone()));
         self.nodes.insert(node.id.clone(), node);
-    }
-
-    /// The node an allocation runs on, for hosts that route pulls.
-    pub fn node_of(&self, alloc_id: &str) -> Option<&NodeId> {
-        self.allocs.get(alloc_id).map(|alloc| &alloc.node_id)
     }
 }
 

@@ -59,7 +59,10 @@ impl Counts {
 
     // invariant: job_dead_only_when_tasks_ended
     fn status(self, stopped: bool) -> &'static str {
-        debug_assert!(self.allocs == 0 || self.placed, "{self:?}: counted, never placed");
+        debug_assert!(
+            self.allocs == 0 || self.placed,
+            "{self:?}: counted, never placed"
+        );
         if self.live > 0 {
             "running"
         } else if stopped || self.placed {
