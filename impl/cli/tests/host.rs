@@ -232,6 +232,20 @@ impl Agent {
         })
     }
 
+    /// The agent's event log so far, validated against the model as the end-to-end suite
+    /// validates each test's: every step is one the model allows, with its effects (kill
+    /// signals once per kill and after the services, SIGKILL after the kill timeout, no task
+    /// launched twice).
+    fn validate_log(&self) {
+        let path = self.data_dir().join("events.jsonl");
+        let text = std::fs::read_to_string(&path).expect("the event log");
+        let entries = quiesce_proofs::trace::parse_log(&text).expect("the event log's lines");
+        assert!(!entries.is_empty(), "an event log with no entry");
+        if let Err(error) = quiesce_proofs::trace::validate(&entries) {
+            panic!("{}: {error}", path.display());
+        }
+    }
+
     /// The number of registrations of `service` the agent lists, every allocation's.
     fn listed(&self, service: &str) -> usize {
         let services = self.ok("GET", &format!("/v1/service/{service}"), None);
@@ -415,6 +429,7 @@ fn an_unflagged_stop_waits_both_delays_with_the_services_gone() {
     assert_eq!(terminated(&alloc), "Exit Code: 130, Signal: 2");
     assert_eq!(alloc["TaskStates"]["server"]["State"], "dead");
     assert_eq!(alloc["TaskStates"]["server"]["Failed"], false);
+    agent.validate_log();
 }
 
 // invariant: flag_is_honoured
@@ -450,6 +465,7 @@ fn a_flagged_stop_skips_the_delays_and_keeps_the_hooks() {
     );
     assert_eq!(alloc["DesiredTransition"]["NoShutdownDelay"], true);
     assert_eq!(terminated(&alloc), "Exit Code: 130, Signal: 2");
+    agent.validate_log();
 }
 
 // invariant: kill_timeout_respected
@@ -487,6 +503,7 @@ fn a_task_that_ignores_its_signal_is_killed_at_its_kill_timeout() {
         "SIGKILLed {lasted_ns} ns after the signal, before its kill timeout"
     );
     assert_eq!(terminated(&alloc), "Exit Code: 137, Signal: 9");
+    agent.validate_log();
 }
 
 /// An operator's signal reaches the task and ends nothing; an in-place restart kills the
@@ -535,6 +552,7 @@ fn a_signal_and_a_restart_reach_the_task_in_place() {
     let types = event_types(&alloc);
     assert!(types.contains(&"Restart Signaled".to_string()), "{types:?}");
     assert_eq!(alloc["TaskStates"]["server"]["Restarts"], 1);
+    agent.validate_log();
 }
 
 // invariant: stop_completes
@@ -580,6 +598,7 @@ fn a_crash_mid_delay_reattaches_and_waits_the_delay_out() {
         json!({"crash-group": 0, "crash-server": 0})
     );
     assert_eq!(terminated(&alloc), "Exit Code: 130, Signal: 2");
+    agent.validate_log();
 }
 
 /// A task whose program does not exist fails at start: its allocation fails, and nothing
@@ -602,6 +621,7 @@ fn a_task_that_cannot_start_fails_its_allocation() {
     assert_eq!(alloc["TaskStates"]["server"]["Failed"], true);
     assert_eq!(agent.listed("missing-group"), 0);
     assert_eq!(agent.listed("missing-server"), 0);
+    agent.validate_log();
 }
 
 // invariant: restart_policy_respected
@@ -640,4 +660,5 @@ fn a_mock_task_that_fails_is_restarted_then_fails_the_allocation() {
     assert_eq!(started, 2, "{types:?}");
     assert!(types.contains(&"Restarting".to_string()), "{types:?}");
     assert!(types.contains(&"Not Restarting".to_string()), "{types:?}");
+    agent.validate_log();
 }
