@@ -246,6 +246,27 @@ impl Agent {
         }
     }
 
+    /// Waits until the first allocation of job `job` has the client status `status`; the
+    /// allocation, whole.
+    fn wait_first_alloc(&self, job: &str, status: &str) -> Value {
+        let alloc = wait_for(&format!("job {job}'s allocation to be {status}"), || {
+            let allocs = self.ok("GET", &format!("/v1/job/{job}/allocations"), None);
+            let alloc = allocs.as_array()?.first()?.clone();
+            (alloc["ClientStatus"] == status).then_some(alloc)
+        });
+        self.alloc(alloc["ID"].as_str().expect("an ID"))
+    }
+
+    /// Waits until the task `server` of allocation `id` has an event of `event_type`.
+    fn wait_event(&self, id: &str, event_type: &str) {
+        wait_for(&format!("a {event_type:?} event"), || {
+            event_types(&self.alloc(id))
+                .iter()
+                .any(|t| t == event_type)
+                .then_some(())
+        });
+    }
+
     /// The number of registrations of `service` the agent lists, every allocation's.
     fn listed(&self, service: &str) -> usize {
         let services = self.ok("GET", &format!("/v1/service/{service}"), None);
@@ -398,11 +419,7 @@ fn an_unflagged_stop_waits_both_delays_with_the_services_gone() {
     assert_eq!(agent.listed("slow-server"), 1);
     let requested = monotonic_s();
     agent.ok("DELETE", "/v1/job/slow", None);
-    wait_for("the group delay to start", || {
-        event_types(&agent.alloc(&id))
-            .contains(&"Waiting for group shutdown delay".to_string())
-            .then_some(())
-    });
+    agent.wait_event(&id, "Waiting for group shutdown delay");
     // As in Nomad: the group's services go before the group's delay, the task's before
     // the task's.
     assert_eq!(agent.listed("slow-group"), 0, "gone before the group delay");
@@ -566,11 +583,7 @@ fn a_crash_mid_delay_reattaches_and_waits_the_delay_out() {
     let id = agent.run(&job(&agent, "crash", &log, dies(3 * SECOND_NS, 0)), &log);
     let requested = monotonic_s();
     agent.ok("PUT", &format!("/v1/allocation/{id}/stop"), None);
-    wait_for("the group delay to start", || {
-        event_types(&agent.alloc(&id))
-            .contains(&"Waiting for group shutdown delay".to_string())
-            .then_some(())
-    });
+    agent.wait_event(&id, "Waiting for group shutdown delay");
     // The runner's progress is synced at most DURABILITY_LAG (20 ms) after its step: ten
     // times that, and the crash finds the delay stored.
     std::thread::sleep(Duration::from_millis(200));
@@ -610,12 +623,7 @@ fn a_task_that_cannot_start_fails_its_allocation() {
     let mut spec = job(&agent, "missing", &log, dies(0, 0));
     spec["Job"]["TaskGroups"][0]["Tasks"][0]["Config"]["command"] = json!("/nonexistent/program");
     agent.ok("PUT", "/v1/jobs", Some(&spec));
-    let alloc = wait_for("the allocation to fail", || {
-        let allocs = agent.ok("GET", "/v1/job/missing/allocations", None);
-        let alloc = allocs.as_array()?.first()?.clone();
-        (alloc["ClientStatus"] == "failed").then_some(alloc)
-    });
-    let alloc = agent.alloc(alloc["ID"].as_str().expect("an ID"));
+    let alloc = agent.wait_first_alloc("missing", "failed");
     let types = event_types(&alloc);
     assert!(types.contains(&"Driver Failure".to_string()), "{types:?}");
     assert_eq!(alloc["TaskStates"]["server"]["Failed"], true);
@@ -648,12 +656,7 @@ fn a_mock_task_that_fails_is_restarted_then_fails_the_allocation() {
         }],
     }});
     agent.ok("PUT", "/v1/jobs", Some(&spec));
-    let alloc = wait_for("the allocation to fail", || {
-        let allocs = agent.ok("GET", "/v1/job/flaky/allocations", None);
-        let alloc = allocs.as_array()?.first()?.clone();
-        (alloc["ClientStatus"] == "failed").then_some(alloc)
-    });
-    let alloc = agent.alloc(alloc["ID"].as_str().expect("an ID"));
+    let alloc = agent.wait_first_alloc("flaky", "failed");
     assert_eq!(alloc["TaskStates"]["server"]["Restarts"], 1);
     let types = event_types(&alloc);
     let started = types.iter().filter(|t| *t == "Started").count();

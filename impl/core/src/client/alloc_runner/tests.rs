@@ -7,6 +7,14 @@ const EXIT: ExitResult = ExitResult {
     failure: None,
 };
 
+/// A task's exit with code 1 on its own: a crash.
+fn crash() -> ExitResult {
+    ExitResult {
+        exit_code: 1,
+        ..EXIT
+    }
+}
+
 /// A runner that pulled a stop and ran its group pre-kill hooks (the group delay runs).
 fn waiting_out_the_group_delay() -> AllocRunner {
     let mut out = Vec::new();
@@ -259,11 +267,7 @@ fn restore_rearms_a_task_delay_and_a_restart_delay() {
     );
 
     let mut restarting = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 0, &mut out);
-    let crash = ExitResult {
-        exit_code: 1,
-        ..EXIT
-    };
-    assert!(restarting.task_exited(0, crash, 0, &mut out));
+    assert!(restarting.task_exited(0, crash(), 0, &mut out));
     assert!(restarting.step(RunnerStep::RestartDecision(0), 0, &mut out));
     assert_eq!(restarting.tasks[0].phase, TaskPhase::Restarting);
     let delay = restarting.tasks[0].restart_delay_ns;
@@ -334,10 +338,6 @@ fn an_exit_of_a_task_without_a_process_is_refused() {
         (0, TaskPhase::NotStarted)
     );
 
-    let crash = || ExitResult {
-        exit_code: 1,
-        ..EXIT
-    };
     let mut restarting = AllocRunner::new(alloc(false, false, 0, 0), 30_000_000_000, 0, &mut out);
     assert!(restarting.task_exited(0, crash(), 0, &mut out));
     assert!(restarting.step(RunnerStep::RestartDecision(0), 0, &mut out));
@@ -453,11 +453,7 @@ fn kills_are_numbered_and_the_task_state_keeps_its_times() {
         assert!(runner.task_exited(0, EXIT, 10, &mut out));
         assert_eq!(runner.tasks[0].phase, TaskPhase::Running);
     }
-    let crash = ExitResult {
-        exit_code: 1,
-        ..EXIT
-    };
-    assert!(runner.task_exited(0, crash, 20, &mut out));
+    assert!(runner.task_exited(0, crash(), 20, &mut out));
     assert!(runner.step(RunnerStep::RestartDecision(0), 20, &mut out));
     let restarting = runner.tasks[0]
         .state
