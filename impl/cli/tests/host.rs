@@ -1,4 +1,4 @@
-//! The daemon's host (`daemon/host.rs`) judged by what a real program experienced: a
+//! The daemon's host (`daemon/host/`) judged by what a real program experienced: a
 //! `quiesce agent -dev` process runs a Python witness under raw_exec, and the witness
 //! records each signal it gets, when (CLOCK_MONOTONIC), and how many registrations of its
 //! allocation's services the agent still listed at that moment. The end-to-end suite
