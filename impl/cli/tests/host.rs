@@ -5,6 +5,8 @@
 //! (`proofs/e2e`) covers the same ground with Nomad's clients; these run under `cargo test`,
 //! so that mutation testing (README, "Mutation testing") reaches the host.
 
+use quiesce_core::step::log::Event;
+use quiesce_core::step::Step;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -663,5 +665,239 @@ fn a_mock_task_that_fails_is_restarted_then_fails_the_allocation() {
     assert_eq!(started, 2, "{types:?}");
     assert!(types.contains(&"Restarting".to_string()), "{types:?}");
     assert!(types.contains(&"Not Restarting".to_string()), "{types:?}");
+    agent.validate_log();
+}
+
+/// The parent of process `pid` (from `/proc/<pid>/stat`: the field after the command's
+/// closing parenthesis and the state).
+fn parent_of(pid: i64) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the task's stat");
+    let after = &stat[stat.rfind(')').expect("a command") + 1..];
+    after
+        .split_whitespace()
+        .nth(1)
+        .expect("a ppid")
+        .parse()
+        .expect("a number")
+}
+
+/// SIGKILLs `pid` and waits until it is gone (reaped by its parent, or a zombie of it).
+fn kill_and_wait(pid: i32) {
+    let pid = nix::unistd::Pid::from_raw(pid);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
+    wait_for("the process to be gone", || {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let gone = state.is_empty()
+            || state
+                .rsplit(')')
+                .next()
+                .is_some_and(|s| s.starts_with(" Z"));
+        gone.then_some(())
+    });
+}
+
+// invariant: stop_completes
+/// A crash of the agent, then of the task's supervisor: the restarted agent finds the run
+/// launched (its supervisor had created `exit.json`) but nothing left to reattach to, and
+/// fails the task as lost, exit code -1, rather than start it a second time.
+#[test]
+fn a_task_whose_supervisor_died_with_the_agent_is_lost_not_started_again() {
+    let mut agent = Agent::new("lost");
+    let log = agent.dir.join("witness.jsonl");
+    let id = agent.run(&job(&agent, "lost", &log, dies(0, 0)), &log);
+    let [started] = &lines(&log, &id, "started")[..] else {
+        panic!("one start");
+    };
+    let task = started["pid"].as_i64().expect("a pid");
+    let supervisor = parent_of(task);
+    let port = agent.port();
+    agent.kill9();
+    kill_and_wait(supervisor);
+    let task = i32::try_from(task).expect("a pid");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(task),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    agent.start(port);
+    let alloc = agent.wait_client_status(&id, "failed");
+    let events = alloc["TaskStates"]["server"]["Events"]
+        .as_array()
+        .expect("events");
+    let said = |text: &str| {
+        events.iter().any(|e| {
+            e["DisplayMessage"]
+                .as_str()
+                .is_some_and(|m| m.contains(text))
+        })
+    };
+    assert!(said("the task's supervisor is gone"), "{events:?}");
+    assert!(said("Exit Code: -1"), "{events:?}");
+    assert_eq!(alloc["TaskStates"]["server"]["Failed"], true);
+    assert_eq!(
+        lines(&log, &id, "started").len(),
+        1,
+        "the task was not started again"
+    );
+    assert!(
+        lines(&log, &id, "signal").is_empty(),
+        "nothing was signalled"
+    );
+    assert_eq!(agent.listed("lost-group"), 0);
+    assert_eq!(agent.listed("lost-server"), 0);
+    agent.validate_log();
+}
+
+// invariant: restart_policy_respected
+/// A task restarted in place runs its second run under a supervisor of its own (the run's
+/// directory): a crash of the agent then finds that run, reattaches to it, and a stop
+/// signals the second process once, never starting a third.
+#[test]
+fn a_crash_after_a_restart_reattaches_to_the_second_run() {
+    let mut agent = Agent::new("rerun");
+    let log = agent.dir.join("witness.jsonl");
+    let id = agent.run(&job(&agent, "rerun", &log, dies(0, 0)), &log);
+    let body = json!({"TaskName": "server"});
+    agent.ok(
+        "PUT",
+        &format!("/v1/client/allocation/{id}/restart"),
+        Some(&body),
+    );
+    let started = wait_for("the task to run again", || {
+        let started = lines(&log, &id, "started");
+        (started.len() == 2).then_some(started)
+    });
+    wait_for("the task to be running", || {
+        (agent.alloc(&id)["TaskStates"]["server"]["State"] == "running").then_some(())
+    });
+    // As in `a_crash_mid_delay_reattaches_and_waits_the_delay_out`: ten times the lag
+    // after which the runner's progress is synced.
+    std::thread::sleep(Duration::from_millis(200));
+    let port = agent.port();
+    agent.kill9();
+    agent.start(port);
+    agent.ok("PUT", &format!("/v1/allocation/{id}/stop"), None);
+    let alloc = agent.wait_client_status(&id, "complete");
+    assert_eq!(
+        lines(&log, &id, "started").len(),
+        2,
+        "the second run was reattached, not started again"
+    );
+    let signals = lines(&log, &id, "signal");
+    let [restart, stop] = &signals[..] else {
+        panic!("the restart's signal and the stop's: {signals:?}");
+    };
+    assert_eq!(restart["signal"], libc::SIGINT);
+    assert_eq!(stop["signal"], libc::SIGINT);
+    assert!(
+        stop["at"].as_f64() > started[1]["at"].as_f64(),
+        "the stop's signal reached the second run: {signals:?}"
+    );
+    assert_eq!(alloc["TaskStates"]["server"]["Restarts"], 1);
+    let ends: Vec<_> = alloc["TaskStates"]["server"]["Events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["Type"] == "Terminated")
+        .map(|e| e["DisplayMessage"].clone())
+        .collect();
+    let interrupted = json!("Exit Code: 130, Signal: 2");
+    assert_eq!(ends, [interrupted.clone(), interrupted], "each run's end");
+    agent.validate_log();
+}
+
+// invariant: kill_timeout_respected
+/// A kill signal the task's supervisor delivered before the agent's record of it (as when
+/// a crash loses the batch after the signal went out, here sent by the test through the
+/// supervisor's control connection while the agent was down): the restarted agent's stop
+/// sends no second signal, and runs the kill timeout from the delivery, so the SIGKILL
+/// comes when the timeout has run from the signal the task really got.
+#[test]
+fn a_kill_signal_delivered_before_a_crash_runs_its_timeout_from_the_delivery() {
+    let mut agent = Agent::new("delivered");
+    let log = agent.dir.join("witness.jsonl");
+    let kill_timeout_s = 4.0;
+    let shape = Shape {
+        group_delay_ns: 0,
+        task_delay_ns: 0,
+        kill_timeout_ns: 4 * SECOND_NS,
+        mode: "ignore",
+    };
+    let id = agent.run(&job(&agent, "delivered", &log, shape), &log);
+    let port = agent.port();
+    agent.kill9();
+    // As the agent's first kill of the task would have: kill 1, SIGINT, its timeout.
+    let task_dir = agent.data_dir().join("alloc").join(&id).join("server");
+    let Ok(quiesce_agent::raw_exec::Reattach::Running(attached)) =
+        quiesce_agent::raw_exec::reattach(&task_dir)
+    else {
+        panic!("the task's supervisor outlives the agent");
+    };
+    let request = quiesce_agent::raw_exec::Request::Kill {
+        kill: 1,
+        signal: libc::SIGINT,
+        timeout_ns: 4 * SECOND_NS,
+    };
+    attached
+        .signaller()
+        .and_then(|signaller| signaller.send(request))
+        .expect("the kill request sent");
+    let delivered = wait_for("the witness to get its kill signal", || {
+        lines(&log, &id, "signal").first().cloned()
+    });
+    let delivered_at = delivered["at"].as_f64().expect("a time");
+    drop(attached);
+    // The supervisor's own record of the delivery, on the agent's clock, as the restarted
+    // agent will read it in the hello.
+    let Ok(quiesce_agent::raw_exec::Reattach::Running(attached)) =
+        quiesce_agent::raw_exec::reattach(&task_dir)
+    else {
+        panic!("the task's supervisor outlives the agent");
+    };
+    let delivered_ns = attached
+        .delivered
+        .iter()
+        .find(|d| d.kill == 1 && !d.forced)
+        .map(|d| d.unix_ns)
+        .expect("the supervisor recorded kill 1");
+    drop(attached);
+    agent.start(port);
+    // Halfway through the kill timeout as it runs from the delivery.
+    while monotonic_s() < delivered_at + kill_timeout_s / 2.0 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stopped = monotonic_s();
+    agent.ok("PUT", &format!("/v1/allocation/{id}/stop"), None);
+    let alloc = agent.wait_client_status(&id, "complete");
+    let ended = monotonic_s() - stopped;
+    // From the delivery, the SIGKILL is due 2 s after the stop; from the stop, 4 s.
+    assert!(
+        (1.0..3.5).contains(&ended),
+        "SIGKILLed {ended:.2} s after the stop; the kill timeout (4 s) ran out 2 s after it"
+    );
+    assert_eq!(
+        one_signal(&log, &id)["signal"],
+        libc::SIGINT,
+        "no second kill signal"
+    );
+    assert_eq!(terminated(&alloc), "Exit Code: 137, Signal: 9");
+    // The agent's own kill timeout (the supervisor would hold an early SIGKILL anyway) ran
+    // from the delivery, not from the stop, nor less than its length.
+    let events = std::fs::read_to_string(agent.data_dir().join("events.jsonl")).expect("a log");
+    let entries = quiesce_proofs::trace::parse_log(&events).expect("its entries");
+    let fired: Vec<i64> = entries
+        .iter()
+        .filter(
+            |e| matches!(&e.event, Event::Step(Step::KillTimeout { alloc, .. }) if *alloc == id),
+        )
+        .map(|e| e.time_ns)
+        .collect();
+    let [fired_ns] = fired[..] else {
+        panic!("one kill timeout: {fired:?}");
+    };
+    let after_ns = fired_ns - delivered_ns;
+    assert!(
+        after_ns >= 4 * SECOND_NS,
+        "the kill timeout fired {after_ns} ns after the delivery, before its 4 s"
+    );
     agent.validate_log();
 }

@@ -173,14 +173,23 @@ impl Host for DaemonHost {
             Applied::Restart {
                 task: target,
                 no_shutdown_delay,
-            } => Some((
-                Step::RestartAlloc {
-                    alloc: alloc(),
-                    task: target.map(task),
-                    no_shutdown_delay,
-                },
-                self.restart.take(),
-            )),
+            } => {
+                // Admitted under the core's lock, which reserved the entry's number there:
+                // a stop written after the admission is logged after the restart.
+                let reserved = self.restart.take();
+                debug_assert!(
+                    reserved.is_some(),
+                    "a restart applied without the sequence number its admission reserved"
+                );
+                Some((
+                    Step::RestartAlloc {
+                        alloc: alloc(),
+                        task: target.map(task),
+                        no_shutdown_delay,
+                    },
+                    reserved,
+                ))
+            }
             // The model merges a stop's forced exit into its kill timeout (a restart's is a
             // step: the task runs again).
             Applied::Exit {
