@@ -58,19 +58,7 @@ fn a_task_whose_supervisor_died_with_the_agent_is_lost_not_started_again() {
     let mut agent = Agent::new("lost");
     let log = agent.dir.join("witness.jsonl");
     let id = agent.run(&job(&agent, "lost", &log, dies(0, 0)), &log);
-    let [started] = &lines(&log, &id, "started")[..] else {
-        panic!("one start");
-    };
-    let task = started["pid"].as_i64().expect("a pid");
-    let supervisor = parent_of(task);
-    let port = agent.port();
-    agent.kill9();
-    kill_and_wait(supervisor);
-    let task = i32::try_from(task).expect("a pid");
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(task),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    let port = agent.crash_with_the_supervisor(&log, &id);
     agent.start(port);
     let alloc = agent.wait_client_status(&id, "failed");
     let events = alloc["TaskStates"]["server"]["Events"]

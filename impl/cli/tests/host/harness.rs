@@ -266,6 +266,30 @@ impl Agent {
         });
     }
 
+    /// Crashes the agent (`kill -9`), then the supervisor of allocation `id`'s one task and
+    /// the task, as a host that lost them all would; the agent's port, for its restart.
+    pub(crate) fn crash_with_the_supervisor(&mut self, log: &Path, id: &str) -> u16 {
+        let task = one_start(log, id)["pid"].as_i64().expect("a pid");
+        let supervisor = parent_of(task);
+        let port = self.port();
+        self.kill9();
+        kill_and_wait(supervisor);
+        kill_and_wait(i32::try_from(task).expect("a pid"));
+        port
+    }
+
+    /// Restarts allocation `id`'s task `server` in place and waits for its second run; the
+    /// witness's two starts.
+    pub(crate) fn restart_in_place(&self, id: &str, log: &Path) -> Vec<Value> {
+        let body = json!({"TaskName": "server"});
+        let path = format!("/v1/client/allocation/{id}/restart");
+        self.ok("PUT", &path, Some(&body));
+        wait_for("the task to run again", || {
+            let started = lines(log, id, "started");
+            (started.len() == 2).then_some(started)
+        })
+    }
+
     /// The number of registrations of `service` the agent lists, every allocation's.
     pub(crate) fn listed(&self, service: &str) -> usize {
         let services = self.ok("GET", &format!("/v1/service/{service}"), None);
@@ -395,6 +419,15 @@ pub(crate) fn terminated(alloc: &Value) -> String {
         .to_string()
 }
 
+/// The one start the witness of `alloc` recorded.
+pub(crate) fn one_start(log: &Path, alloc: &str) -> Value {
+    let starts = lines(log, alloc, "started");
+    let [start] = &starts[..] else {
+        panic!("one start: {starts:?}");
+    };
+    start.clone()
+}
+
 /// The one signal the witness of `alloc` recorded.
 pub(crate) fn one_signal(log: &Path, alloc: &str) -> Value {
     let signals = lines(log, alloc, "signal");
@@ -406,7 +439,7 @@ pub(crate) fn one_signal(log: &Path, alloc: &str) -> Value {
 
 /// The parent of process `pid` (from `/proc/<pid>/stat`: the field after the command's
 /// closing parenthesis and the state).
-pub(crate) fn parent_of(pid: i64) -> i32 {
+fn parent_of(pid: i64) -> i32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the task's stat");
     let after = &stat[stat.rfind(')').expect("a command") + 1..];
     after
@@ -417,10 +450,11 @@ pub(crate) fn parent_of(pid: i64) -> i32 {
         .expect("a number")
 }
 
-/// SIGKILLs `pid` and waits until it is gone (reaped by its parent, or a zombie of it).
-pub(crate) fn kill_and_wait(pid: i32) {
+/// SIGKILLs `pid` (if it is still there) and waits until it is gone (reaped by its parent,
+/// or a zombie of it).
+fn kill_and_wait(pid: i32) {
     let pid = nix::unistd::Pid::from_raw(pid);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
     wait_for("the process to be gone", || {
         let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let gone = state.is_empty()

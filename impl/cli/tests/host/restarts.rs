@@ -24,16 +24,7 @@ fn a_signal_and_a_restart_reach_the_task_in_place() {
     assert_eq!(usr1["signal"], libc::SIGUSR1);
     assert_eq!(agent.alloc(&id)["ClientStatus"], "running");
 
-    let body = json!({"TaskName": "server"});
-    agent.ok(
-        "PUT",
-        &format!("/v1/client/allocation/{id}/restart"),
-        Some(&body),
-    );
-    let started = wait_for("the task to run again", || {
-        let started = lines(&log, &id, "started");
-        (started.len() == 2).then_some(started)
-    });
+    let started = agent.restart_in_place(&id, &log);
     assert_ne!(started[0]["pid"], started[1]["pid"]);
     let signals = lines(&log, &id, "signal");
     assert_eq!(
@@ -96,16 +87,7 @@ fn a_crash_after_a_restart_reattaches_to_the_second_run() {
     let mut agent = Agent::new("rerun");
     let log = agent.dir.join("witness.jsonl");
     let id = agent.run(&job(&agent, "rerun", &log, dies(0, 0)), &log);
-    let body = json!({"TaskName": "server"});
-    agent.ok(
-        "PUT",
-        &format!("/v1/client/allocation/{id}/restart"),
-        Some(&body),
-    );
-    let started = wait_for("the task to run again", || {
-        let started = lines(&log, &id, "started");
-        (started.len() == 2).then_some(started)
-    });
+    let started = agent.restart_in_place(&id, &log);
     wait_for("the task to be running", || {
         (agent.alloc(&id)["TaskStates"]["server"]["State"] == "running").then_some(())
     });

@@ -44,10 +44,10 @@ fn stats_and_signals_reach_the_tasks_that_run_and_only_them() {
     }));
     tasks.push(json!({"Name": "idle", "Driver": "mock_driver", "Config": {}}));
     let id = agent.run(&spec, &log);
-    let [started] = &lines(&log, &id, "started")[..] else {
-        panic!("one start");
-    };
-    let witness = started["pid"].as_i64().expect("a pid").to_string();
+    let witness = one_start(&log, &id)["pid"]
+        .as_i64()
+        .expect("a pid")
+        .to_string();
     let alloc = agent.alloc(&id);
     assert_eq!(alloc["TaskStates"]["init"]["State"], "dead");
     assert_eq!(alloc["TaskStates"]["idle"]["State"], "running");
@@ -123,15 +123,7 @@ fn a_task_under_an_older_supervisor_is_refused_a_users_signal() {
     let mut agent = Agent::new("older");
     let log = agent.dir.join("witness.jsonl");
     let id = agent.run(&job(&agent, "older", &log, dies(0, 0)), &log);
-    let [started] = &lines(&log, &id, "started")[..] else {
-        panic!("one start");
-    };
-    let task = started["pid"].as_i64().expect("a pid");
-    let supervisor = parent_of(task);
-    let port = agent.port();
-    agent.kill9();
-    kill_and_wait(supervisor);
-    kill_and_wait(i32::try_from(task).expect("a pid"));
+    let port = agent.crash_with_the_supervisor(&log, &id);
     let task_dir = agent.data_dir().join("alloc").join(&id).join("server");
     let heard = agent.dir.join("heard.txt");
     // Its environment marks it as the allocation's, so the test's clean-up ends it.
