@@ -7,7 +7,7 @@
 //! history, and folded into sticky [`State::violations`] bits when lean history erases them.
 
 use crate::config::TaskKind;
-use crate::state::{Alloc, Delay, RestartMark, RunnerPhase, State, TaskPhase};
+use crate::state::{Alloc, Delay, Deployment, RestartMark, RunnerPhase, State, TaskPhase};
 use crate::StopPathModel;
 use stateright::Property;
 
@@ -24,6 +24,7 @@ pub mod names {
     pub const SERVICES_RESTORED: &str = "services_restored";
     pub const RESTART_POLICY_RESPECTED: &str = "restart_policy_respected";
     pub const JOB_DEAD_ONLY_WHEN_TASKS_ENDED: &str = "job_dead_only_when_tasks_ended";
+    pub const ROLLOUT_BOUNDED: &str = "rollout_bounded";
 
     pub const DELAY_SKIPPED: &str = "delay_skipped_by_flag";
     pub const DELAY_CUT_SHORT: &str = "delay_cut_short_mid_wait";
@@ -41,6 +42,10 @@ pub mod names {
     pub const RESTART_DELAY_CUT_SHORT_BY_STOP: &str = "restart_delay_cut_short_by_stop";
     pub const CRASHED_TASK_RESTARTED: &str = "crashed_task_restarted";
     pub const RESTART_POLICY_EXHAUSTED: &str = "restart_policy_exhausted";
+    pub const ROLLOUT_COMPLETED: &str = "rollout_completed";
+    pub const ROLLOUT_WAITS_FULL_DELAY: &str = "rollout_waits_full_delay";
+    pub const FLAGGED_STOP_DURING_ROLLOUT: &str = "flagged_stop_during_rollout";
+    pub const ROLLOUT_AFTER_FLAGGED_STOP_WAITS: &str = "rollout_after_flagged_stop_waits";
 
     /// The restart witnesses every part with restart requests under a budget of two reaches.
     pub const RESTART_WITNESSES: &[&str] = &[
@@ -68,8 +73,8 @@ use names::*;
 type Condition = fn(&StopPathModel, &State) -> bool;
 
 /// The invariants, in DESIGN.md's order (the tenth is the restart policy's, the eleventh
-/// the job status's).
-pub const INVARIANTS: [(&str, Condition); 11] = [
+/// the job status's, the twelfth — DESIGN.md's 10b — the rollout's).
+pub const INVARIANTS: [(&str, Condition); 12] = [
     (PRESTOP_HOOKS_ALWAYS_RUN, prestop_hooks_always_run),
     (
         DELAY_SKIPPED_ONLY_WHEN_FLAGGED,
@@ -87,10 +92,11 @@ pub const INVARIANTS: [(&str, Condition); 11] = [
         JOB_DEAD_ONLY_WHEN_TASKS_ENDED,
         job_dead_only_when_tasks_ended,
     ),
+    (ROLLOUT_BOUNDED, rollout_bounded),
 ];
 
 /// Every `sometimes` property; a part checks those its configuration lists as witnesses.
-pub const WITNESSES: [(&str, Condition); 16] = [
+pub const WITNESSES: [(&str, Condition); 20] = [
     (DELAY_SKIPPED, |_, s| any_delay(s, |d| d == Delay::Skipped)),
     (DELAY_CUT_SHORT, |_, s| {
         any_delay(s, |d| d == Delay::CutShort)
@@ -151,6 +157,24 @@ pub const WITNESSES: [(&str, Condition); 16] = [
     }),
     (RESTART_POLICY_EXHAUSTED, |_, s| {
         s.allocs.iter().any(|a| a.failed)
+    }),
+    (ROLLOUT_COMPLETED, |_, s| {
+        s.deployment == Deployment::Successful
+    }),
+    (ROLLOUT_WAITS_FULL_DELAY, |_, s| {
+        s.allocs
+            .iter()
+            .any(|a| a.rollout_stop && a.delays().any(|d| d == Delay::Elapsed))
+    }),
+    (FLAGGED_STOP_DURING_ROLLOUT, |_, s| {
+        s.deployment == Deployment::Cancelled
+            && s.allocs.iter().any(|a| a.rollout_stop)
+            && s.allocs.iter().any(|a| a.delays().any(Delay::shortened))
+    }),
+    (ROLLOUT_AFTER_FLAGGED_STOP_WAITS, |_, s| {
+        s.allocs.iter().any(|a| {
+            a.rollout_stop && a.placed_after_flagged_stop && a.delays().any(|d| d == Delay::Elapsed)
+        })
     }),
 ];
 
@@ -322,16 +346,17 @@ fn no_wait_after_flag_due(_: &StopPathModel, alloc: &Alloc) -> bool {
 }
 
 /// **jobspec_unchanged** (invariant 4; seed: the UI Start button would resubmit a modified
-/// spec). Forbids any stored job version's spec differing from the spec first registered:
-/// versions differ only in `Stop`, and the flag has nowhere to be stored on a job. (New
-/// allocations take their spec from the latest version, so they wait full delays.)
+/// spec). Forbids any stored job version's spec differing from the spec the operator
+/// registered for its generation: versions differ only in `Stop` (and, after a `job run` of
+/// an edited file, in what the operator changed), and the flag has nowhere to be stored on a
+/// job. (New allocations take their spec from the latest version, so they wait full delays.)
 pub fn jobspec_unchanged(model: &StopPathModel, state: &State) -> bool {
     state.violations & Violation::JobspecChanged as u16 == 0
         && state
             .job
             .versions
             .iter()
-            .all(|version| version.spec == model.spec)
+            .all(|version| version.spec == model.spec_of(version.spec.generation))
 }
 
 /// **flag_scoped** (invariant 5). Forbids the flag, or a cancelled delay, on an allocation no
@@ -408,6 +433,10 @@ pub fn stop_completes(model: &StopPathModel, state: &State) -> bool {
     };
     if pending.iter().any(|action| !crash(action)) {
         return true;
+    }
+    // A rollout left running with nothing to wake it would never replace the rest.
+    if state.deployment == crate::state::Deployment::Running {
+        return false;
     }
     state
         .allocs
@@ -504,4 +533,21 @@ fn restarts_within_policy(model: &StopPathModel, alloc: &Alloc) -> bool {
             .iter()
             .any(|task| task.ended_on_own && task.phase == TaskPhase::Exited);
     within && !dead_in_running_runner
+}
+
+/// **rollout_bounded** (DESIGN.md invariant 10b; the `update` block). Forbids more than
+/// `max_parallel` allocations stopped by a rollout being still stopping at once, and a
+/// rollout stopping an old allocation while a replacement of the previous batch is not yet
+/// healthy or an allocation of the previous batch is still stopping (the ghost
+/// `rollout_ran_ahead`, set at that stop). Why: a rollout that takes every allocation down
+/// together is a full outage, the one `shutdown_delay` exists to soften. (Without an
+/// `update` block, `max_parallel = 0`, there is no deployment and nothing to bound.)
+pub fn rollout_bounded(model: &StopPathModel, state: &State) -> bool {
+    let stopping = state
+        .allocs
+        .iter()
+        .filter(|alloc| alloc.rollout_stop && alloc.runner != RunnerPhase::Terminal)
+        .count();
+    let bounded = model.cfg.max_parallel == 0 || stopping <= usize::from(model.cfg.max_parallel);
+    !state.ghost.rollout_ran_ahead && bounded
 }

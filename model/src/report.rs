@@ -1,6 +1,7 @@
 //! Verdicts of a finished check, and counterexamples told in the operator's language.
 //! Pure functions: the binary prints what they return.
 
+use crate::config::History;
 use crate::state::{Alloc, Delay, RestartMark, RunnerPhase, State, TaskPhase};
 use crate::step::Action;
 use crate::StopPathModel;
@@ -257,6 +258,11 @@ pub fn describe(model: &StopPathModel, before: &State, action: Action, after: &S
             alloc_name(model, usize::from(alloc)),
             task_name(model, task)
         ),
+        Action::UpdateJob => format!("operator runs `job run` with a changed {job}"),
+        Action::AllocHealthy { alloc } => format!(
+            "{}: healthy for min_healthy_time, reported by its client",
+            alloc_name(model, usize::from(alloc))
+        ),
     };
     let changes = changes(model, before, after);
     if changes.is_empty() {
@@ -272,10 +278,13 @@ fn changes(model: &StopPathModel, before: &State, after: &State) -> Vec<String> 
     if after.job.versions.len() > before.job.versions.len() {
         let version = after.job.versions.len() - 1;
         let latest = after.job.versions[version];
-        let spec = if latest.spec == model.spec {
-            "spec unchanged"
-        } else {
+        let previous = before.job.latest().map(|version| version.spec);
+        let spec = if latest.spec != model.spec_of(latest.spec.generation) {
             "SPEC CHANGED"
+        } else if previous.is_some_and(|spec| spec.generation < latest.spec.generation) {
+            "the operator's new spec"
+        } else {
+            "spec unchanged"
         };
         out.push(format!(
             "job version {version} (Stop={}, {spec})",
@@ -285,6 +294,9 @@ fn changes(model: &StopPathModel, before: &State, after: &State) -> Vec<String> 
     if after.job.purged && !before.job.purged {
         out.push("job purged".to_string());
     }
+    if after.deployment != before.deployment {
+        out.push(format!("deployment {:?}", after.deployment).to_lowercase());
+    }
     if after.allocs.len() > before.allocs.len() {
         let placed: Vec<_> = (before.allocs.len()..after.allocs.len())
             .map(|ix| alloc_name(model, ix))
@@ -292,7 +304,7 @@ fn changes(model: &StopPathModel, before: &State, after: &State) -> Vec<String> 
         out.push(format!("places {}", placed.join(", ")));
     }
     // Records are compared by position; lean history may erase finished ones.
-    if before.allocs.len() == after.allocs.len() {
+    if before.allocs.len() == after.allocs.len() || model.cfg.history == History::Full {
         for (ix, (old, new)) in before.allocs.iter().zip(&after.allocs).enumerate() {
             out.extend(alloc_changes(model, &alloc_name(model, ix), old, new));
         }
@@ -314,6 +326,12 @@ fn alloc_changes(model: &StopPathModel, name: &str, old: &Alloc, new: &Alloc) ->
     }
     if new.tombstone && !old.tombstone {
         server.push("tombstone".to_string());
+    }
+    if new.rollout_stop && !old.rollout_stop {
+        server.push("replaced by the rollout".to_string());
+    }
+    if new.healthy && !old.healthy {
+        server.push("healthy".to_string());
     }
     if !server.is_empty() {
         out.push(format!("{name} {}", server.join(", ")));

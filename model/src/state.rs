@@ -18,6 +18,9 @@ use crate::config::MAX_TASKS;
 /// never stored on a job (invariant `jobspec_unchanged`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SpecDigest {
+    /// How often the operator registered a changed spec (`job run` of an edited file): 0 for
+    /// the spec first registered. A rollout replaces the allocations of older generations.
+    pub generation: u8,
     pub group_shutdown_delay: bool,
     pub task_shutdown_delay: [bool; MAX_TASKS],
 }
@@ -248,6 +251,16 @@ pub struct Alloc {
     pub failed: bool,
     /// Ghost: a flagged restart of one of its tasks has completed.
     pub flagged_restart_done: bool,
+
+    // --- deployments ---
+    /// Its client reported it healthy (`DeploymentStatus.Healthy`): its tasks ran for the
+    /// update block's `min_healthy_time`.
+    pub healthy: bool,
+    /// A rollout stopped it to replace it with the new version (Nomad's desired description
+    /// "alloc is being updated due to job update").
+    pub rollout_stop: bool,
+    /// Placed by a running deployment (its `DeploymentID`): its client watches its health.
+    pub in_deployment: bool,
 }
 
 impl Alloc {
@@ -277,6 +290,9 @@ impl Alloc {
             self.placed_after_flagged_stop,
             self.failed,
             self.flagged_restart_done,
+            self.healthy,
+            self.rollout_stop,
+            self.in_deployment,
         ];
         let flags = bits
             .iter()
@@ -287,7 +303,9 @@ impl Alloc {
             | pulled << 13
             | (self.runner as u64) << 17
             | (self.group_delay as u64) << 20
-            | flags << 23;
+            | flags << 23
+            | u64::from(self.spec.generation) << 39;
+        debug_assert!(self.spec.generation < 4, "a generation fits two bits");
         let tasks = self.tasks.iter().enumerate().fold(0u128, |acc, (i, task)| {
             acc | u128::from(task.pack()) << (18 * i)
         });
@@ -344,6 +362,24 @@ pub struct Ghost {
     pub flagged_stop_seen: bool,
     pub started_after_flagged_stop: bool,
     pub restarted_with_flag: bool,
+    /// A rollout stopped an old allocation while a replacement it had placed was not yet
+    /// healthy, or while an allocation it stopped before was still stopping (invariant
+    /// `rollout_bounded`). Never set in a correct model.
+    pub rollout_ran_ahead: bool,
+}
+
+/// The job's latest deployment (Nomad's `Deployment.Status`), created by a registration that
+/// changed the spec when the group has an `update` block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Deployment {
+    /// No deployment yet.
+    None,
+    /// Replacing the older generations' allocations, `max_parallel` at a time.
+    Running,
+    /// Every allocation is of the new version and healthy.
+    Successful,
+    /// The job was stopped (or purged) during the deployment.
+    Cancelled,
 }
 
 /// A job's status as the API shows it (Nomad's `Status`), derived from its allocations.
@@ -372,6 +408,7 @@ impl JobStatus {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     pub job: Job,
+    pub deployment: Deployment,
     /// One bit: older pending evaluations of the job are superseded by a newer one.
     pub eval_pending: bool,
     pub allocs: Vec<Alloc>,
@@ -411,8 +448,9 @@ impl State {
 
     /// The canonical member of this state's symmetry class: allocation records sorted.
     /// Sound because nothing outside the records refers to an allocation by position (one
-    /// evaluation bit, no replacement links, nodes stored inside the records and chosen by
-    /// load, not by position).
+    /// evaluation bit, one deployment status, no replacement links, nodes stored inside the
+    /// records and chosen by load, not by position, and a rollout's next allocation to stop
+    /// chosen by its packed record).
     pub fn representative(&self) -> State {
         let mut canonical = self.clone();
         canonical.allocs.sort_unstable_by_key(Alloc::pack);

@@ -31,6 +31,9 @@ pub enum Action {
         task: Option<TaskIx>,
         no_shutdown_delay: bool,
     },
+    /// `job run` of an edited jobspec: a new version of the next generation, the job's
+    /// deployment (with an `update` block), and an evaluation.
+    UpdateJob,
 
     // --- server ---
     /// The scheduler reconciles the job (older pending evaluations are superseded).
@@ -96,6 +99,11 @@ pub enum Action {
         alloc: AllocIx,
         task: TaskIx,
     },
+    /// An allocation of the deployment's version has run its tasks for `min_healthy_time`:
+    /// its client reports it healthy, and the deployment's watcher asks for an evaluation.
+    AllocHealthy {
+        alloc: AllocIx,
+    },
 }
 
 impl Action {
@@ -119,6 +127,8 @@ impl Action {
             Action::RestartAlloc { .. } => "RestartAlloc",
             Action::RestartDecision { .. } => "RestartDecision",
             Action::RestartDelayElapsed { .. } => "RestartDelayElapsed",
+            Action::UpdateJob => "UpdateJob",
+            Action::AllocHealthy { .. } => "AllocHealthy",
         }
     }
 
@@ -132,6 +142,7 @@ impl Action {
                 | Action::StartJob
                 | Action::ClientRestart
                 | Action::RestartAlloc { .. }
+                | Action::UpdateJob
         )
     }
 
@@ -150,9 +161,11 @@ impl Action {
             | Action::PoststopExit { alloc, .. }
             | Action::RestartAlloc { alloc, .. }
             | Action::RestartDecision { alloc, .. }
-            | Action::RestartDelayElapsed { alloc, .. } => Some(alloc),
+            | Action::RestartDelayElapsed { alloc, .. }
+            | Action::AllocHealthy { alloc } => Some(alloc),
             Action::StopJob { .. }
             | Action::StartJob
+            | Action::UpdateJob
             | Action::ProcessEval
             | Action::ClientRestart => None,
         }
@@ -210,8 +223,9 @@ impl fmt::Display for Action {
             }
             Action::ClientSync { alloc }
             | Action::GroupPreKill { alloc }
-            | Action::GroupDelayElapsed { alloc } => write!(f, "{}{{alloc: {alloc}}}", self.name()),
-            Action::StartJob | Action::ProcessEval | Action::ClientRestart => {
+            | Action::GroupDelayElapsed { alloc }
+            | Action::AllocHealthy { alloc } => write!(f, "{}{{alloc: {alloc}}}", self.name()),
+            Action::StartJob | Action::UpdateJob | Action::ProcessEval | Action::ClientRestart => {
                 f.write_str(self.name())
             }
         }

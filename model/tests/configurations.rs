@@ -69,6 +69,8 @@ fn standard_checks_clean_with_full_history() {
         ("count1-unrecoverable-crash", 81_601),
         ("flagged-restart-then-stop", 11_199),
         ("restart-then-flagged-stop", 6_608),
+        ("rollout-then-flagged-stop", 93_413),
+        ("rollout-after-flagged-stop", 992),
     ]));
 }
 
@@ -90,6 +92,8 @@ fn standard_checks_clean_with_lean_history() {
         ("count1-unrecoverable-crash", 32_197),
         ("flagged-restart-then-stop", 7_847),
         ("restart-then-flagged-stop", 3_347),
+        ("rollout-then-flagged-stop", 14_021),
+        ("rollout-after-flagged-stop", 715),
     ]));
 }
 

@@ -30,6 +30,10 @@ fn part_for(fault: Fault) -> ModelCfg {
         | Fault::RestartLeavesServicesDeregistered => named("count1-restart-budget2"),
         // Needs crashes and a restart policy.
         Fault::RestartPastAttempts => named("count1-crash-attempts1"),
+        // Need a rollout.
+        Fault::RolloutSkipsDelay
+        | Fault::RolloutIgnoresMaxParallel
+        | Fault::RolloutStopEndNotReported => named("rollout-then-flagged-stop"),
         _ => config::small().remove(0),
     }
 }
@@ -122,6 +126,9 @@ fault_tests! {
     restart_leaves_services_deregistered: RestartLeavesServicesDeregistered,
     restart_past_attempts: RestartPastAttempts,
     nomad_job_dead_at_desired_stop: NomadJobDeadAtDesiredStop,
+    rollout_skips_delay: RolloutSkipsDelay,
+    rollout_ignores_max_parallel: RolloutIgnoresMaxParallel,
+    rollout_stop_end_not_reported: RolloutStopEndNotReported,
 }
 
 /// The faults' counterexamples read in the operator's language; Nomad's unflagged

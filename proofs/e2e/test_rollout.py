@@ -5,7 +5,7 @@ same spec again changes nothing. Judged by the witness tasks and their processes
 
 import time
 
-from conftest import web_job
+from conftest import SECOND, web_job
 
 
 def start_record(agent, alloc_id, task="server"):
@@ -24,44 +24,133 @@ def live(agent, job):
     return [a for a in agent.allocs(job) if a["DesiredStatus"] == "run"]
 
 
-def test_a_changed_spec_replaces_the_allocations_through_the_stop_path(agent):
-    job = web_job(agent.address, count=2, task_delay_s=1.0)
+def signal_of(agent, alloc_id):
+    """The one kill signal the witness `server` of `alloc_id` received: (name, at, services)."""
+    [signal] = [line for line in agent.task_log(alloc_id, "server") if line[0] == "signal"]
+    _, name, at, services = signal
+    return name, at, services
+
+
+def exit_of(agent, alloc_id):
+    [(_, at)] = [line for line in agent.task_log(alloc_id, "server") if line[0] == "exit"]
+    return at
+
+
+def rolling(job, max_parallel=1, min_healthy_s=1.0):
+    job["Job"]["TaskGroups"][0]["Update"] = {
+        "MaxParallel": max_parallel,
+        "MinHealthyTime": int(min_healthy_s * SECOND),
+    }
+    return job
+
+
+# invariant: rollout_bounded
+def test_a_rollout_stops_one_old_allocation_at_a_time_each_after_its_delays_and_health(agent):
+    job = rolling(web_job(agent.address, count=3, group_delay_s=0.5, task_delay_s=1.0))
     job["Job"]["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] = "1"
     assert agent.http("PUT", "/v1/jobs", job)[0] == 200
-    old = {a["ID"] for a in agent.running("web", 2)}
+    old = {a["ID"] for a in agent.running("web", 3)}
     for alloc_id in old:
         assert environ(start_record(agent, alloc_id)["pid"])[b"RELEASE"] == b"1"
+    assert agent.get("/v1/job/web/deployment") is None, "a first registration replaces nothing"
 
     job["Job"]["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] = "2"
     asked = time.monotonic()
     status, body, _ = agent.http("PUT", "/v1/jobs", job)
     assert status == 200 and body["JobModifyIndex"] > 0, body
     assert agent.get("/v1/job/web")["Version"] == 1
+    agent.wait_terminal(list(old), timeout=60)
 
-    def rolled_out():
-        new = [a for a in live(agent, "web") if a["ID"] not in old and a["ClientStatus"] == "running"]
-        started = [a for a in new if agent.started(a["ID"], "server")]
-        return new if len(started) == 2 else None
+    deployment = agent.get("/v1/job/web/deployment")
+    assert (deployment["Status"], deployment["JobVersion"]) == ("successful", 1), deployment
+    state = deployment["TaskGroups"]["web"]
+    assert (state["DesiredTotal"], state["PlacedAllocs"], state["HealthyAllocs"]) == (3, 3, 3), state
+    assert agent.get(f"/v1/deployment/{deployment['ID']}")["ID"] == deployment["ID"]
+    assert [d["ID"] for d in agent.get("/v1/job/web/deployments")] == [deployment["ID"]]
+    assert deployment["ID"] in {d["ID"] for d in agent.get("/v1/deployments")}
 
-    new = agent.wait_until("two new allocations at version 1", rolled_out)
-    agent.wait_terminal(list(old))
+    # What each old task got: one SIGINT, after its services were gone and 1.5 s of delays.
+    stops = []
     for alloc_id in old:
         alloc = agent.get(f"/v1/allocation/{alloc_id}")
         assert alloc["DesiredStatus"] == "stop"
-        assert alloc["DesiredDescription"] == "alloc not needed due to job update"
-        assert alloc["NextAllocation"] in {a["ID"] for a in new}
-        [signal] = [line for line in agent.task_log(alloc_id, "server") if line[0] == "signal"]
-        _, name, at, services = signal
+        assert alloc["DesiredDescription"] == "alloc is being updated due to job update"
+        name, at, services = signal_of(agent, alloc_id)
         assert name == "INT"
         assert services == {"web-group": 0, "server-web": 0}, services
-        assert at - asked >= 1.0, f"signalled {at - asked:.3f}s after the update, inside the 1 s delay"
-    for alloc in new:
-        full = agent.get(f"/v1/allocation/{alloc['ID']}")
-        assert alloc["JobVersion"] == 1 and full["PreviousAllocation"] in old
-        assert environ(start_record(agent, alloc["ID"])["pid"])[b"RELEASE"] == b"2"
-        assert not [line for line in agent.task_log(alloc["ID"], "server") if line[0] == "signal"]
+        stops.append((at, alloc_id, alloc["NextAllocation"]))
+    stops.sort()
+    assert stops[0][0] - asked >= 1.5, f"signalled {stops[0][0] - asked:.3f}s after the update"
+    # One at a time: each old task is signalled only after the one before it has exited and
+    # the next one's delays were waited, and after the replacement of the one before it ran
+    # for min_healthy_time.
+    for (_, before, replacement), (at, alloc_id, _) in zip(stops, stops[1:]):
+        after_exit = at - exit_of(agent, before)
+        assert after_exit >= 1.5, f"{alloc_id} signalled {after_exit:.3f}s after {before} exited"
+        healthy_from = start_record(agent, replacement)["monotonic_ns"] / SECOND + 1.0
+        assert at - healthy_from >= 1.5, f"{alloc_id} signalled before {replacement} was healthy"
+    for _, alloc_id, replacement in stops:
+        new = agent.get(f"/v1/allocation/{replacement}")
+        assert (new["JobVersion"], new["PreviousAllocation"]) == (1, alloc_id)
+        assert (new["DeploymentID"], new["DeploymentStatus"]["Healthy"]) == (deployment["ID"], True)
+        assert environ(start_record(agent, replacement)["pid"])[b"RELEASE"] == b"2"
+        assert not [line for line in agent.task_log(replacement, "server") if line[0] == "signal"]
     # The stored spec is the one submitted.
     assert agent.get("/v1/job/web")["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] == "2"
+
+
+# invariant: delay_skipped_only_when_flagged
+def test_a_flagged_stop_during_a_rollout_skips_the_delays_and_a_later_rollout_waits_them(agent):
+    job = rolling(web_job(agent.address, count=2, group_delay_s=0.5, task_delay_s=10.0))
+    assert agent.http("PUT", "/v1/jobs", job)[0] == 200
+    old = [a["ID"] for a in agent.running("web", 2)]
+    job["Job"]["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] = "2"
+    assert agent.http("PUT", "/v1/jobs", job)[0] == 200
+
+    def in_task_delay():
+        for alloc_id in old:
+            events = agent.get(f"/v1/allocation/{alloc_id}")["TaskStates"]["server"]["Events"]
+            if "Waiting for shutdown delay" in [e["Type"] for e in events]:
+                return [alloc_id]
+        return None
+
+    # The rollout's first stop is in its 10 s task delay: the stop below cuts it short.
+    [first] = agent.wait_until("the rollout's first stop, in its task delay", in_task_delay)
+    second = next(a for a in old if a != first)
+    assert agent.get(f"/v1/allocation/{second}")["DesiredStatus"] == "run", "one at a time"
+    flagged = time.monotonic()
+    assert agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")[0] == 200
+    everything = [a["ID"] for a in agent.allocs("web")]
+    agent.wait_terminal(everything)
+    for alloc_id in everything:
+        name, at, services = signal_of(agent, alloc_id)
+        assert services == {"web-group": 0, "server-web": 0}, services
+        assert at - flagged < 4.0, f"{alloc_id} signalled {at - flagged:.3f}s after the flagged stop"
+    events = [e["Type"] for e in agent.get(f"/v1/allocation/{first}")["TaskStates"]["server"]["Events"]]
+    assert "Shutdown delay cut short" in events, events
+    events = [e["Type"] for e in agent.get(f"/v1/allocation/{second}")["TaskStates"]["server"]["Events"]]
+    assert "Skipping shutdown delay" in events, events
+    assert agent.get("/v1/job/web/deployment")["Status"] == "cancelled"
+    # The stored spec kept its delays: started again and rolled out again, the old
+    # allocation waits them in full.
+    stored = agent.get("/v1/job/web")
+    assert stored["TaskGroups"][0]["Tasks"][0]["ShutdownDelay"] == 10 * SECOND
+    agent.cli("job", "start", "web")
+    running = [a["ID"] for a in agent.running("web", 2) if a["DesiredStatus"] == "run"]
+    job["Job"]["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] = "3"
+    asked = time.monotonic()
+    assert agent.http("PUT", "/v1/jobs", job)[0] == 200
+
+    def signalled():
+        return [a for a in running if agent.signalled_at(a, "server") is not None] or None
+
+    [waited] = agent.wait_until("the later rollout's first signal", signalled, timeout=30)
+    name, at, services = signal_of(agent, waited)
+    assert services == {"web-group": 0, "server-web": 0}, services
+    assert at - asked >= 10.5, f"the later rollout signalled {at - asked:.3f}s after its update"
+    record = agent.get(f"/v1/allocation/{waited}")
+    assert not record["DesiredTransition"].get("NoShutdownDelay"), "the flag reached a new allocation"
+    assert agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")[0] == 200
 
 
 def test_a_count_change_scales_and_the_same_spec_changes_nothing(agent):

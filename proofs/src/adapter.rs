@@ -2,7 +2,9 @@
 
 use quiesce_core::server::structs::AllocId;
 use quiesce_core::sim::Simulator;
-use quiesce_core::spec::{Job, Lifecycle, RestartPolicy, Service, Task, TaskGroup, TaskRole};
+use quiesce_core::spec::{
+    Job, Lifecycle, RestartPolicy, Service, Task, TaskGroup, TaskRole, UpdateStrategy,
+};
 use quiesce_core::step::Step;
 use quiesce_model::config::{GroupCfg, ModelCfg, TaskCfg, TaskKind, MAX_TASKS};
 use quiesce_model::Action;
@@ -122,6 +124,13 @@ pub fn jobspec(cfg: &ModelCfg) -> Job {
             services: services(&cfg.group.name, cfg.group.service),
             tasks,
             restart_policy: Some(restart_policy),
+            // Rolled out `max_parallel` at a time, each replacement healthy after 10 s.
+            update: Some(UpdateStrategy {
+                max_parallel: Some(i64::from(cfg.max_parallel)),
+                health_check: Some("task_states".into()),
+                min_healthy_time_ns: Some(10 * SECOND),
+                ..UpdateStrategy::default()
+            }),
             ..TaskGroup::default()
         }],
         ..Job::default()
@@ -202,6 +211,8 @@ pub fn step_of(cfg: &ModelCfg, ids: &[AllocId], action: Action) -> Step {
             alloc: alloc(a),
             task: task(t),
         },
+        Action::UpdateJob => Step::UpdateJob { job },
+        Action::AllocHealthy { alloc: a } => Step::AllocHealthy { alloc: alloc(a) },
     }
 }
 
@@ -294,6 +305,8 @@ pub fn action_at(step: &Step, alloc: Option<u8>, task: Option<u8>) -> Option<Act
             alloc: alloc?,
             task: task?,
         },
+        Step::UpdateJob { .. } => Action::UpdateJob,
+        Step::AllocHealthy { .. } => Action::AllocHealthy { alloc: alloc? },
     })
 }
 

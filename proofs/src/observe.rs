@@ -9,16 +9,20 @@ use quiesce_core::client::{
     AllocRunner, DelayOutcome, RestartMark as ImplMark, RunnerPhase as ImplPhase,
     TaskPhase as ImplTaskPhase,
 };
-use quiesce_core::server::structs::{AllocId, DesiredStatus};
+use quiesce_core::server::scheduler::DESC_UPDATING;
+use quiesce_core::server::structs::{deployment_status, AllocId, DesiredStatus};
 use quiesce_core::sim::Simulator;
 use quiesce_core::spec::Job;
-use quiesce_model::state::{Alloc, Delay, RestartMark, RunnerPhase, State, TaskPhase};
+use quiesce_model::state::{Alloc, Delay, Deployment, RestartMark, RunnerPhase, State, TaskPhase};
 use quiesce_model::StopPathModel;
 use std::fmt::Write;
 
 /// A stored job version as far as the stop path is concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VersionObs {
+    /// How many registrations changed the spec up to this version (`job run` of an edited
+    /// file; a stop or a start changes none).
+    pub generation: u8,
     pub group_shutdown_delay: bool,
     pub task_shutdown_delays: Vec<bool>,
     pub stop: bool,
@@ -68,6 +72,14 @@ pub struct AllocObs {
     pub group_delay: Delay,
     pub tasks: Vec<TaskObs>,
     pub failed: bool,
+    /// The generation of the version it runs.
+    pub generation: u8,
+    /// Placed by a deployment (`DeploymentID` set).
+    pub in_deployment: bool,
+    /// Its client reported it healthy.
+    pub healthy: bool,
+    /// Stopped to be replaced by a new version (`alloc is being updated due to job update`).
+    pub rollout_stop: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,6 +93,8 @@ pub struct Observation {
     /// (`State::job_status`) against the store's (`StateStore::job_status`), after every
     /// step.
     pub status: Option<&'static str>,
+    /// The job's latest deployment's status (`None`: none, or purged).
+    pub deployment: Option<&'static str>,
 }
 
 // ------------------------------------------------------------------ the model's side
@@ -93,6 +107,7 @@ pub fn of_model(model: &StopPathModel, state: &State) -> Observation {
             .versions
             .iter()
             .map(|version| VersionObs {
+                generation: version.spec.generation,
                 group_shutdown_delay: version.spec.group_shutdown_delay,
                 task_shutdown_delays: version.spec.task_shutdown_delay[..tasks].to_vec(),
                 stop: version.stop,
@@ -107,6 +122,12 @@ pub fn of_model(model: &StopPathModel, state: &State) -> Observation {
         status: model
             .job_status(state)
             .map(quiesce_model::state::JobStatus::name),
+        deployment: match state.deployment {
+            Deployment::None => None,
+            Deployment::Running => Some(deployment_status::RUNNING),
+            Deployment::Successful => Some(deployment_status::SUCCESSFUL),
+            Deployment::Cancelled => Some(deployment_status::CANCELLED),
+        },
     }
 }
 
@@ -144,6 +165,10 @@ fn alloc_of_model(alloc: &Alloc, tasks: usize) -> AllocObs {
             })
             .collect(),
         failed: alloc.failed,
+        generation: alloc.spec.generation,
+        in_deployment: alloc.in_deployment,
+        healthy: alloc.healthy,
+        rollout_stop: alloc.rollout_stop,
     }
 }
 
@@ -152,22 +177,51 @@ fn alloc_of_model(alloc: &Alloc, tasks: usize) -> AllocObs {
 /// The simulator's observation; `ids` are its allocations in placement order.
 pub fn of_sim(sim: &Simulator, job_id: &str, tasks: usize, ids: &[AllocId]) -> Observation {
     let store = &sim.server.store;
+    let versions = store.job_versions(job_id).unwrap_or_default();
+    let generations = generations(versions);
     Observation {
-        versions: store
-            .job_versions(job_id)
-            .unwrap_or_default()
+        versions: versions
             .iter()
-            .map(version_of_job)
+            .zip(&generations)
+            .map(|(job, &(_, generation))| version_of_job(job, generation))
             .collect(),
         eval_pending: sim.server.eval_pending(),
-        allocs: ids.iter().map(|id| alloc_of_sim(sim, id, tasks)).collect(),
+        allocs: ids
+            .iter()
+            .map(|id| alloc_of_sim(sim, id, tasks, &generations))
+            .collect(),
         status: store.job(job_id).map(|job| store.job_status(job)),
+        deployment: store
+            .latest_deployment(job_id)
+            .map(|d| match d.status.as_str() {
+                deployment_status::RUNNING => deployment_status::RUNNING,
+                deployment_status::SUCCESSFUL => deployment_status::SUCCESSFUL,
+                deployment_status::CANCELLED => deployment_status::CANCELLED,
+                _ => "other",
+            }),
     }
 }
 
-fn version_of_job(job: &Job) -> VersionObs {
+/// Each stored version's number and generation: the count of versions before it whose spec
+/// differs from the next one's (a stop or a start changes none).
+fn generations(versions: &[Job]) -> Vec<(u64, u8)> {
+    let mut generation = 0u8;
+    versions
+        .iter()
+        .enumerate()
+        .map(|(ix, job)| {
+            if ix > 0 && versions[ix - 1].spec_only() != job.spec_only() {
+                generation = generation.saturating_add(1);
+            }
+            (job.version, generation)
+        })
+        .collect()
+}
+
+fn version_of_job(job: &Job, generation: u8) -> VersionObs {
     let group = &job.task_groups[0];
     VersionObs {
+        generation,
         group_shutdown_delay: group.shutdown_delay_ns.is_some_and(|delay| delay > 0),
         task_shutdown_delays: group
             .tasks
@@ -178,8 +232,28 @@ fn version_of_job(job: &Job) -> VersionObs {
     }
 }
 
-fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize) -> AllocObs {
+fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8)]) -> AllocObs {
     let store = &sim.server.store;
+    // The server's record, or the client's copy once the server removed it.
+    let record = store
+        .alloc_for_client(id)
+        .or_else(|| sim.runner(id).map(|runner| &runner.alloc));
+    let generation = record
+        .and_then(|alloc| {
+            generations
+                .iter()
+                .find(|(version, _)| *version == alloc.job_version)
+                .map(|(_, generation)| *generation)
+        })
+        .unwrap_or(0);
+    let in_deployment = record.is_some_and(|alloc| !alloc.deployment_id.is_empty());
+    let healthy = record.is_some_and(|alloc| {
+        alloc
+            .deployment_status
+            .as_ref()
+            .is_some_and(|status| status.healthy == Some(true))
+    });
+    let rollout_stop = record.is_some_and(|alloc| alloc.desired_description == DESC_UPDATING);
     let server = store.alloc_for_client(id).map(|alloc| ServerObs {
         stop: alloc.desired_status != DesiredStatus::Run || alloc.tombstone,
         migrate: alloc.desired_transition.should_migrate(),
@@ -214,6 +288,10 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize) -> AllocObs {
             group_delay: Delay::None,
             tasks: vec![not_started; tasks],
             failed: false,
+            generation,
+            in_deployment,
+            healthy,
+            rollout_stop,
         };
     };
     AllocObs {
@@ -259,6 +337,10 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize) -> AllocObs {
             })
             .collect(),
         failed: runner.failed,
+        generation,
+        in_deployment,
+        healthy,
+        rollout_stop,
     }
 }
 
@@ -297,6 +379,13 @@ pub fn diff(model: &Observation, sim: &Observation) -> String {
             out,
             "  eval pending: model {} impl {}",
             model.eval_pending, sim.eval_pending
+        );
+    }
+    if model.deployment != sim.deployment {
+        let _ = writeln!(
+            out,
+            "  deployment: model {:?} impl {:?}",
+            model.deployment, sim.deployment
         );
     }
     if model.status != sim.status {

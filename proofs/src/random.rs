@@ -13,7 +13,9 @@ use quiesce_core::sim::Simulator;
 use quiesce_core::step::Step;
 use quiesce_model::config::{ModelCfg, MAX_TASKS};
 use quiesce_model::properties::{self, INVARIANTS};
-use quiesce_model::state::{Alloc, Ghost, Job, JobVersion, ServerView, SpecDigest, State, Task};
+use quiesce_model::state::{
+    Alloc, Deployment, Ghost, Job, JobVersion, ServerView, SpecDigest, State, Task,
+};
 use quiesce_model::StopPathModel;
 use std::collections::BTreeSet;
 
@@ -203,10 +205,11 @@ fn state_of(
     ids: &[AllocId],
     ghosts: &Ghosts,
 ) -> State {
-    let digest = |group: bool, tasks: &[bool]| {
+    let digest = |generation: u8, group: bool, tasks: &[bool]| {
         let mut task_shutdown_delay = [false; MAX_TASKS];
         task_shutdown_delay[..tasks.len()].copy_from_slice(tasks);
         SpecDigest {
+            generation,
             group_shutdown_delay: group,
             task_shutdown_delay,
         }
@@ -217,11 +220,21 @@ fn state_of(
                 .versions
                 .iter()
                 .map(|v| JobVersion {
-                    spec: digest(v.group_shutdown_delay, &v.task_shutdown_delays),
+                    spec: digest(
+                        v.generation,
+                        v.group_shutdown_delay,
+                        &v.task_shutdown_delays,
+                    ),
                     stop: v.stop,
                 })
                 .collect(),
             purged: observation.versions.is_empty(),
+        },
+        deployment: match observation.deployment {
+            None => Deployment::None,
+            Some("running") => Deployment::Running,
+            Some("successful") => Deployment::Successful,
+            Some(_) => Deployment::Cancelled,
         },
         eval_pending: observation.eval_pending,
         allocs: observation
@@ -255,7 +268,10 @@ fn alloc_of(spec: SpecDigest, obs: &AllocObs, id: &AllocId, ghosts: &Ghosts) -> 
     }
     let server = obs.server;
     Alloc {
-        spec,
+        spec: SpecDigest {
+            generation: obs.generation,
+            ..spec
+        },
         node: 0,
         desired_stop: server.is_some_and(|s| s.stop && !s.tombstone),
         migrate: server.is_some_and(|s| s.migrate),
@@ -278,6 +294,9 @@ fn alloc_of(spec: SpecDigest, obs: &AllocObs, id: &AllocId, ghosts: &Ghosts) -> 
         placed_after_flagged_stop: false,
         failed: obs.failed,
         flagged_restart_done: false,
+        healthy: obs.healthy,
+        rollout_stop: obs.rollout_stop,
+        in_deployment: obs.in_deployment,
     }
 }
 

@@ -67,3 +67,33 @@ fn the_restart_parts_walk_in_lockstep_without_a_mismatch() {
         );
     }
 }
+
+/// Rollouts walk in lockstep too: two allocations replaced one at a time (`max_parallel =
+/// 1`), each replacement's health, a flagged stop racing the rollout, and a rollout after a
+/// flagged stop and a start — every transition of `standard`'s rollout parts.
+// invariant: rollout_bounded
+#[test]
+fn the_rollout_parts_walk_in_lockstep_without_a_mismatch() {
+    let rollout_parts = ["rollout-then-flagged-stop", "rollout-after-flagged-stop"];
+    let mut walked = 0;
+    for part in config::standard()
+        .into_iter()
+        .filter(|part| rollout_parts.contains(&part.name.as_str()))
+    {
+        let report = walk(&part, WalkOptions::default()).unwrap();
+        if let Some(mismatch) = report.mismatches.first() {
+            panic!("{}: {mismatch}", part.name);
+        }
+        assert!(report.transitions > report.states, "{report:?}");
+        walked += 1;
+        eprintln!(
+            "{}: {} states, {} transitions, {:.1} s",
+            part.name, report.states, report.transitions, report.seconds
+        );
+    }
+    assert_eq!(
+        walked,
+        rollout_parts.len(),
+        "every rollout part is in standard"
+    );
+}

@@ -1,11 +1,13 @@
 //! The server on its own: versions, evaluations, the broker and the reconciler.
 
 use quiesce_core::server::structs::NodeEvent;
-use quiesce_core::server::structs::{ClientStatus, DesiredStatus, EvalStatus};
+use quiesce_core::server::structs::{
+    AllocDeploymentStatus, ClientStatus, DesiredStatus, EvalStatus,
+};
 use quiesce_core::server::{
     ClientReport, RegisterOptions, Server, ServerError, StopAllocOptions, StopJobOptions,
 };
-use quiesce_core::spec::{Job, Task, TaskGroup};
+use quiesce_core::spec::{Job, Task, TaskGroup, UpdateStrategy};
 
 fn job(job_type: &str, count: i64) -> Job {
     Job {
@@ -38,6 +40,7 @@ fn report(client_status: ClientStatus) -> ClientReport {
         client_status,
         client_description: String::new(),
         task_states: Default::default(),
+        deployment_status: None,
     }
 }
 
@@ -438,10 +441,12 @@ fn a_changed_group_rolls_out_through_the_stop_path_and_a_count_change_only_scale
             (DesiredStatus::Run, 1)
         );
     }
-    // A changed task: every allocation is stopped as a job update and replaced at the new
-    // version, each replacement naming the one it replaces.
+    // A changed task without an update strategy (`max_parallel = 0`): every allocation is
+    // stopped as a job update and replaced at the new version at once, each replacement
+    // naming the one it replaces.
     let mut changed = job("service", 3);
     changed.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
+    changed.update = Some(all_at_once());
     server.register_job(changed).unwrap();
     server.process_next_eval().unwrap();
     let replaced = alloc_ids(&server);
@@ -454,7 +459,7 @@ fn a_changed_group_rolls_out_through_the_stop_path_and_a_count_change_only_scale
     for alloc in &stopped {
         assert_eq!(
             alloc.desired_description,
-            "alloc not needed due to job update"
+            "alloc is being updated due to job update"
         );
         let next = server
             .store
@@ -471,9 +476,87 @@ fn a_changed_group_rolls_out_through_the_stop_path_and_a_count_change_only_scale
     let before = live(&server);
     let mut again = job("service", 3);
     again.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
+    again.update = Some(all_at_once());
     server.register_job(again).unwrap();
     server.process_next_eval().unwrap();
     assert_eq!(live(&server), before);
+}
+
+/// `update { max_parallel = 0 }`: no deployment, every changed allocation at once.
+fn all_at_once() -> UpdateStrategy {
+    UpdateStrategy {
+        max_parallel: Some(0),
+        ..UpdateStrategy::default()
+    }
+}
+
+// invariant: rollout_bounded
+#[test]
+fn a_service_job_without_an_update_block_rolls_out_one_at_a_time_each_after_health() {
+    let mut server = server_with(job("service", 3));
+    let old = alloc_ids(&server);
+    for id in &old {
+        server.client_report(id, report(ClientStatus::Running));
+    }
+    let mut changed = job("service", 3);
+    changed.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
+    server.register_job(changed).unwrap();
+    let deployment = server.store.latest_deployment("web").unwrap().clone();
+    assert_eq!(
+        (deployment.status.as_str(), deployment.job_version),
+        ("running", 1)
+    );
+    server.process_next_eval().unwrap();
+    let being_updated = |server: &Server| -> Vec<String> {
+        old.iter()
+            .filter(|id| server.store.alloc(id).unwrap().desired_status == DesiredStatus::Stop)
+            .cloned()
+            .collect()
+    };
+    // Nomad's default strategy: one at a time, the oldest first, its replacement in the
+    // deployment.
+    assert_eq!(being_updated(&server), vec![old[0].clone()]);
+    let first = server.store.alloc(&old[0]).unwrap().clone();
+    assert_eq!(
+        first.desired_description,
+        "alloc is being updated due to job update"
+    );
+    let next = server
+        .store
+        .alloc(first.next_allocation.as_ref().unwrap())
+        .unwrap()
+        .clone();
+    assert_eq!(next.deployment_id, deployment.id);
+    // Neither the old one stopping nor the new one running is enough: nothing moves until
+    // the old one is terminal and the new one healthy.
+    server.client_report(&next.id, report(ClientStatus::Running));
+    while server.process_next_eval().unwrap().is_some() {}
+    assert_eq!(being_updated(&server), vec![old[0].clone()]);
+    server.client_report(&old[0], report(ClientStatus::Complete));
+    while server.process_next_eval().unwrap().is_some() {}
+    assert_eq!(being_updated(&server), vec![old[0].clone()]);
+    let healthy = ClientReport {
+        deployment_status: Some(AllocDeploymentStatus {
+            healthy: Some(true),
+            ..AllocDeploymentStatus::default()
+        }),
+        ..report(ClientStatus::Running)
+    };
+    server.client_report(&next.id, healthy.clone());
+    while server.process_next_eval().unwrap().is_some() {}
+    assert_eq!(being_updated(&server), vec![old[0].clone(), old[1].clone()]);
+    // The rest, batch by batch, then the deployment succeeds.
+    for id in &old[1..] {
+        let alloc = server.store.alloc(id).unwrap().clone();
+        let replacement = alloc.next_allocation.unwrap();
+        server.client_report(id, report(ClientStatus::Complete));
+        server.client_report(&replacement, healthy.clone());
+        while server.process_next_eval().unwrap().is_some() {}
+    }
+    assert_eq!(being_updated(&server), old);
+    let done = server.store.latest_deployment("web").unwrap();
+    assert_eq!(done.status, "successful");
+    assert_eq!(done.task_groups["web"].healthy_allocs, 3);
 }
 
 #[test]

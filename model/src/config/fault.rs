@@ -59,10 +59,20 @@ pub enum Fault {
     /// Nomad (#23940, #18148): an allocation the server told to stop counts as terminal, so
     /// the job reads `dead` while its tasks still wait out their delays.
     NomadJobDeadAtDesiredStop,
+    /// A rollout stops the old allocations it replaces through the flagged path (as if it
+    /// were an operator's `-no-shutdown-delay`), so a deployment drops their drain time.
+    RolloutSkipsDelay,
+    /// A rollout stops every allocation of the old version in one evaluation, without
+    /// waiting for the replacements to be healthy (the `update` block accepted, not
+    /// honoured).
+    RolloutIgnoresMaxParallel,
+    /// The end of a rollout's stop asks for no evaluation: when the replacement turned
+    /// healthy first, nothing wakes the deployment again and the rest are never replaced.
+    RolloutStopEndNotReported,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 20] = [
+    pub const ALL: [Fault; 23] = [
         Fault::PreKillHooksSkippedWhenFlagged,
         Fault::FlagWrittenIntoJob,
         Fault::FlagHonouredAtGroupLevelOnly,
@@ -83,6 +93,9 @@ impl Fault {
         Fault::RestartLeavesServicesDeregistered,
         Fault::RestartPastAttempts,
         Fault::NomadJobDeadAtDesiredStop,
+        Fault::RolloutSkipsDelay,
+        Fault::RolloutIgnoresMaxParallel,
+        Fault::RolloutStopEndNotReported,
     ];
 
     pub fn name(self) -> &'static str {
@@ -107,6 +120,9 @@ impl Fault {
             Fault::RestartLeavesServicesDeregistered => "restart-leaves-services-deregistered",
             Fault::RestartPastAttempts => "restart-past-attempts",
             Fault::NomadJobDeadAtDesiredStop => "nomad-job-dead-at-desired-stop",
+            Fault::RolloutSkipsDelay => "rollout-skips-delay",
+            Fault::RolloutIgnoresMaxParallel => "rollout-ignores-max-parallel",
+            Fault::RolloutStopEndNotReported => "rollout-stop-end-not-reported",
         }
     }
 
@@ -134,6 +150,9 @@ impl Fault {
             Fault::RestartLeavesServicesDeregistered => SERVICES_RESTORED,
             Fault::RestartPastAttempts => RESTART_POLICY_RESPECTED,
             Fault::NomadJobDeadAtDesiredStop => JOB_DEAD_ONLY_WHEN_TASKS_ENDED,
+            Fault::RolloutSkipsDelay => DELAY_SKIPPED_ONLY_WHEN_FLAGGED,
+            Fault::RolloutIgnoresMaxParallel => ROLLOUT_BOUNDED,
+            Fault::RolloutStopEndNotReported => STOP_COMPLETES,
         }
     }
 

@@ -152,6 +152,10 @@ pub enum Request {
     RestartAlloc {
         no_shutdown_delay: bool,
     },
+    /// `job run` of an edited jobspec (a new image, say; the stop path's fields unchanged):
+    /// a new version of the next generation, a deployment if the group has an `update`
+    /// block, and an evaluation. Offered while the job runs.
+    UpdateJob,
 }
 
 impl fmt::Display for Request {
@@ -175,6 +179,7 @@ impl fmt::Display for Request {
             Request::RestartAlloc { no_shutdown_delay } => {
                 write!(f, "alloc restart{}", flag(no_shutdown_delay))
             }
+            Request::UpdateJob => write!(f, "job run (changed spec)"),
         }
     }
 }
@@ -243,6 +248,10 @@ pub struct ModelCfg {
     /// every crash. On for trace validation (a part fixes a task's kind of crash instead,
     /// with [`TaskCfg::crash_unrecoverable`], so that the simulator can be walked).
     pub unrecoverable_crashes: bool,
+    /// The group's `update { max_parallel }`: how many allocations of an older version a
+    /// rollout replaces at a time. 0: no `update` block, so an update replaces every
+    /// allocation at once, with no deployment (Nomad's behaviour too).
+    pub max_parallel: u8,
 }
 
 impl ModelCfg {

@@ -32,7 +32,8 @@
 use crate::config::{Fault, History, ModelCfg, Operator, Request, TaskKind, MAX_TASKS};
 use crate::properties;
 use crate::state::{
-    Alloc, Delay, Ghost, Job, JobVersion, RunnerPhase, SpecDigest, State, Task, TaskPhase,
+    Alloc, Delay, Deployment, Ghost, Job, JobVersion, RunnerPhase, SpecDigest, State, Task,
+    TaskPhase,
 };
 use crate::step::{Action, AllocIx, TaskIx};
 use stateright::{Model, Property};
@@ -46,7 +47,8 @@ mod restart;
 #[derive(Clone, Debug)]
 pub struct StopPathModel {
     pub cfg: ModelCfg,
-    /// The job's spec as first registered: what every stored version must keep.
+    /// The job's spec as first registered (generation 0): what every stored version of its
+    /// generation must keep.
     pub spec: SpecDigest,
 }
 
@@ -70,10 +72,20 @@ impl StopPathModel {
             *slot = task.shutdown_delay;
         }
         let spec = SpecDigest {
+            generation: 0,
             group_shutdown_delay: cfg.group.shutdown_delay,
             task_shutdown_delay,
         };
         StopPathModel { cfg, spec }
+    }
+
+    /// The spec the operator registered for `generation`: an update changes what the stop
+    /// path does not read (the model's specs differ in their generation only).
+    pub fn spec_of(&self, generation: u8) -> SpecDigest {
+        SpecDigest {
+            generation,
+            ..self.spec
+        }
     }
 
     fn has(&self, fault: Fault) -> bool {
@@ -130,6 +142,9 @@ impl StopPathModel {
             placed_after_flagged_stop: ghost.started_after_flagged_stop,
             failed: false,
             flagged_restart_done: false,
+            healthy: false,
+            rollout_stop: false,
+            in_deployment: false,
         }
     }
 
@@ -219,6 +234,10 @@ impl StopPathModel {
                 }
                 Request::StartJob if state.job.is_stopped() => actions.push(Action::StartJob),
                 Request::StartJob => {}
+                Request::UpdateJob if state.job.latest().is_some_and(|v| !v.stop) => {
+                    actions.push(Action::UpdateJob)
+                }
+                Request::UpdateJob => {}
                 Request::ClientRestart => actions.push(Action::ClientRestart),
                 // A restart goes to the client; it is refused (no step) for an allocation
                 // the server has stopped or whose runner is stopping, and for a task that is
@@ -270,6 +289,9 @@ impl StopPathModel {
             let a = ix as AllocIx;
             if alloc.sync_pending() {
                 actions.push(Action::ClientSync { alloc: a });
+            }
+            if self.may_turn_healthy(alloc) {
+                actions.push(Action::AllocHealthy { alloc: a });
             }
             match alloc.runner {
                 RunnerPhase::PreKill => actions.push(Action::GroupPreKill { alloc: a }),
@@ -378,6 +400,7 @@ impl Model for StopPathModel {
                 }],
                 purged: false,
             },
+            deployment: Deployment::None,
             eval_pending: false,
             allocs: Vec::new(),
             requests_made: 0,
@@ -411,6 +434,8 @@ impl Model for StopPathModel {
                 no_shutdown_delay,
             } => self.stop_alloc(&mut state, usize::from(alloc), no_shutdown_delay),
             Action::StartJob => self.start_job(&mut state),
+            Action::UpdateJob => self.update_job(&mut state),
+            Action::AllocHealthy { alloc } => self.alloc_healthy(&mut state, usize::from(alloc)),
             Action::ProcessEval => self.process_eval(&mut state),
             Action::ClientSync { alloc } => self.client_sync(&mut state, usize::from(alloc)),
             Action::ClientRestart => self.client_restart(&mut state),
@@ -479,6 +504,7 @@ impl Model for StopPathModel {
                 self.settle_runner(alloc);
             }
         }
+        self.rollout_stop_reported(last, &mut state);
         if self.cfg.history == History::Lean {
             self.erase_finished(&mut state);
         }

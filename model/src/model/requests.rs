@@ -3,7 +3,7 @@
 
 use super::StopPathModel;
 use crate::config::{Fault, MAX_ALLOCS, MAX_TASKS};
-use crate::state::{Job, JobVersion, RunnerPhase, State};
+use crate::state::{Alloc, Deployment, Job, JobVersion, RunnerPhase, State};
 
 impl StopPathModel {
     pub(super) fn stop_job(&self, state: &mut State, purge: bool, no_shutdown_delay: bool) {
@@ -22,7 +22,13 @@ impl StopPathModel {
                 alloc.no_shutdown_delay = true;
             }
         }
+        // Nomad's reconciler cancels the deployment of a stopped job.
+        if state.deployment == Deployment::Running {
+            state.deployment = Deployment::Cancelled;
+        }
         if purge {
+            // A purge deletes the job's deployments with it.
+            state.deployment = Deployment::None;
             // DESIGN.md: the job is deleted at once; each allocation becomes a tombstone
             // carrying desired stop and the flag, removed when the client reports it terminal.
             state.job = Job {
@@ -93,10 +99,156 @@ impl StopPathModel {
             spec: latest.spec,
             stop: false,
         });
+        self.open_deployment(state);
+    }
+
+    /// `job run` of an edited jobspec: a version of the next generation, the same stop-path
+    /// fields; with an `update` block, a deployment that replaces the older allocations
+    /// `max_parallel` at a time (an earlier deployment still running is superseded).
+    pub(super) fn update_job(&self, state: &mut State) {
+        state.requests_made += 1;
+        state.eval_pending = true;
+        let latest = *state
+            .job
+            .latest()
+            .expect("an update is offered for a registered job");
+        let generation = latest.spec.generation + 1;
+        assert!(generation < 4, "at most three updates");
+        state.job.versions.push(JobVersion {
+            spec: self.spec_of(generation),
+            stop: false,
+        });
+        self.open_deployment(state);
+    }
+
+    /// After a new running version is stored (an update, a start): a deployment still
+    /// running is superseded, and one opens if allocations of an older generation still run
+    /// and the group has an `update` block. (Fresh placements need none.)
+    fn open_deployment(&self, state: &mut State) {
+        if state.deployment == Deployment::Running {
+            state.deployment = Deployment::Cancelled;
+        }
+        let generation = state
+            .job
+            .latest()
+            .map_or(0, |latest| latest.spec.generation);
+        let older_running = state
+            .allocs
+            .iter()
+            .any(|alloc| !alloc.is_terminal() && alloc.spec.generation < generation);
+        if self.cfg.max_parallel > 0 && older_running {
+            state.deployment = Deployment::Running;
+        }
+    }
+
+    /// The client reports an allocation healthy; while the deployment runs, its watcher
+    /// asks for an evaluation, which may start the next batch.
+    pub(super) fn alloc_healthy(&self, state: &mut State, ix: usize) {
+        state.allocs[ix].healthy = true;
+        if state.deployment == Deployment::Running {
+            state.eval_pending = true;
+        }
+    }
+
+    /// After a step: an allocation a rollout stopped that turned client-terminal in it is
+    /// reported so, and while the deployment runs its watcher asks for an evaluation (the
+    /// next batch may have waited for this stop alone).
+    pub(super) fn rollout_stop_reported(&self, last: &State, state: &mut State) {
+        let ended = state.allocs.iter().zip(&last.allocs).any(|(now, before)| {
+            now.rollout_stop
+                && now.runner == RunnerPhase::Terminal
+                && before.runner != RunnerPhase::Terminal
+        });
+        if ended
+            && state.deployment == Deployment::Running
+            && !self.has(Fault::RolloutStopEndNotReported)
+        {
+            state.eval_pending = true;
+        }
+    }
+
+    /// An allocation its client may report healthy, by what the client knows: placed by a
+    /// deployment, no stop pulled, every task that is not poststop running (its
+    /// `min_healthy_time` is abstracted: its timer may fire at any moment the tasks run).
+    pub(super) fn may_turn_healthy(&self, alloc: &Alloc) -> bool {
+        alloc.in_deployment
+            && !alloc.healthy
+            && alloc.runner == RunnerPhase::Running
+            && self.tasks().all(|(ix, kind)| {
+                kind == crate::config::TaskKind::Poststop
+                    || alloc.tasks[ix].phase == crate::state::TaskPhase::Running
+            })
+    }
+
+    /// A rollout's batch (DESIGN.md invariant 10b, stricter than Nomad): the older
+    /// allocations are stopped `max_parallel` at a time, and the next batch waits until
+    /// every replacement is healthy and every allocation stopped before has finished
+    /// stopping. Nomad keeps a window of `max_parallel` unhealthy replacements instead, so
+    /// the delays of two batches may overlap there. The next allocation stopped is one its
+    /// client has not started yet (it serves nothing), else the least by its packed record:
+    /// a choice by position would break symmetry. (The implementation takes the oldest among
+    /// the started ones; the parts that roll out keep those alike, and lockstep would tell.)
+    fn roll_out(&self, state: &mut State, generation: u8) {
+        let older = |alloc: &Alloc| !alloc.is_terminal() && alloc.spec.generation < generation;
+        if self.cfg.max_parallel == 0 {
+            // No `update` block: every older allocation is replaced at once.
+            for alloc in state.allocs.iter_mut().filter(|alloc| older(alloc)) {
+                alloc.desired_stop = true;
+                alloc.rollout_stop = true;
+            }
+            return;
+        }
+        if state.deployment != Deployment::Running {
+            return;
+        }
+        let stopping = state
+            .allocs
+            .iter()
+            .filter(|alloc| alloc.rollout_stop && alloc.runner != RunnerPhase::Terminal)
+            .count();
+        let unhealthy = state
+            .allocs
+            .iter()
+            .filter(|alloc| !alloc.is_terminal() && alloc.in_deployment && !alloc.healthy)
+            .count();
+        let busy = stopping + unhealthy;
+        let room = if self.has(Fault::RolloutIgnoresMaxParallel) {
+            MAX_ALLOCS
+        } else if busy == 0 {
+            usize::from(self.cfg.max_parallel)
+        } else {
+            0
+        };
+        let mut stopped = 0;
+        while stopped < room {
+            let Some(next) = (0..state.allocs.len())
+                .filter(|&ix| older(&state.allocs[ix]))
+                .min_by_key(|&ix| {
+                    let alloc = &state.allocs[ix];
+                    (alloc.runner != RunnerPhase::Pending, alloc.pack())
+                })
+            else {
+                break;
+            };
+            if busy > 0 {
+                state.ghost.rollout_ran_ahead = true;
+            }
+            let alloc = &mut state.allocs[next];
+            alloc.desired_stop = true;
+            alloc.rollout_stop = true;
+            if self.has(Fault::RolloutSkipsDelay) {
+                alloc.no_shutdown_delay = true;
+            }
+            stopped += 1;
+        }
+        let done = busy == 0 && stopped == 0 && !state.allocs.iter().any(older);
+        if done {
+            state.deployment = Deployment::Successful;
+        }
     }
 
     /// Reconcile: stop every non-terminal allocation of a stopped job; stop and replace
-    /// migrating ones; place up to `count` (§1.6).
+    /// migrating ones, and the older versions' for a rollout; place up to `count` (§1.6).
     pub(super) fn process_eval(&self, state: &mut State) {
         state.eval_pending = false;
         let Some(latest) = state.job.latest().copied() else {
@@ -113,6 +265,7 @@ impl StopPathModel {
                 alloc.desired_stop = true;
             }
         }
+        self.roll_out(state, latest.spec.generation);
         let live = state
             .allocs
             .iter()
@@ -124,7 +277,8 @@ impl StopPathModel {
                 "more than {MAX_ALLOCS} allocations"
             );
             let node = self.least_loaded_node(state);
-            let alloc = self.new_alloc(latest.spec, node, &state.ghost);
+            let mut alloc = self.new_alloc(latest.spec, node, &state.ghost);
+            alloc.in_deployment = state.deployment == Deployment::Running;
             state.allocs.push(alloc);
         }
     }

@@ -146,6 +146,7 @@ impl Instance {
                         }],
                         purged: false,
                     },
+                    deployment: quiesce_model::state::Deployment::None,
                     eval_pending: true,
                     allocs: Vec::new(),
                     requests_made: 0,
@@ -391,6 +392,9 @@ fn model_of(spec: &Job, group: &str) -> Result<StopPathModel, String> {
         restart_requests: true,
         restart_attempts,
         unrecoverable_crashes: true,
+        max_parallel: spec.update_of(group).map_or(0, |update| {
+            u8::try_from(update.max_parallel).unwrap_or(u8::MAX)
+        }),
     };
     Ok(cfg.into_model())
 }

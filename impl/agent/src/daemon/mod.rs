@@ -263,6 +263,13 @@ impl Core {
                     persist::INDEXES_KEY.to_string(),
                     Some(Payload::Indexes(store.table_indexes())),
                 ),
+                Record::Deployment(id) => (
+                    Table::Deployments,
+                    id.clone(),
+                    store
+                        .deployment(id)
+                        .map(|d| Payload::Deployment(Box::new(d.clone()))),
+                ),
                 Record::Node(id) => (
                     Table::Nodes,
                     id.clone(),

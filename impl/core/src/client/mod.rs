@@ -43,6 +43,9 @@ pub enum Timer {
     KillTimeout(usize),
     /// The restart policy's delay before a crashed task runs again.
     RestartDelay(usize),
+    /// The update block's `min_healthy_time`, from the moment every task runs: then the
+    /// allocation is healthy within its deployment.
+    Healthy,
 }
 
 /// An internal step a runner can take without waiting for anything.

@@ -41,6 +41,8 @@ pub(crate) fn alloc(stop: bool, flag: bool, group_delay_s: i64, task_delay_s: i6
         node_id: "node-0".into(),
         job_id: "web".into(),
         ports: Vec::new(),
+        deployment_id: String::new(),
+        deployment_status: None,
         job: Arc::new(Job {
             id: "web".into(),
             task_groups: vec![group],

@@ -20,6 +20,8 @@ pub enum Kind {
     Templates,
     /// `restart`: `interval` and `delay` are durations.
     Restart,
+    /// `update`: its deadlines and times are durations.
+    Update,
     /// Any other block: `(API key, whether several make a list)`.
     Generic(&'static str, bool),
 }
@@ -32,7 +34,7 @@ pub fn job_block(name: &str) -> Option<Kind> {
         "constraint" => Kind::Constraints,
         "affinity" => Kind::Generic("Affinities", true),
         "spread" => Kind::Generic("Spreads", true),
-        "update" => Kind::Generic("Update", false),
+        "update" => Kind::Update,
         "migrate" => Kind::Generic("Migrate", false),
         "reschedule" => Kind::Generic("Reschedule", false),
         "ui" => Kind::Generic("UI", false),
@@ -50,7 +52,7 @@ pub fn group_block(name: &str) -> Option<Kind> {
         "network" => Kind::Network,
         "restart" => Kind::Restart,
         "reschedule" => Kind::Generic("ReschedulePolicy", false),
-        "update" => Kind::Generic("Update", false),
+        "update" => Kind::Update,
         "migrate" => Kind::Generic("Migrate", false),
         "ephemeral_disk" => Kind::Generic("EphemeralDisk", false),
         "affinity" => Kind::Generic("Affinities", true),
@@ -164,7 +166,12 @@ pub fn add(
         }
         Kind::Templates => push(out, "Templates", template(&block.body, &at)?),
         Kind::Restart => {
+            once(out, "RestartPolicy", &at)?;
             out.insert("RestartPolicy".into(), restart(&block.body, &at)?);
+        }
+        Kind::Update => {
+            once(out, "Update", &at)?;
+            out.insert("Update".into(), update(&block.body, &at)?);
         }
         Kind::Generic(key, true) => push(out, key, generic(&block.body, &at)?),
         Kind::Generic(key, false) => {
@@ -183,6 +190,43 @@ fn restart(body: &hcl::Body, at: &str) -> Result<Value, String> {
         let read = match attribute.key() {
             "interval" | "delay" => duration(expr, &path)?,
             "attempts" | "mode" | "render_templates" => value(expr, &path)?,
+            other => return Err(unknown_attribute(at, other)),
+        };
+        out.insert(pascal(attribute.key()), read);
+    }
+    if let Some(block) = body.blocks().next() {
+        return Err(error(format!(
+            "{at}: unsupported block {:?}",
+            block.identifier.as_str()
+        )));
+    }
+    Ok(Value::Object(out))
+}
+
+/// A block that may be given once in its scope (Nomad's "Duplicate … block").
+fn once(out: &Map<String, Value>, key: &str, at: &str) -> Result<(), String> {
+    if out.contains_key(key) {
+        return Err(error(format!(
+            "{at}: duplicate block: only one is allowed here"
+        )));
+    }
+    Ok(())
+}
+
+/// `update { max_parallel health_check min_healthy_time healthy_deadline progress_deadline
+/// auto_revert auto_promote canary stagger }`, durations in nanoseconds.
+fn update(body: &hcl::Body, at: &str) -> Result<Value, String> {
+    let mut out = Map::new();
+    for attribute in body.attributes() {
+        let path = format!("{at}.{}", attribute.key());
+        let expr = attribute.expr();
+        let read = match attribute.key() {
+            "stagger" | "min_healthy_time" | "healthy_deadline" | "progress_deadline" => {
+                duration(expr, &path)?
+            }
+            "max_parallel" | "health_check" | "auto_revert" | "auto_promote" | "canary" => {
+                value(expr, &path)?
+            }
             other => return Err(unknown_attribute(at, other)),
         };
         out.insert(pascal(attribute.key()), read);
@@ -405,5 +449,16 @@ mod tests {
         assert_eq!(task["Artifacts"][0]["Source"], "https://example.com/x");
         assert_eq!(task["Services"][0]["PortLabel"], "http");
         assert_eq!(task["Services"][0]["Tags"][1], "v1");
+    }
+
+    #[test]
+    fn an_update_or_restart_block_given_twice_is_refused_where_it_stands() {
+        for block in ["update { max_parallel = 1 }", "restart { attempts = 1 }"] {
+            let text = format!(
+                "job \"web\" {{\n group \"g\" {{\n {block}\n {block}\n task \"t\" {{ driver = \"raw_exec\" }}\n }}\n}}"
+            );
+            let refused = parse_job(&text).unwrap_err();
+            assert!(refused.contains("duplicate block"), "{block}: {refused}");
+        }
     }
 }

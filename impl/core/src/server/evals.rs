@@ -161,6 +161,9 @@ impl Server {
                 alloc.desired_description = description.to_string();
             });
         }
+        if let Some(done) = &plan.deployment_done {
+            self.deployment_done(done, index);
+        }
         if !plan.in_place.is_empty() {
             let job = self
                 .store
@@ -262,6 +265,8 @@ impl Server {
                 modify_time: 0,
                 ports,
                 tombstone: false,
+                deployment_id: placement.deployment.clone().unwrap_or_default(),
+                deployment_status: None,
                 job: Arc::clone(&job),
             };
             if let Some(previous) = &placement.previous {
@@ -269,6 +274,9 @@ impl Server {
                 self.store.update_alloc(previous, index, false, |old| {
                     old.next_allocation = Some(next)
                 });
+            }
+            if let Some(deployment) = &placement.deployment {
+                self.deployment_placed(deployment, &placement.group, index);
             }
             placed.push(alloc.id.clone());
             self.store.put_alloc(alloc);

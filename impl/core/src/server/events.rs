@@ -60,6 +60,7 @@ impl WriteType {
     /// The `Type` of an event of `topic` made by a write of this kind.
     pub fn event_type(self, topic: Topic) -> &'static str {
         match (self, topic) {
+            (_, Topic::Deployment) => "DeploymentStatusUpdate",
             (WriteType::JobRegister, _) => "JobRegistered",
             (WriteType::JobDeregister, _) => "JobDeregistered",
             (WriteType::AllocStop, _) => "AllocationUpdateDesiredStatus",
@@ -85,6 +86,7 @@ pub enum Topic {
     Evaluation,
     Service,
     Node,
+    Deployment,
 }
 
 impl Topic {
@@ -95,6 +97,7 @@ impl Topic {
             Topic::Evaluation => "Evaluation",
             Topic::Service => "Service",
             Topic::Node => "Node",
+            Topic::Deployment => "Deployment",
         }
     }
 }
@@ -120,6 +123,7 @@ pub enum Snapshot {
         deleted: bool,
     },
     Node(Box<Node>),
+    Deployment(Box<super::structs::Deployment>),
 }
 
 /// What a service registration's allocation adds to it when shown.

@@ -81,6 +81,7 @@ impl Server {
         }
         for id in &jobs {
             debug_assert!(self.store.allocs_by_job(id).next().is_none());
+            self.store.delete_deployments_of_job(id);
             self.store.delete_job(id);
             self.blocked.remove(id);
         }

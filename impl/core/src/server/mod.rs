@@ -2,12 +2,13 @@
 //! a scheduler that reconciles jobs (`reference/nomad-stop-path.md` §1).
 
 mod broker;
+mod deployments;
 mod evals;
 pub mod events;
 pub mod gc;
 pub mod placement;
 mod plan;
-mod scheduler;
+pub mod scheduler;
 pub mod store;
 pub mod structs;
 
@@ -50,6 +51,8 @@ pub struct StopAllocOptions {
 
 /// `TriggeredBy` of a blocked evaluation.
 const TRIGGER_QUEUED: &str = "queued-allocs";
+/// A healthy allocation of a running deployment asks for the next batch.
+const TRIGGER_DEPLOYMENT_WATCHER: &str = "deployment-watcher";
 
 /// What the scheduler did with one evaluation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,6 +112,8 @@ pub struct ClientReport {
     pub client_status: ClientStatus,
     pub client_description: String,
     pub task_states: BTreeMap<String, TaskState>,
+    /// The allocation's health within its deployment, once its client decided.
+    pub deployment_status: Option<AllocDeploymentStatus>,
 }
 
 #[derive(Clone, Debug)]
@@ -305,7 +310,9 @@ impl Server {
             options.eval_priority.unwrap_or(job.priority),
             index,
         );
+        let stored = job.clone();
         self.store.put_job_version(job);
+        self.open_deployment(&stored, index);
         let eval_id = self.enqueue(eval, index);
         Ok(WriteResponse { eval_id, index })
     }
@@ -352,6 +359,7 @@ impl Server {
                 }
             }
         }
+        self.stop_deployment(job_id, options.purge, index);
         if options.purge {
             self.purge(job_id, &alloc_ids, index);
         } else {
@@ -505,6 +513,10 @@ impl Server {
             return;
         };
         let tombstone = alloc.tombstone;
+        let rollout_stop_ended = terminal
+            && !alloc.client_status.is_terminal()
+            && alloc.desired_description == scheduler::DESC_UPDATING;
+        let job_id = alloc.job_id.clone();
         debug_assert!(
             terminal || !alloc.client_status.is_terminal(),
             "stop_completes: client-terminal alloc {alloc_id} reported {:?}",
@@ -515,6 +527,12 @@ impl Server {
             alloc.client_description = report.client_description;
             alloc.task_states = report.task_states;
         });
+        if let Some(health) = report.deployment_status {
+            self.alloc_healthy(alloc_id, health, index);
+        }
+        if rollout_stop_ended {
+            self.rollout_stop_ended(&job_id, index);
+        }
         if tombstone && terminal {
             self.store.delete_alloc(alloc_id);
         }

@@ -58,6 +58,7 @@ impl Server {
             evals: Vec::new(),
             services: Vec::new(),
             nodes: store.nodes().cloned().collect(),
+            deployments: store.deployments_of_job(job_id).cloned().collect(),
         };
         let copy = StateStore::restore(store.index(), tables, store.table_indexes());
         Server::restore(copy, self.nodes.clone(), 0)

@@ -1,10 +1,18 @@
 //! The reconciler (`reference/nomad-stop-path.md` §1.6): stop every non-terminal allocation
 //! of a stopped or purged job; stop and replace migrating ones; place up to `count` (a
 //! batch allocation that completed counts as placed). A new version of the job rolls out:
-//! an allocation whose group changed (anything but its count) is stopped through the stop
-//! path and replaced at the new version (a destructive update, all at once: no `update`
-//! strategy); one whose group is unchanged moves to the new version in place; a group that
-//! is gone has its allocations stopped.
+//! an allocation whose group changed (anything but its count and update strategy) is
+//! stopped through the stop path and replaced at the new version (a destructive update);
+//! one whose group is unchanged moves to the new version in place; a group that is gone has
+//! its allocations stopped.
+//!
+//! With an update strategy, the job's running deployment paces the destructive updates
+//! (DESIGN.md invariant 10b, stricter than Nomad): `max_parallel` at a time, the next batch
+//! only once every replacement of the deployment is healthy and every allocation it stopped
+//! has finished stopping; the oldest allocations first. Nomad keeps a window of
+//! `max_parallel` unhealthy replacements instead, so two batches' delays may overlap there.
+//! Without a running deployment nothing is replaced; without a strategy (`max_parallel =
+//! 0`, a batch job), everything at once.
 
 use super::store::StateStore;
 use super::structs::{AllocId, ClientStatus, DesiredStatus};
@@ -13,6 +21,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 pub const DESC_JOB_UPDATE: &str = "alloc not needed due to job update";
+/// A destructive update's stop (Nomad's `allocUpdating`).
+pub const DESC_UPDATING: &str = "alloc is being updated due to job update";
 pub const DESC_MIGRATING: &str = "alloc is being migrated";
 pub const DESC_NOT_NEEDED: &str = "alloc not needed as task group was scaled down";
 
@@ -25,6 +35,8 @@ pub struct Placement {
     pub index: u64,
     /// The allocation it replaces.
     pub previous: Option<AllocId>,
+    /// The deployment placing it, if one is running for the job's version.
+    pub deployment: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -33,6 +45,8 @@ pub struct Plan {
     pub place: Vec<Placement>,
     /// Allocations updated in place to the job's version (their group is unchanged).
     pub in_place: Vec<AllocId>,
+    /// The running deployment has nothing left to roll out: it succeeded.
+    pub deployment_done: Option<String>,
 }
 
 /// What the scheduler would do for `job_id` given the store as it is.
@@ -54,6 +68,10 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         }
     };
     let shared = Arc::new(job.clone());
+    let deployment = store
+        .latest_deployment(job_id)
+        .filter(|d| d.is_active() && d.job_version == job.version);
+    let mut rolled_out = deployment.is_some();
     // A batch allocation that completed is done, not missing: it is not placed again.
     let completed: BTreeSet<(String, u64)> = if job.job_type == "batch" {
         store
@@ -71,8 +89,10 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
             plan.stop.push((alloc.id.clone(), DESC_JOB_UPDATE));
         }
     }
+    let mut rollouts = Vec::new();
     for group in &job.task_groups {
         let in_group: Vec<_> = live.iter().filter(|a| a.task_group == group.name).collect();
+        let mut replaced = Vec::new();
         let mut kept: BTreeSet<u64> = completed
             .iter()
             .filter(|(g, _)| g == &group.name)
@@ -88,6 +108,7 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                     group: group.name.clone(),
                     index,
                     previous: Some(alloc.id.clone()),
+                    deployment: None,
                 });
                 kept.insert(index);
             } else if !kept.insert(index) || index >= count_of(group.count) {
@@ -95,16 +116,30 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
             } else if alloc.job_version != job.version
                 && alloc.job.as_run(&group.name) != job.as_run(&group.name)
             {
-                plan.stop.push((alloc.id.clone(), DESC_JOB_UPDATE));
-                plan.place.push(Placement {
-                    job: Arc::clone(&shared),
-                    group: group.name.clone(),
-                    index,
-                    previous: Some(alloc.id.clone()),
-                });
+                replaced.push(*alloc);
             } else if alloc.job_version != job.version {
                 plan.in_place.push(alloc.id.clone());
             }
+        }
+        // An index with no allocation (a replacement that could not be placed): the batch
+        // before is not done, so nothing more is stopped until it is placed and healthy.
+        let unplaced = (0..count_of(group.count)).any(|index| !kept.contains(&index));
+        let room = if unplaced && deployment.is_some() && job.update_of(&group.name).is_some() {
+            0
+        } else {
+            rollout_room(store, job, &group.name, deployment.map(|d| d.id.as_str()))
+        };
+        // One its client has not started first (it serves nothing), then the oldest.
+        replaced.sort_by_key(|alloc| {
+            let started = alloc.client_status != ClientStatus::Pending;
+            (started, alloc.create_index, index_of(&alloc.name))
+        });
+        if !replaced.is_empty() || room == 0 {
+            rolled_out = false;
+        }
+        for alloc in replaced.iter().take(room) {
+            plan.stop.push((alloc.id.clone(), DESC_UPDATING));
+            rollouts.push((group.name.clone(), index_of(&alloc.name), alloc.id.clone()));
         }
         for index in (0..count_of(group.count)).filter(|index| !kept.contains(index)) {
             plan.place.push(Placement {
@@ -112,10 +147,65 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                 group: group.name.clone(),
                 index,
                 previous: None,
+                deployment: None,
             });
         }
     }
+    // Nothing replaced, nothing left to replace, every replacement healthy and every stop
+    // done: the deployment succeeded (decided before this plan's placements, which then
+    // belong to no deployment).
+    let running = deployment.filter(|_| !rolled_out).map(|d| d.id.clone());
+    if rolled_out {
+        plan.deployment_done = deployment.map(|d| d.id.clone());
+    }
+    for (group, index, previous) in rollouts {
+        plan.place.push(Placement {
+            job: Arc::clone(&shared),
+            group,
+            index,
+            previous: Some(previous),
+            deployment: None,
+        });
+    }
+    for placement in &mut plan.place {
+        placement.deployment = running.clone();
+    }
     plan
+}
+
+// invariant: rollout_bounded
+/// How many of `group`'s allocations of an older version this evaluation may replace:
+/// every one without an update strategy; none without a running deployment; else
+/// `max_parallel` once the deployment's last batch is done — its replacements healthy, the
+/// allocations it stopped client-terminal — and none before.
+fn rollout_room(store: &StateStore, job: &Job, group: &str, deployment: Option<&str>) -> usize {
+    let Some(update) = job.update_of(group) else {
+        return usize::MAX;
+    };
+    let Some(deployment) = deployment else {
+        return 0;
+    };
+    let in_group = || {
+        store
+            .allocs_by_job(&job.id)
+            .filter(|a| a.task_group == group)
+    };
+    let stopping = in_group().any(|alloc| {
+        alloc.desired_description == DESC_UPDATING && !alloc.client_status.is_terminal()
+    });
+    let unhealthy = in_group().any(|alloc| {
+        !alloc.is_terminal()
+            && alloc.deployment_id == deployment
+            && alloc
+                .deployment_status
+                .as_ref()
+                .is_none_or(|status| status.healthy != Some(true))
+    });
+    if stopping || unhealthy {
+        0
+    } else {
+        usize::try_from(update.max_parallel).unwrap_or(usize::MAX)
+    }
 }
 
 /// The index in an allocation's name, `job.group[index]`.

@@ -202,6 +202,89 @@ pub struct Allocation {
     /// removed once the client reports it terminal. The API answers 404 for it.
     #[serde(skip)]
     pub tombstone: bool,
+    /// The deployment that placed it (`""`: none); its client then watches its health.
+    #[serde(default, rename = "DeploymentID")]
+    pub deployment_id: String,
+    /// Its health as its client reported it, within its deployment.
+    #[serde(default)]
+    pub deployment_status: Option<AllocDeploymentStatus>,
+}
+
+/// An allocation's health within its deployment (Nomad's `AllocDeploymentStatus`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct AllocDeploymentStatus {
+    /// `None` until the client decides.
+    pub healthy: Option<bool>,
+    /// When the client decided (Unix nanoseconds; Go's `time.Time` on the wire).
+    #[serde(with = "crate::gotime::serde_time")]
+    pub timestamp: i64,
+    pub canary: bool,
+    pub modify_index: u64,
+}
+
+/// Nomad's deployment statuses and their descriptions (`structs/deployment.go`).
+pub mod deployment_status {
+    pub const RUNNING: &str = "running";
+    pub const SUCCESSFUL: &str = "successful";
+    pub const CANCELLED: &str = "cancelled";
+    pub const DESC_RUNNING: &str = "Deployment is running";
+    pub const DESC_SUCCESSFUL: &str = "Deployment completed successfully";
+    pub const DESC_STOPPED: &str = "Cancelled because job is stopped";
+    pub const DESC_NEWER_JOB: &str = "Cancelled due to newer version of job";
+}
+
+/// A rollout of one job version: created by a registration that changes a group with an
+/// update strategy while allocations of an older version run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Deployment {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub namespace: String,
+    #[serde(rename = "JobID")]
+    pub job_id: JobId,
+    pub job_version: u64,
+    pub job_modify_index: u64,
+    pub job_spec_modify_index: u64,
+    pub job_create_index: u64,
+    pub is_multiregion: bool,
+    pub task_groups: BTreeMap<String, DeploymentState>,
+    pub status: String,
+    pub status_description: String,
+    pub eval_priority: i64,
+    pub create_index: u64,
+    pub modify_index: u64,
+    #[serde(default)]
+    pub create_time: i64,
+    #[serde(default)]
+    pub modify_time: i64,
+}
+
+impl Deployment {
+    /// Running (Nomad's active statuses that this agent has).
+    pub fn is_active(&self) -> bool {
+        self.status == deployment_status::RUNNING
+    }
+}
+
+/// One group's progress in a deployment (Nomad's `DeploymentState`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct DeploymentState {
+    pub auto_revert: bool,
+    pub auto_promote: bool,
+    /// Nanoseconds.
+    pub progress_deadline: i64,
+    #[serde(with = "crate::gotime::serde_time")]
+    pub require_progress_by: i64,
+    pub promoted: bool,
+    pub placed_canaries: Option<Vec<AllocId>>,
+    pub desired_canaries: u64,
+    pub desired_total: u64,
+    pub placed_allocs: u64,
+    pub healthy_allocs: u64,
+    pub unhealthy_allocs: u64,
 }
 
 /// One port of an allocation: its label, the host's port, and where the task listens.

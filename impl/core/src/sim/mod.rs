@@ -42,7 +42,7 @@ use crate::client::{
     AllocRunner, Client, Command, ExitResult, RunnerPhase, RunnerStep, TaskPhase, Timer,
 };
 use crate::server::structs::{AllocId, JobId, NodeId};
-use crate::server::{ClientReport, Server, ServerError, StopJobOptions, WriteResponse};
+use crate::server::{Server, ServerError, StopJobOptions, WriteResponse};
 use crate::spec::{Job, TaskRole};
 use crate::step::log::{EventLog, LogEntry};
 use crate::step::{Effect, Step};
@@ -159,6 +159,29 @@ impl Simulator {
         Ok(response)
     }
 
+    /// The latest version of `job` with each group's `Meta["generation"]` counted up: the
+    /// simulator's `job run` of an edited file (`Step::UpdateJob`).
+    fn edited(&self, job: &JobId) -> Result<Job, SimError> {
+        let mut edited = self
+            .server
+            .store
+            .job(job)
+            .filter(|stored| !stored.stop)
+            .ok_or_else(|| {
+                SimError::NotEnabled(format!("UpdateJob{{job: {job}}}: no running job"))
+            })?
+            .spec_only();
+        for group in &mut edited.task_groups {
+            let meta = group.meta.get_or_insert_with(Default::default);
+            let generation = meta
+                .get("generation")
+                .and_then(|g| g.parse::<u64>().ok())
+                .unwrap_or(0);
+            meta.insert("generation".into(), (generation + 1).to_string());
+        }
+        Ok(edited)
+    }
+
     /// The runner of an allocation, on whichever node has it.
     pub fn runner(&self, alloc: &str) -> Option<&AllocRunner> {
         self.clients
@@ -206,6 +229,11 @@ impl Simulator {
             .contains_key(&(alloc.clone(), Timer::GroupDelay))
         {
             steps.push(Step::GroupDelayElapsed {
+                alloc: alloc.clone(),
+            });
+        }
+        if self.timers.contains_key(&(alloc.clone(), Timer::Healthy)) {
+            steps.push(Step::AllocHealthy {
                 alloc: alloc.clone(),
             });
         }
@@ -293,6 +321,11 @@ impl Simulator {
             Step::StartJob { job } => {
                 self.server.start_job(job)?;
                 self.after_server_write();
+            }
+            Step::UpdateJob { job } => {
+                // Logged as the registration it is (`register`).
+                self.register(self.edited(job)?)?;
+                return Ok(());
             }
             Step::ProcessEval { job } => {
                 if self.server.next_eval_job() != Some(job) {
@@ -467,6 +500,10 @@ impl Simulator {
                     .contains_key(&(alloc.clone(), Timer::RestartDelay(ix)))
                     && runner.timer_fired(Timer::RestartDelay(ix), now, &mut commands)
             }
+            (Step::AllocHealthy { .. }, _) => {
+                self.timers.contains_key(&(alloc.clone(), Timer::Healthy))
+                    && runner.timer_fired(Timer::Healthy, now, &mut commands)
+            }
             (Step::GroupDelayElapsed { .. }, _) => {
                 self.timers
                     .contains_key(&(alloc.clone(), Timer::GroupDelay))
@@ -610,12 +647,7 @@ impl Simulator {
         }
         if report {
             let runner = &self.clients[node].runners[alloc];
-            let report = ClientReport {
-                client_status: runner.alloc.client_status,
-                client_description: runner.alloc.client_description.clone(),
-                task_states: runner.task_states(),
-            };
-            self.server.client_report(alloc, report);
+            self.server.client_report(alloc, runner.report());
             self.after_server_write();
         }
         self.refresh_exits(node, alloc);
@@ -804,6 +836,7 @@ impl Simulator {
                 alloc,
                 task: runner.tasks[ix].name.clone(),
             },
+            Timer::Healthy => Step::AllocHealthy { alloc },
         })
     }
 }
@@ -836,6 +869,7 @@ fn fired_timer(step: &Step, task: Option<usize>) -> Option<Timer> {
         (Step::TaskDelayElapsed { .. }, Some(ix)) => Some(Timer::TaskDelay(ix)),
         (Step::KillTimeout { .. }, Some(ix)) => Some(Timer::KillTimeout(ix)),
         (Step::RestartDelayElapsed { .. }, Some(ix)) => Some(Timer::RestartDelay(ix)),
+        (Step::AllocHealthy { .. }, _) => Some(Timer::Healthy),
         _ => None,
     }
 }

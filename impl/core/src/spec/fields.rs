@@ -10,8 +10,8 @@
 //!
 //! | | honoured | warned (accepted, not acted on) | refused |
 //! |---|---|---|---|
-//! | job | `ID`, `Name`, `Type`, `Priority`, `Namespace` (`default`), `Region`, `Datacenters` (globs, judged against the node), `NodePool` (`default`), `TaskGroups`, `Meta`, `Constraints` | `AllAtOnce`, `Update`, `Reschedule`, `Migrate`, `Affinities`, `Spreads`, `UI`, `ConsulToken`, `ConsulNamespace`, `VersionTag` | `Periodic`, `ParameterizedJob`, `Dispatched`, `Payload`, `ParentID`, `Multiregion`, `VaultToken`, `VaultNamespace` |
-//! | group | `Name`, `Count`, `ShutdownDelay`, `Services`, `Tasks`, `Meta`, `Networks` (host mode; ports), `Constraints`, `RestartPolicy` (`Attempts`, `Interval`, `Delay`, `Mode`) | `RestartPolicy.RenderTemplates`, `ReschedulePolicy`, `EphemeralDisk`, `Update`, `Migrate`, `Affinities`, `Spreads`, `Scaling`, `Disconnect` and its older fields, `Consul` | `Volumes` |
+//! | job | `ID`, `Name`, `Type`, `Priority`, `Namespace` (`default`), `Region`, `Datacenters` (globs, judged against the node), `NodePool` (`default`), `TaskGroups`, `Meta`, `Constraints`, `Update` (as the group's) | `AllAtOnce`, `Update`'s warned fields (as the group's), `Reschedule`, `Migrate`, `Affinities`, `Spreads`, `UI`, `ConsulToken`, `ConsulNamespace`, `VersionTag` | `Periodic`, `ParameterizedJob`, `Dispatched`, `Payload`, `ParentID`, `Multiregion`, `VaultToken`, `VaultNamespace` |
+//! | group | `Name`, `Count`, `ShutdownDelay`, `Services`, `Tasks`, `Meta`, `Networks` (host mode; ports), `Constraints`, `RestartPolicy` (`Attempts`, `Interval`, `Delay`, `Mode`), `Update` (`MaxParallel`, `HealthCheck`, `MinHealthyTime`) | `RestartPolicy.RenderTemplates`, `ReschedulePolicy`, `EphemeralDisk`, `Update`'s `Stagger`, `HealthyDeadline`, `ProgressDeadline`, `AutoRevert`, `AutoPromote`, `Canary`, `Migrate`, `Affinities`, `Spreads`, `Scaling`, `Disconnect` and its older fields, `Consul` | `Volumes` |
 //! | task | `Name`, `Driver`, `User`, `Lifecycle`, `Config`, `Env`, `Services`, `KillTimeout`, `KillSignal`, `Leader`, `ShutdownDelay`, `Meta`, `Resources` (recorded: `CPU`, `Cores`, `MemoryMB`, `MemoryMaxMB`), `Constraints`, `Templates` (inline data), `RestartPolicy` (over the group's) | `LogConfig`, `Affinities`, `Kind`, `Identity`/`Identities`, `Consul`, `ScalingPolicies` | `Artifacts`, `Vault`, `VolumeMounts`, `DispatchPayload`, `CSIPluginConfig`, `Actions`, `Schedule` |
 //! | service | `Name`, `Provider`, `Tags`, `PortLabel`, `TaskName`, `Meta` | `Checks` (not run), `CheckRestart`, `CanaryTags`, `CanaryMeta`, `EnableTagOverride`, `AddressMode`, `Address`, `TaggedAddresses`, `OnUpdate`, `Identity`, `Cluster`, `Kind`, `Weights` | `Connect` |
 //! | inside | ports: `Label`, `Value` (static), `To`, `HostNetwork` (`default`); constraints: `LTarget` (`${attr.*}`, `${node.*}`, `${meta.*}`), `Operand` (`=`, `==`, `is`, `!=`, `not`, `is_set`, `is_not_set`), `RTarget`; templates: `EmbeddedTmpl` (no `{{ }}` directives), `DestPath` (inside the task directory), `Perms` | resources `DiskMB`, `IOPS`, `SecretsMB`; network `MBits`, `IP`, `CIDR`, `Device`; template `ChangeMode`, `ChangeSignal`, `Splay`, `Wait`, delimiters | resources `Networks`, `Devices`, `NUMA`; network modes but host, `Hostname`, `DNS`, `CNI`; template `SourcePath`, `Envvars`, `Uid`, `Gid`; other constraint operands |
@@ -57,8 +57,37 @@ pub type Field = (&'static str, Treatment);
 use Child::{Free, List, Object, Value as V};
 use Treatment::{Honoured as H, Refused as R, Server as S, Warned as W};
 
-const NO_UPDATE: &str = "accepted, not honoured: an update is rolled out all at once (no \
-                         deployments, canaries or health checks)";
+/// The `update` block: a rollout replaces `max_parallel` allocations at a time, each batch
+/// once the last is healthy (its tasks ran for `min_healthy_time`) and stopped.
+const UPDATE: &[Field] = &[
+    ("MaxParallel", H(V)),
+    ("HealthCheck", H(V)),
+    ("MinHealthyTime", H(V)),
+    (
+        "Stagger",
+        W("accepted, not honoured: deprecated by Nomad; min_healthy_time paces a rollout"),
+    ),
+    (
+        "HealthyDeadline",
+        W("accepted, not honoured yet: an allocation that never turns healthy holds the rollout"),
+    ),
+    (
+        "ProgressDeadline",
+        W("accepted, not honoured yet: a deployment without progress is not failed"),
+    ),
+    (
+        "AutoRevert",
+        W("accepted, not honoured yet: a failed deployment is not rolled back"),
+    ),
+    (
+        "AutoPromote",
+        W("accepted, not honoured yet: no canaries are placed"),
+    ),
+    (
+        "Canary",
+        W("accepted, not honoured yet: no canaries are placed; the update rolls out max_parallel at a time"),
+    ),
+];
 const NO_RESCHEDULE: &str = "accepted, not honoured: a failed allocation is not rescheduled";
 const NO_SCORING: &str = "accepted, not honoured: the agent has one node, so there is nothing \
                           to prefer or spread over";
@@ -93,7 +122,7 @@ pub const JOB: &[Field] = &[
         "AllAtOnce",
         W("accepted, not honoured: evaluations are processed one at a time anyway"),
     ),
-    ("Update", W(NO_UPDATE)),
+    ("Update", H(Object(UPDATE))),
     ("Reschedule", W(NO_RESCHEDULE)),
     (
         "Migrate",
@@ -152,7 +181,7 @@ pub const GROUP: &[Field] = &[
         "EphemeralDisk",
         W("accepted, not honoured: the task directories are not size-limited"),
     ),
-    ("Update", W(NO_UPDATE)),
+    ("Update", H(Object(UPDATE))),
     (
         "Migrate",
         W("accepted, not honoured: there is no node to drain to"),
@@ -532,7 +561,8 @@ mod tests {
     #[test]
     fn unset_fields_are_absent_and_set_ones_are_classified_by_name() {
         let job = json!({
-            "ID": "web", "Periodic": null, "Update": {"MaxParallel": 1}, "Dispatched": false,
+            "ID": "web", "Periodic": null, "Update": {"MaxParallel": 1, "Canary": 1},
+            "Dispatched": false,
             "VaultToken": "", "Meta": {}, "Frobnicate": null,
             "TaskGroups": [{"Name": "g", "EphemeralDisk": {"SizeMB": 300},
                 "Tasks": [{"Name": "t", "Artifacts": [{"GetterSource": "x"}],
@@ -546,7 +576,9 @@ mod tests {
                     "TaskGroups[0].EphemeralDisk: {}",
                     "accepted, not honoured: the task directories are not size-limited"
                 ),
-                format!("Update: {NO_UPDATE}"),
+                "Update.Canary: accepted, not honoured yet: no canaries are placed; the update \
+                 rolls out max_parallel at a time"
+                    .to_string(),
             ]
         );
         assert_eq!(found.refused.len(), 1);

@@ -5,6 +5,7 @@
 pub mod fields;
 mod validate;
 pub mod validate_extra;
+mod validate_update;
 
 pub use validate::{
     JOB_ENDPOINT_SUFFIXES, MAX_ALLOCS_PER_JOB, MAX_NAME_BYTES, MAX_TASKS_PER_GROUP,
@@ -48,6 +49,8 @@ pub struct Job {
     pub meta: Option<BTreeMap<String, String>>,
     /// Judged against the node's attributes at placement.
     pub constraints: Option<Vec<Constraint>>,
+    /// The job's `update` block: each group's own overrides it field by field.
+    pub update: Option<UpdateStrategy>,
     /// Set by the server (`job stop` writes a new version with `Stop=true`).
     pub stop: bool,
     // Bookkeeping, set by the server: the only fields besides `Stop` in which two stored
@@ -98,6 +101,12 @@ impl Submission {
 pub const MAX_SUBMISSION_BYTES: usize = 1_000_000;
 
 impl Job {
+    /// The update strategy of `group`'s rollout, if it has one ([`UpdateStrategy::effective`]).
+    pub fn update_of(&self, group: &str) -> Option<EffectiveUpdate> {
+        let group = self.task_groups.iter().find(|g| g.name == group)?;
+        UpdateStrategy::effective(&self.job_type, self.update.as_ref(), group.update.as_ref())
+    }
+
     /// What an allocation of `group` runs: the group but for its count, and the job's fields
     /// that reach its tasks or decide where it may run (name, region, meta, constraints,
     /// datacenters, node pool). Two versions whose `as_run` differ replace the allocation.
@@ -112,8 +121,10 @@ impl Job {
             constraints: self.constraints.clone(),
             datacenters: self.datacenters.clone(),
             node_pool: self.node_pool.clone(),
+            // A changed count or update strategy alone replaces nothing.
             task_groups: vec![TaskGroup {
                 count: None,
+                update: None,
                 ..group.clone()
             }],
             ..Job::default()
@@ -153,6 +164,85 @@ pub struct TaskGroup {
     /// What follows a task ending on its own; unset fields take Nomad's defaults for the
     /// job's type ([`RestartPolicy::effective`]).
     pub restart_policy: Option<RestartPolicy>,
+    /// How a changed version replaces the group's allocations ([`UpdateStrategy::effective`]).
+    pub update: Option<UpdateStrategy>,
+}
+
+/// The `update` block as the API carries it (durations in nanoseconds).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct UpdateStrategy {
+    #[serde(rename = "Stagger")]
+    pub stagger_ns: Option<i64>,
+    pub max_parallel: Option<i64>,
+    pub health_check: Option<String>,
+    #[serde(rename = "MinHealthyTime")]
+    pub min_healthy_time_ns: Option<i64>,
+    #[serde(rename = "HealthyDeadline")]
+    pub healthy_deadline_ns: Option<i64>,
+    #[serde(rename = "ProgressDeadline")]
+    pub progress_deadline_ns: Option<i64>,
+    pub auto_revert: Option<bool>,
+    pub auto_promote: Option<bool>,
+    pub canary: Option<i64>,
+}
+
+/// A group's update strategy with every field decided: what a rollout follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectiveUpdate {
+    /// Allocations of an older version replaced at a time; at least 1.
+    pub max_parallel: u64,
+    pub min_healthy_time_ns: i64,
+    pub healthy_deadline_ns: i64,
+    pub progress_deadline_ns: i64,
+    pub auto_revert: bool,
+}
+
+impl UpdateStrategy {
+    /// Nomad's defaults (`api.DefaultUpdateStrategy`): one at a time, healthy after 10 s,
+    /// unhealthy after 5 m, the deployment failed after 10 m without progress.
+    pub const DEFAULT_MAX_PARALLEL: i64 = 1;
+    pub const DEFAULT_MIN_HEALTHY_TIME_NS: i64 = 10_000_000_000;
+    pub const DEFAULT_HEALTHY_DEADLINE_NS: i64 = 300_000_000_000;
+    pub const DEFAULT_PROGRESS_DEADLINE_NS: i64 = 600_000_000_000;
+
+    /// The strategy a group's rollout follows: the group's fields over the job's over
+    /// Nomad's defaults, as Nomad's API canonicalises a service job (one without any
+    /// `update` block gets the defaults). `None` — every allocation replaced at once, no
+    /// deployment — for other job types (a system job's rolling update is not honoured
+    /// here), and for `max_parallel = 0`.
+    pub fn effective(
+        job_type: &str,
+        job: Option<&UpdateStrategy>,
+        group: Option<&UpdateStrategy>,
+    ) -> Option<EffectiveUpdate> {
+        if job_type != "service" {
+            return None;
+        }
+        let pick = |field: fn(&UpdateStrategy) -> Option<i64>, default: i64| {
+            group
+                .and_then(field)
+                .or_else(|| job.and_then(field))
+                .unwrap_or(default)
+        };
+        let max_parallel = pick(|u| u.max_parallel, Self::DEFAULT_MAX_PARALLEL);
+        if max_parallel <= 0 {
+            return None;
+        }
+        Some(EffectiveUpdate {
+            max_parallel: max_parallel as u64,
+            min_healthy_time_ns: pick(|u| u.min_healthy_time_ns, Self::DEFAULT_MIN_HEALTHY_TIME_NS),
+            healthy_deadline_ns: pick(|u| u.healthy_deadline_ns, Self::DEFAULT_HEALTHY_DEADLINE_NS),
+            progress_deadline_ns: pick(
+                |u| u.progress_deadline_ns,
+                Self::DEFAULT_PROGRESS_DEADLINE_NS,
+            ),
+            auto_revert: group
+                .and_then(|u| u.auto_revert)
+                .or_else(|| job.and_then(|u| u.auto_revert))
+                .unwrap_or(false),
+        })
+    }
 }
 
 /// The `restart` block as the API carries it (durations in nanoseconds).

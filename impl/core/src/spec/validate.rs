@@ -234,6 +234,7 @@ impl Job {
             }
         }
         super::validate_extra::check(self, &mut fail);
+        super::validate_update::check(self, &mut fail);
         if errors.is_empty() {
             Ok(())
         } else {

@@ -83,6 +83,17 @@ pub enum Step {
         alloc: AllocId,
         task: String,
     },
+    /// `job run` of an edited jobspec. The simulator's stand-in for the edit: the latest
+    /// version with each group's `Meta["generation"]` counted up (a destructive change that
+    /// leaves the stop path's fields alone). Logged as the registration it is.
+    UpdateJob {
+        job: JobId,
+    },
+    /// The `min_healthy_time` timer of an allocation placed by a deployment fires with every
+    /// task running: its client reports it healthy.
+    AllocHealthy {
+        alloc: AllocId,
+    },
 }
 
 impl Step {
@@ -106,6 +117,8 @@ impl Step {
             Step::RestartAlloc { .. } => "RestartAlloc",
             Step::RestartDecision { .. } => "RestartDecision",
             Step::RestartDelayElapsed { .. } => "RestartDelayElapsed",
+            Step::UpdateJob { .. } => "UpdateJob",
+            Step::AllocHealthy { .. } => "AllocHealthy",
         }
     }
 
@@ -119,6 +132,7 @@ impl Step {
                 | Step::StartJob { .. }
                 | Step::ClientRestart
                 | Step::RestartAlloc { .. }
+                | Step::UpdateJob { .. }
         )
     }
 
@@ -137,9 +151,11 @@ impl Step {
             | Step::PoststopExit { alloc, .. }
             | Step::RestartAlloc { alloc, .. }
             | Step::RestartDecision { alloc, .. }
-            | Step::RestartDelayElapsed { alloc, .. } => Some(alloc),
+            | Step::RestartDelayElapsed { alloc, .. }
+            | Step::AllocHealthy { alloc } => Some(alloc),
             Step::StopJob { .. }
             | Step::StartJob { .. }
+            | Step::UpdateJob { .. }
             | Step::ProcessEval { .. }
             | Step::ClientRestart => None,
         }
@@ -164,9 +180,10 @@ impl Step {
     /// The job the step names itself (the requests and the scheduler's step).
     pub fn job(&self) -> Option<&JobId> {
         match self {
-            Step::StopJob { job, .. } | Step::StartJob { job } | Step::ProcessEval { job } => {
-                Some(job)
-            }
+            Step::StopJob { job, .. }
+            | Step::StartJob { job }
+            | Step::ProcessEval { job }
+            | Step::UpdateJob { job } => Some(job),
             _ => None,
         }
     }
@@ -191,7 +208,9 @@ impl fmt::Display for Step {
                 f,
                 "{{alloc: {alloc}, no_shutdown_delay: {no_shutdown_delay}}}"
             ),
-            Step::StartJob { job } | Step::ProcessEval { job } => write!(f, "{{job: {job}}}"),
+            Step::StartJob { job } | Step::ProcessEval { job } | Step::UpdateJob { job } => {
+                write!(f, "{{job: {job}}}")
+            }
             Step::RestartAlloc {
                 alloc,
                 task,

@@ -4,7 +4,6 @@
 use super::DaemonHost;
 use crate::daemon::persist;
 use quiesce_core::client::AllocRunner;
-use quiesce_core::server::ClientReport;
 
 impl DaemonHost {
     pub(super) fn services(
@@ -75,11 +74,7 @@ impl DaemonHost {
             let encoded = persist::StoredRunner::encode(runner, &deadlines);
             (self.alloc.clone(), encoded)
         });
-        let report = pending.report.then(|| ClientReport {
-            client_status: runner.alloc.client_status,
-            client_description: runner.alloc.client_description.clone(),
-            task_states: runner.task_states(),
-        });
+        let report = pending.report.then(|| runner.report());
         let mut writes = pending.effects;
         if let Some(index) = pending.pulled {
             let pulled = persist::Payload::Pulled(self.alloc.clone(), index);

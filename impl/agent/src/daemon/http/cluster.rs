@@ -1,6 +1,6 @@
 //! The cluster's reads where this agent has one of each and nothing to manage: the
-//! `default` namespace, the raft configuration (one voter: this server), volumes (none),
-//! deployments (none yet). Each is answered as Nomad answers it, read-only.
+//! `default` namespace, the raft configuration (one voter: this server), volumes (none).
+//! Each is answered as Nomad answers it, read-only.
 
 use super::*;
 
@@ -110,12 +110,6 @@ pub(super) fn list_volumes(shared: &Shared, query: &Query) -> Result<Reply, ApiE
             "the volume type is required: type=host or type=csi",
         )),
     }
-}
-
-/// `GET /v1/deployments`: none yet.
-pub(super) fn list_deployments(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
-    unchanging(shared, query)?;
-    ok(json!([]), 1)
 }
 
 /// A blocking query on a table that never changes (its index is 1): one past it waits out

@@ -240,6 +240,7 @@ fn event_json(
                 .map(|o| (o.job.as_ref(), o.task_group.as_str(), o.ports.as_slice()));
             json!({ "Service": service_json(shared, node, service, owner) })
         }
+        Snapshot::Deployment(deployment) => json!({ "Deployment": deployment.as_ref() }),
         Snapshot::Node(node) => {
             let mut value = node_json(node);
             value["SecretID"] = json!("");

@@ -1,8 +1,6 @@
 //! The reads around a job that clients make on every screen: its source as submitted
-//! (`/v1/job/:id/submission`), its service registrations (`/v1/job/:id/services`), its
-//! deployments (`/v1/job/:id/deployments`, `/v1/job/:id/deployment`; this agent makes none
-//! yet, so an empty list and `null`, as Nomad answers for a job that never had one); and
-//! `/v1/job/:id/evaluate`, a new evaluation of the job as it is stored.
+//! (`/v1/job/:id/submission`), its service registrations (`/v1/job/:id/services`) (its
+//! deployments are `deployments.rs`'s); and `/v1/job/:id/evaluate`, a new evaluation of the job as it is stored.
 
 use super::*;
 use quiesce_core::spec::{Submission, MAX_SUBMISSION_BYTES};
@@ -141,19 +139,6 @@ pub(super) fn job_services(shared: &Shared, id: &str, query: &Query) -> Result<R
         })
         .collect();
     ok(json!(registrations), store.table_indexes().services.max(1))
-}
-
-/// `GET /v1/job/:id/deployments` (a list) and `/v1/job/:id/deployment` (the latest, or
-/// `null`): this agent makes no deployments yet, so there are none to show. The index is
-/// Nomad's for an empty table, 1 (0 would make a client's next blocking query return at
-/// once).
-pub(super) fn job_deployments(
-    shared: &Shared,
-    query: &Query,
-    latest: bool,
-) -> Result<Reply, ApiError> {
-    drop(blocking_on(shared, query, |_| 1)?);
-    ok(if latest { Value::Null } else { json!([]) }, 1)
 }
 
 /// `PUT /v1/job/:id/evaluate`: a new evaluation of the job as stored, as Nomad's (its

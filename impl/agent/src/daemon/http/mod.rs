@@ -31,6 +31,7 @@ pub mod answers;
 mod blocking;
 mod cluster;
 pub mod connections;
+mod deployments;
 mod events;
 pub(super) mod guard;
 mod job_reads;

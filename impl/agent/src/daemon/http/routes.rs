@@ -209,7 +209,10 @@ pub static ROUTES: &[Route] = &[
         |c| cluster::get_namespace(c.shared, c.id, c.query),
     ),
     route(Get, Fixed("/v1/deployments"), READ_JOB, |c| {
-        cluster::list_deployments(c.shared, c.query)
+        deployments::list_deployments(c.shared, c.query)
+    }),
+    route(Get, Id("/v1/deployment/"), READ_JOB, |c| {
+        deployments::get_deployment(c.shared, c.id, c.query)
     }),
     route(Get, Fixed("/v1/volumes"), READ_JOB, |c| {
         cluster::list_volumes(c.shared, c.query)
@@ -338,10 +341,10 @@ pub static ROUTES: &[Route] = &[
         job_reads::job_services(c.shared, c.id, c.query)
     }),
     route(Get, JobPath("/deployments"), READ_JOB, |c| {
-        job_reads::job_deployments(c.shared, c.query, false)
+        deployments::job_deployments(c.shared, c.id, c.query, false)
     }),
     route(Get, JobPath("/deployment"), READ_JOB, |c| {
-        job_reads::job_deployments(c.shared, c.query, true)
+        deployments::job_deployments(c.shared, c.id, c.query, true)
     }),
     route(Get, JobPath(""), READ_JOB, |c| {
         get_job(c.shared, c.id, c.query)

@@ -62,6 +62,7 @@ const RUNNERS: TableDefinition<&str, &[u8]> = TableDefinition::new("runners");
 const PULLS: TableDefinition<&str, &[u8]> = TableDefinition::new("logged_pulls");
 const ACL: TableDefinition<&str, &[u8]> = TableDefinition::new("acl");
 const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
+const DEPLOYMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("deployments");
 const INDEXES: TableDefinition<&str, &[u8]> = TableDefinition::new("indexes");
 const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("keys");
 const LOG: TableDefinition<u64, &str> = TableDefinition::new("log");
@@ -91,6 +92,7 @@ pub enum Table {
     Indexes,
     /// The agent's signing keys, by key ID.
     Keys,
+    Deployments,
 }
 
 /// The key of the table indexes' record in [`Table::Indexes`].
@@ -109,6 +111,7 @@ impl Table {
             Table::Nodes => NODES,
             Table::Indexes => INDEXES,
             Table::Keys => KEYS,
+            Table::Deployments => DEPLOYMENTS,
         }
     }
 }
@@ -136,6 +139,7 @@ pub enum Payload {
     /// An ACL record (see [`Table::Acl`]).
     Acl(AclRecord),
     Node(Box<quiesce_core::server::structs::Node>),
+    Deployment(Box<quiesce_core::server::structs::Deployment>),
     Indexes(quiesce_core::server::store::TableIndexes),
     Key(crate::daemon::keyring::StoredKey),
 }
@@ -206,6 +210,7 @@ impl Payload {
             Payload::Pulled(alloc, index) => serde_json::to_vec(&(alloc, index)),
             Payload::Acl(record) => serde_json::to_vec(record),
             Payload::Node(node) => serde_json::to_vec(node),
+            Payload::Deployment(deployment) => serde_json::to_vec(deployment),
             Payload::Indexes(indexes) => serde_json::to_vec(indexes),
             Payload::Key(key) => serde_json::to_vec(key),
         };
@@ -470,6 +475,7 @@ impl Persist {
                 Table::Nodes,
                 Table::Indexes,
                 Table::Keys,
+                Table::Deployments,
             ] {
                 setup
                     .open_table(table.definition())
@@ -552,6 +558,9 @@ impl Persist {
             tables.services.push(service)
         })?;
         each(&read, Table::Nodes, |node| tables.nodes.push(node))?;
+        each(&read, Table::Deployments, |deployment| {
+            tables.deployments.push(deployment)
+        })?;
         each(&read, Table::Indexes, |indexes| {
             loaded.table_indexes = indexes
         })?;

@@ -13,6 +13,7 @@ use crate::server::structs::{event_types, Allocation, ClientStatus, DesiredStatu
 use crate::spec::{RestartPolicy, TaskRole};
 use serde::{Deserialize, Serialize};
 
+mod health;
 mod restart;
 
 pub use restart::RestartRefused;
@@ -48,6 +49,9 @@ pub struct AllocRunner {
     /// tasks are killed through the stop path.
     #[serde(default)]
     pub failed: bool,
+    /// Placed by a deployment: the health watch (`health.rs`).
+    #[serde(default)]
+    pub health: health::Health,
 }
 
 impl AllocRunner {
@@ -82,6 +86,7 @@ impl AllocRunner {
                 shutdown_delay_ns: group.shutdown_delay_ns.unwrap_or(0),
             },
             failed: false,
+            health: health::Health::default(),
             tasks: group
                 .tasks
                 .iter()
@@ -126,6 +131,7 @@ impl AllocRunner {
         {
             runner.cancel_delays(now, out);
         }
+        runner.watch_health(out);
         out.push(Command::Report);
         runner
     }
@@ -169,6 +175,8 @@ impl AllocRunner {
         {
             stored.cancel_delays(now, out);
         }
+        stored.health.timer = false;
+        stored.watch_health(out);
         stored
     }
 
@@ -193,6 +201,7 @@ impl AllocRunner {
         if self.alloc.desired_transition.should_ignore_shutdown_delay() {
             self.cancel_delays(now, out);
         }
+        self.watch_health(out);
     }
 
     // invariant: delay_skipped_only_when_flagged
@@ -304,6 +313,7 @@ impl AllocRunner {
             RunnerStep::RestartDecision(ix) => self.restart_decision(ix, now, out),
         }
         self.settle(now, out);
+        self.watch_health(out);
         out.push(Command::Report);
         true
     }
@@ -394,8 +404,10 @@ impl AllocRunner {
             {
                 self.tasks[ix].run_again(ix, now, out)
             }
+            Timer::Healthy if self.health.timer => self.turn_healthy(now),
             _ => return false,
         }
+        self.watch_health(out);
         out.push(Command::Report);
         true
     }
@@ -419,6 +431,7 @@ impl AllocRunner {
             TaskPhase::Running if task.role != TaskRole::Poststop => {
                 // Ended on its own: the restart policy decides next (a ready step).
                 task.ended_on_its_own(ix, exit, now, out);
+                self.watch_health(out);
                 out.push(Command::Report);
                 return true;
             }
@@ -431,6 +444,7 @@ impl AllocRunner {
             task.run_again(ix, now, out);
         }
         self.settle(now, out);
+        self.watch_health(out);
         out.push(Command::Report);
         true
     }
@@ -533,6 +547,16 @@ impl AllocRunner {
         };
         self.alloc.client_description = "All tasks have completed".to_string();
         out.push(Command::Report);
+    }
+
+    /// What the client reports of it to the server.
+    pub fn report(&self) -> crate::server::ClientReport {
+        crate::server::ClientReport {
+            client_status: self.alloc.client_status,
+            client_description: self.alloc.client_description.clone(),
+            task_states: self.task_states(),
+            deployment_status: self.health.status(),
+        }
     }
 
     /// The task states as the client reports them.

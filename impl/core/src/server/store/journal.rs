@@ -80,6 +80,9 @@ impl StateStore {
             Record::Node(id) => self
                 .node(id)
                 .map(|node| Snapshot::Node(Box::new(node.clone()))),
+            Record::Deployment(id) => self
+                .deployment(id)
+                .map(|deployment| Snapshot::Deployment(Box::new(deployment.clone()))),
         }
     }
 
@@ -153,6 +156,12 @@ fn event_of(kind: WriteType, snapshot: Snapshot) -> Event {
                 .map_or_else(|| "default".to_string(), |o| o.namespace.clone()),
         ),
         Snapshot::Node(node) => (Topic::Node, node.id.clone(), Vec::new(), String::new()),
+        Snapshot::Deployment(deployment) => (
+            Topic::Deployment,
+            deployment.id.clone(),
+            vec![deployment.job_id.clone()],
+            deployment.namespace.clone(),
+        ),
     };
     Event {
         topic,

@@ -12,12 +12,13 @@
 //! writes no new specification), all Unix nanoseconds as Nomad's. The simulator's store has
 //! no clock and stamps nothing, so its states stay comparable.
 
+mod deployments;
 mod journal;
 mod status;
 
 use super::events::{EventJournal, Snapshot, WriteType};
 use super::structs::{
-    AllocId, Allocation, EvalId, Evaluation, JobId, Node, NodeId, ServiceRegistration,
+    AllocId, Allocation, Deployment, EvalId, Evaluation, JobId, Node, NodeId, ServiceRegistration,
 };
 use crate::spec::Job;
 use status::Counts;
@@ -32,6 +33,7 @@ pub struct Tables {
     pub evals: Vec<Evaluation>,
     pub services: Vec<ServiceRegistration>,
     pub nodes: Vec<Node>,
+    pub deployments: Vec<Deployment>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -49,6 +51,10 @@ pub struct StateStore {
     evals: BTreeMap<EvalId, Evaluation>,
     services: BTreeMap<String, ServiceRegistration>,
     nodes: BTreeMap<NodeId, Node>,
+    /// Every deployment, by ID (`deployments.rs`).
+    deployments: BTreeMap<String, Deployment>,
+    /// The IDs of each job's deployments, oldest first.
+    deployments_by_job: BTreeMap<JobId, Vec<String>>,
     /// The index of each table's last write.
     table_indexes: TableIndexes,
     /// Allocations whose `AllocModifyIndex` changed since the last drain: what clients will
@@ -89,6 +95,8 @@ pub struct TableIndexes {
     pub evals: u64,
     pub services: u64,
     pub nodes: u64,
+    #[serde(default)]
+    pub deployments: u64,
 }
 
 /// A record of the store, as a durable copy names it.
@@ -101,6 +109,7 @@ pub enum Record {
     Eval(EvalId),
     Service(String),
     Node(NodeId),
+    Deployment(String),
 }
 
 impl StateStore {
@@ -113,6 +122,7 @@ impl StateStore {
             evals,
             services,
             nodes,
+            deployments,
         } = tables;
         let newest = |indexes: &mut dyn Iterator<Item = u64>| indexes.max().unwrap_or(0);
         let table_indexes = TableIndexes {
@@ -131,6 +141,9 @@ impl StateStore {
             nodes: indexes
                 .nodes
                 .max(newest(&mut nodes.iter().map(|n| n.modify_index))),
+            deployments: indexes
+                .deployments
+                .max(newest(&mut deployments.iter().map(|d| d.modify_index))),
         };
         let mut store = StateStore {
             index,
@@ -149,6 +162,9 @@ impl StateStore {
         }
         for node in nodes {
             store.put_node(node);
+        }
+        for deployment in deployments {
+            store.put_deployment(deployment);
         }
         store.table_indexes = table_indexes;
         // Journalled from now on: what was restored is stored already.
@@ -175,6 +191,7 @@ impl StateStore {
             Record::Eval(_) => tables.evals = index,
             Record::Service(_) => tables.services = index,
             Record::Node(_) => tables.nodes = index,
+            Record::Deployment(_) => tables.deployments = index,
         }
         if self.events.is_some() && record != Record::Index {
             let open = self

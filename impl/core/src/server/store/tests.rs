@@ -60,6 +60,7 @@ fn tables(store: &StateStore) -> Tables {
         allocs: store.allocs().cloned().collect(),
         evals: store.evals().cloned().collect(),
         services: store.services().cloned().collect(),
+        deployments: store.deployments().cloned().collect(),
         nodes: store.nodes().cloned().collect(),
     }
 }
@@ -170,6 +171,7 @@ fn a_stopped_job_is_dead_and_a_purged_one_leaves_no_status_behind() {
         client_status: ClientStatus::Complete,
         client_description: String::new(),
         task_states: Default::default(),
+        deployment_status: None,
     };
     server.client_report(&id, done);
     let purge = StopJobOptions {
