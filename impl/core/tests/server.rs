@@ -1194,3 +1194,46 @@ fn placement_goes_to_the_node_with_fewer_live_allocations() {
         );
     }
 }
+
+// invariant: stop_completes
+#[test]
+fn a_replacement_that_fails_before_it_is_healthy_fails_the_deployment_and_stops_the_rollout() {
+    let mut server = server_with(job("service", 2));
+    let old = alloc_ids(&server);
+    for id in &old {
+        server.client_report(id, report(ClientStatus::Running));
+    }
+    let mut changed = job("service", 2);
+    changed.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
+    server.register_job(changed).unwrap();
+    server.process_next_eval().unwrap();
+    let replacement = server
+        .store
+        .alloc(&old[0])
+        .unwrap()
+        .next_allocation
+        .clone()
+        .unwrap();
+    server.client_report(&old[0], report(ClientStatus::Complete));
+    server.client_report(&replacement, report(ClientStatus::Failed));
+    while server.process_next_eval().unwrap().is_some() {}
+    let deployment = server.store.latest_deployment("web").unwrap();
+    assert_eq!(
+        (
+            deployment.status.as_str(),
+            deployment.status_description.as_str()
+        ),
+        ("failed", "Failed due to unhealthy allocations")
+    );
+    assert_eq!(deployment.task_groups["web"].unhealthy_allocs, 1);
+    let failed = server.store.alloc(&replacement).unwrap();
+    assert_eq!(
+        failed.deployment_status.as_ref().unwrap().healthy,
+        Some(false)
+    );
+    // The older allocation not yet replaced keeps running.
+    assert_eq!(
+        server.store.alloc(&old[1]).unwrap().desired_status,
+        DesiredStatus::Run
+    );
+}

@@ -98,8 +98,8 @@ impl Server {
 
     // invariant: rollout_bounded
     /// A client reported an allocation healthy, in the report's write at `index`: the
-    /// health is recorded (not client-visible) and counted, and while its deployment runs
-    /// the watcher asks for an evaluation, which may start the next batch.
+    /// health is recorded (not client-visible) and counted, and while the job's deployment
+    /// runs the watcher asks for an evaluation, which may start the next batch.
     pub(super) fn alloc_healthy(
         &mut self,
         alloc_id: &str,
@@ -129,9 +129,7 @@ impl Server {
                 ..health
             });
         });
-        let mut active = false;
         self.store.update_deployment(&deployment_id, index, |d| {
-            active = d.is_active();
             if let Some(state) = d.task_groups.get_mut(&group) {
                 if healthy {
                     state.healthy_allocs += 1;
@@ -140,16 +138,52 @@ impl Server {
                 }
             }
         });
-        if active {
-            self.watcher_eval(&job_id, index);
-        }
+        // The job's running deployment, whichever placed this allocation: a newer one may
+        // wait for an older one's replacement.
+        self.wake_running_deployment(&job_id, index);
+    }
+
+    /// A replacement a running deployment placed ended before it was healthy (its task
+    /// failed past its restart policy), in the report's write at `index`: it is unhealthy,
+    /// and the deployment fails, as Nomad's watcher fails it, instead of waiting for ever.
+    /// (The older allocations not yet replaced keep running.)
+    pub(super) fn replacement_failed(&mut self, alloc_id: &str, index: u64) {
+        let Some(alloc) = self.store.alloc_for_client(alloc_id) else {
+            return;
+        };
+        let decided = alloc
+            .deployment_status
+            .as_ref()
+            .is_some_and(|s| s.healthy.is_some());
+        let Some(deployment) = self
+            .store
+            .deployment(&alloc.deployment_id)
+            .filter(|d| d.is_active() && !decided)
+        else {
+            return;
+        };
+        let (id, group) = (deployment.id.clone(), alloc.task_group.clone());
+        self.store.update_alloc(alloc_id, index, false, |alloc| {
+            alloc.deployment_status = Some(AllocDeploymentStatus {
+                healthy: Some(false),
+                modify_index: index,
+                ..AllocDeploymentStatus::default()
+            });
+        });
+        self.store.update_deployment(&id, index, |d| {
+            if let Some(state) = d.task_groups.get_mut(&group) {
+                state.unhealthy_allocs += 1;
+            }
+            d.status = status::FAILED.into();
+            d.status_description = status::DESC_FAILED_ALLOCATIONS.into();
+        });
     }
 
     // invariant: rollout_bounded
-    /// An allocation a rollout stopped is client-terminal, in the report's write at
-    /// `index`: while the job's deployment runs, the watcher asks for an evaluation, since
-    /// the next batch may wait for this stop alone (its replacement may already be healthy).
-    pub(super) fn rollout_stop_ended(&mut self, job_id: &str, index: u64) {
+    /// Something the next batch may wait for alone happened in the write at `index` (an
+    /// allocation a rollout stopped is client-terminal, or a replacement turned healthy):
+    /// while the job's deployment runs, the watcher asks for an evaluation.
+    pub(super) fn wake_running_deployment(&mut self, job_id: &str, index: u64) {
         let active = self
             .store
             .latest_deployment(job_id)

@@ -517,6 +517,9 @@ impl Server {
             && !alloc.client_status.is_terminal()
             && alloc.desired_description == scheduler::DESC_UPDATING;
         let job_id = alloc.job_id.clone();
+        let failed_in_deployment = report.client_status == ClientStatus::Failed
+            && alloc.desired_status == DesiredStatus::Run
+            && !alloc.deployment_id.is_empty();
         debug_assert!(
             terminal || !alloc.client_status.is_terminal(),
             "stop_completes: client-terminal alloc {alloc_id} reported {:?}",
@@ -531,7 +534,10 @@ impl Server {
             self.alloc_healthy(alloc_id, health, index);
         }
         if rollout_stop_ended {
-            self.rollout_stop_ended(&job_id, index);
+            self.wake_running_deployment(&job_id, index);
+        }
+        if failed_in_deployment {
+            self.replacement_failed(alloc_id, index);
         }
         if tombstone && terminal {
             self.store.delete_alloc(alloc_id);

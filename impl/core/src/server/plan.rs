@@ -1,7 +1,7 @@
 //! `job plan`: what registering a job would do, computed on a copy of the server and
 //! thrown away — Nomad's `DesiredTGUpdates` per group.
 
-use super::scheduler::{self, DESC_JOB_UPDATE};
+use super::scheduler::{self, DESC_UPDATING};
 use super::*;
 
 /// What a registration would do to one group's allocations.
@@ -96,7 +96,7 @@ impl Server {
             touched.insert(id.clone());
             let Some(group) = group_of(id) else { continue };
             let entry = updates.entry(group).or_default();
-            if replaced.contains(id) && *description == DESC_JOB_UPDATE {
+            if replaced.contains(id) && *description == DESC_UPDATING {
                 entry.destructive_update += 1;
             } else if replaced.contains(id) {
                 entry.migrate += 1;

@@ -176,15 +176,16 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
 // invariant: rollout_bounded
 /// How many of `group`'s allocations of an older version this evaluation may replace:
 /// every one without an update strategy; none without a running deployment; else
-/// `max_parallel` once the deployment's last batch is done — its replacements healthy, the
-/// allocations it stopped client-terminal — and none before.
+/// `max_parallel` once the last batch is done — every replacement healthy (of this
+/// deployment or an earlier one), every allocation a rollout stopped client-terminal — and
+/// none before.
 fn rollout_room(store: &StateStore, job: &Job, group: &str, deployment: Option<&str>) -> usize {
     let Some(update) = job.update_of(group) else {
         return usize::MAX;
     };
-    let Some(deployment) = deployment else {
+    if deployment.is_none() {
         return 0;
-    };
+    }
     let in_group = || {
         store
             .allocs_by_job(&job.id)
@@ -193,9 +194,11 @@ fn rollout_room(store: &StateStore, job: &Job, group: &str, deployment: Option<&
     let stopping = in_group().any(|alloc| {
         alloc.desired_description == DESC_UPDATING && !alloc.client_status.is_terminal()
     });
+    // Any deployment's: a replacement placed by one that a newer version cancelled still
+    // serves nothing until it is healthy (the model has one deployment bit: the same).
     let unhealthy = in_group().any(|alloc| {
         !alloc.is_terminal()
-            && alloc.deployment_id == deployment
+            && !alloc.deployment_id.is_empty()
             && alloc
                 .deployment_status
                 .as_ref()

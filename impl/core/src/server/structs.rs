@@ -228,10 +228,12 @@ pub mod deployment_status {
     pub const RUNNING: &str = "running";
     pub const SUCCESSFUL: &str = "successful";
     pub const CANCELLED: &str = "cancelled";
+    pub const FAILED: &str = "failed";
     pub const DESC_RUNNING: &str = "Deployment is running";
     pub const DESC_SUCCESSFUL: &str = "Deployment completed successfully";
     pub const DESC_STOPPED: &str = "Cancelled because job is stopped";
     pub const DESC_NEWER_JOB: &str = "Cancelled due to newer version of job";
+    pub const DESC_FAILED_ALLOCATIONS: &str = "Failed due to unhealthy allocations";
 }
 
 /// A rollout of one job version: created by a registration that changes a group with an

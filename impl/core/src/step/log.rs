@@ -241,6 +241,8 @@ impl TryFrom<Wire> for LogEntry {
                 task: task()?,
             },
             "ClientRestart" => Step::ClientRestart,
+            "UpdateJob" => Step::UpdateJob { job: job()? },
+            "AllocHealthy" => Step::AllocHealthy { alloc: alloc()? },
             "RestartAlloc" => Step::RestartAlloc {
                 alloc: alloc()?,
                 task: wire.task.clone(),
@@ -372,6 +374,14 @@ mod tests {
         );
         assert_eq!(stop.job.as_deref(), Some("web"));
         assert_eq!(LogEntry::parse_line(&stop.to_json_line()), Ok(stop));
+        // The rollout's steps, as the agent writes them.
+        for step in [
+            Step::AllocHealthy { alloc: "a1".into() },
+            Step::UpdateJob { job: "web".into() },
+        ] {
+            let entry = LogEntry::step(step, Some("web".into()), Some("g".into()));
+            assert_eq!(LogEntry::parse_line(&entry.to_json_line()), Ok(entry));
+        }
     }
 
     #[test]
