@@ -16,6 +16,11 @@ impl Address {
     }
 }
 
+/// `PUT path` with `body` as JSON: Nomad's writes that take a small request object.
+pub(super) fn put_json(api: &Api, path: &str, body: &Value) -> Result<Value, String> {
+    api.call("PUT", path, Some(body.to_string().as_bytes()))
+}
+
 // ---------------------------------------------------------------------------- formatting
 
 /// Unix nanoseconds as RFC 3339 (UTC, seconds).

@@ -30,6 +30,9 @@ pub enum Top {
     /// Evaluation commands.
     #[command(subcommand)]
     Eval(EvalCommand),
+    /// Deployment commands: the rollouts of a job's new versions.
+    #[command(subcommand)]
+    Deployment(DeploymentCommand),
     /// ACL commands: the bootstrap, policies and tokens.
     #[command(subcommand)]
     Acl(AclCommand),
@@ -185,6 +188,109 @@ pub enum JobCommand {
     /// Start a stopped job again (its latest version, with Stop=false).
     Start {
         job: String,
+        #[arg(long)]
+        detach: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// List a job's allocations.
+    Allocs {
+        job: String,
+        /// Full IDs.
+        #[arg(long)]
+        verbose: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// List a job's deployments, newest first.
+    Deployments {
+        job: String,
+        /// Only the latest deployment.
+        #[arg(long)]
+        latest: bool,
+        /// Full IDs.
+        #[arg(long)]
+        verbose: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Revert a job to an older version: its specification is registered again as a new
+    /// version and rolled out (through the stop path's delays).
+    Revert {
+        job: String,
+        version: u64,
+        /// Return immediately instead of monitoring the evaluation.
+        #[arg(long)]
+        detach: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Change a group's count: `job scale JOB [GROUP] COUNT` (the group may be left out when
+    /// the job has one).
+    Scale {
+        job: String,
+        #[arg(num_args = 1..=2, required = true, value_name = "[GROUP] COUNT")]
+        group_and_count: Vec<String>,
+        /// Return immediately instead of monitoring the evaluation.
+        #[arg(long)]
+        detach: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DeploymentCommand {
+    /// List the deployments.
+    List {
+        /// Full IDs.
+        #[arg(long)]
+        verbose: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Show a deployment's status and each group's progress.
+    Status {
+        deployment: String,
+        /// Full IDs.
+        #[arg(long)]
+        verbose: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Mark a deployment failed: it replaces nothing more (and, with auto_revert, the job
+    /// goes back to its last stable version).
+    Fail {
+        deployment: String,
+        /// Return immediately instead of monitoring the evaluation.
+        #[arg(long)]
+        detach: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Pause a deployment: it replaces nothing more until it is resumed.
+    Pause {
+        deployment: String,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Resume a paused deployment.
+    Resume {
+        deployment: String,
+        /// Return immediately instead of monitoring the evaluation.
+        #[arg(long)]
+        detach: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Promote a deployment's canaries (this agent places none: the groups are marked
+    /// promoted).
+    Promote {
+        deployment: String,
+        /// Only this group (repeatable); all groups without it.
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// Return immediately instead of monitoring the evaluation.
         #[arg(long)]
         detach: bool,
         #[command(flatten)]

@@ -1,5 +1,6 @@
 //! The `quiesce` command line: the agent, and a client CLI that mirrors Nomad's (`job
-//! run|status|stop|start`, `alloc status|stop`, `eval status`), with Nomad's single-dash
+//! run|status|stop|start|revert|scale`, `alloc status|stop`, `eval status`, `deployment`),
+//! with Nomad's single-dash
 //! flags, `-address` / `NOMAD_ADDR`, ID prefixes resolved as Nomad resolves them, and the
 //! evaluation monitor — which, for a stop, goes on until the stopped tasks are dead.
 //!
@@ -14,9 +15,11 @@ mod agent_config;
 mod alloc;
 mod api;
 mod args;
+mod deployment;
 mod job;
 mod node;
 mod restart;
+mod unsupported;
 
 use acl::acl;
 use agent::agent;
@@ -87,6 +90,10 @@ pub fn main(args: Vec<String>) -> i32 {
             }
         }
     }
+    if let Some(message) = unsupported::refusal(&args) {
+        eprintln!("Error: {message}");
+        return 1;
+    }
     let cli = match Cli::try_parse_from(double_dash(args)) {
         Ok(cli) => cli,
         Err(e) => {
@@ -134,6 +141,7 @@ pub fn main(args: Vec<String>) -> i32 {
         Top::Eval(EvalCommand::Status { eval, address }) => {
             address.api().and_then(|api| eval_status(&api, &eval))
         }
+        Top::Deployment(command) => deployment::deployment(command),
         Top::Acl(command) => acl(command),
         Top::Node(NodeCommand::Status {
             node,

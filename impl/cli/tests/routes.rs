@@ -185,9 +185,9 @@ fn every_route_refuses_a_token_without_what_it_needs_and_takes_one_with_it() {
     );
     let (status, text) = agent.call("DELETE", "/v1/jobs", &management, None);
     assert_eq!((status, text.as_str()), (405, "Invalid method"));
-    let (status, text) = agent.call("GET", "/v1/job/x/scale", &management, None);
+    let (status, text) = agent.call("GET", "/v1/job/x/dispatch", &management, None);
     assert!(
-        status == 404 && text.contains("\"scale\" is not served"),
+        status == 404 && text.contains("\"dispatch\" is not served"),
         "{status} {text}"
     );
     // IDs: a job's may hold `/` (told by its suffix); an allocation's may not.

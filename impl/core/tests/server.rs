@@ -1207,13 +1207,7 @@ fn a_replacement_that_fails_before_it_is_healthy_fails_the_deployment_and_stops_
     changed.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
     server.register_job(changed).unwrap();
     server.process_next_eval().unwrap();
-    let replacement = server
-        .store
-        .alloc(&old[0])
-        .unwrap()
-        .next_allocation
-        .clone()
-        .unwrap();
+    let replacement = replacement_of(&server, &old[0]);
     server.client_report(&old[0], report(ClientStatus::Complete));
     server.client_report(&replacement, report(ClientStatus::Failed));
     while server.process_next_eval().unwrap().is_some() {}
@@ -1236,4 +1230,224 @@ fn a_replacement_that_fails_before_it_is_healthy_fails_the_deployment_and_stops_
         server.store.alloc(&old[1]).unwrap().desired_status,
         DesiredStatus::Run
     );
+}
+
+/// A service job of `count` running allocations whose spec was then changed (version 1),
+/// with its deployment opened and its first batch placed.
+fn rolling_out(count: i64, update: Option<UpdateStrategy>) -> (Server, Vec<String>) {
+    let mut first = job("service", count);
+    first.update = update.clone();
+    let mut server = server_with(first);
+    let old = alloc_ids(&server);
+    for id in &old {
+        server.client_report(id, report(ClientStatus::Running));
+    }
+    let mut changed = job("service", count);
+    changed.update = update;
+    changed.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
+    server.register_job(changed).unwrap();
+    while server.process_next_eval().unwrap().is_some() {}
+    (server, old)
+}
+
+fn healthy() -> ClientReport {
+    ClientReport {
+        deployment_status: Some(AllocDeploymentStatus {
+            healthy: Some(true),
+            ..AllocDeploymentStatus::default()
+        }),
+        ..report(ClientStatus::Running)
+    }
+}
+
+fn stopped(server: &Server, ids: &[String]) -> usize {
+    ids.iter()
+        .filter(|id| server.store.alloc(id).unwrap().desired_status == DesiredStatus::Stop)
+        .count()
+}
+
+#[test]
+fn a_paused_deployment_replaces_nothing_more_until_it_is_resumed() {
+    let (mut server, old) = rolling_out(2, None);
+    let id = server.store.latest_deployment("web").unwrap().id.clone();
+    let paused = server.pause_deployment(&id, true).unwrap();
+    assert_eq!(paused.eval_id, None, "a pause asks for no evaluation");
+    let deployment = server.store.deployment(&id).unwrap();
+    assert_eq!(
+        (
+            deployment.status.as_str(),
+            deployment.status_description.as_str()
+        ),
+        ("paused", "Deployment is paused")
+    );
+    let next = replacement_of(&server, &old[0]);
+    server.client_report(&old[0], report(ClientStatus::Complete));
+    server.client_report(&next, healthy());
+    while server.process_next_eval().unwrap().is_some() {}
+    assert_eq!(
+        stopped(&server, &old),
+        1,
+        "paused: the second is not replaced"
+    );
+    let resumed = server.pause_deployment(&id, false).unwrap();
+    assert!(resumed.eval_id.is_some());
+    while server.process_next_eval().unwrap().is_some() {}
+    assert_eq!(stopped(&server, &old), 2);
+    assert_eq!(server.store.deployment(&id).unwrap().status, "running");
+}
+
+#[test]
+fn a_failed_deployment_stops_the_rollout_and_with_auto_revert_goes_back_to_the_stable_version() {
+    let update = UpdateStrategy {
+        auto_revert: Some(true),
+        ..UpdateStrategy::default()
+    };
+    let (mut server, old) = rolling_out(2, Some(update.clone()));
+    // Version 0 was never rolled out by a deployment: nothing is stable yet.
+    let id = server.store.latest_deployment("web").unwrap().id.clone();
+    let failed = server.fail_deployment(&id).unwrap();
+    assert_eq!(failed.reverted_job_version, None);
+    let deployment = server.store.deployment(&id).unwrap();
+    assert_eq!(
+        deployment.status_description,
+        "Deployment marked as failed - no stable job version to auto revert to"
+    );
+    assert_eq!(
+        server.fail_deployment(&id),
+        Err(ServerError::Refused(
+            "can't fail terminal deployment".into()
+        ))
+    );
+    while server.process_next_eval().unwrap().is_some() {}
+    assert_eq!(
+        stopped(&server, &old),
+        1,
+        "a failed deployment replaces nothing more"
+    );
+
+    // Roll version 2 out to success: it is stable. Then a bad version 3, failed: back to 2.
+    let mut second = job("service", 2);
+    second.update = Some(update.clone());
+    second.task_groups[0].tasks[0].env = Some([("V".to_string(), "3".to_string())].into());
+    server.register_job(second).unwrap();
+    for _ in 0..6 {
+        while server.process_next_eval().unwrap().is_some() {}
+        let ids: Vec<String> = alloc_ids(&server);
+        for alloc_id in &ids {
+            let alloc = server.store.alloc(alloc_id).unwrap().clone();
+            if alloc.desired_status == DesiredStatus::Stop && !alloc.client_status.is_terminal() {
+                server.client_report(alloc_id, report(ClientStatus::Complete));
+            } else if alloc.desired_status == DesiredStatus::Run
+                && alloc.deployment_status.is_none()
+                && !alloc.deployment_id.is_empty()
+            {
+                server.client_report(alloc_id, healthy());
+            }
+        }
+    }
+    let done = server.store.latest_deployment("web").unwrap().clone();
+    assert_eq!((done.status.as_str(), done.job_version), ("successful", 2));
+    let versions = server.store.job_versions("web").unwrap();
+    let stable: Vec<u64> = versions
+        .iter()
+        .filter(|v| v.stable)
+        .map(|v| v.version)
+        .collect();
+    assert_eq!(stable, [2]);
+    let mut bad = job("service", 2);
+    bad.update = Some(update);
+    bad.task_groups[0].tasks[0].env = Some([("V".to_string(), "4".to_string())].into());
+    server.register_job(bad).unwrap();
+    while server.process_next_eval().unwrap().is_some() {}
+    let id = server.store.latest_deployment("web").unwrap().id.clone();
+    let failed = server.fail_deployment(&id).unwrap();
+    assert_eq!(failed.reverted_job_version, Some(2));
+    assert_eq!(
+        server.store.deployment(&id).unwrap().status_description,
+        "Deployment marked as failed - rolling back to job version 2"
+    );
+    let current = server.store.job("web").unwrap();
+    assert_eq!(current.version, 4);
+    assert_eq!(
+        current.spec_only(),
+        server.store.job_versions("web").unwrap()[2].spec_only()
+    );
+    assert!(
+        !current.stable,
+        "a revert's version is not stable until rolled out"
+    );
+}
+
+#[test]
+fn revert_registers_an_older_spec_again_and_refuses_what_nomad_refuses() {
+    let mut server = server_with(job("service", 1));
+    let mut changed = job("service", 1);
+    changed.update = Some(all_at_once());
+    changed.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
+    server.register_job(changed).unwrap();
+    server.process_next_eval().unwrap();
+    assert_eq!(
+        server.revert_job("web", 1, None),
+        Err(ServerError::Refused(
+            "can't revert to current version".into()
+        ))
+    );
+    assert_eq!(
+        server.revert_job("web", 0, Some(5)),
+        Err(ServerError::Refused(
+            "Current job has version 1; enforcing version 5".into()
+        ))
+    );
+    assert_eq!(
+        server.revert_job("web", 9, None),
+        Err(ServerError::NotFound(
+            "job \"web\" in namespace \"default\" at version 9 not found".into()
+        ))
+    );
+    assert_eq!(
+        server.revert_job("nope", 0, None),
+        Err(ServerError::NotFound("job \"nope\" not found".into()))
+    );
+    server.revert_job("web", 0, Some(1)).unwrap();
+    let versions = server.store.job_versions("web").unwrap();
+    assert_eq!(versions.len(), 3);
+    assert_eq!(versions[2].spec_only(), versions[0].spec_only());
+}
+
+#[test]
+fn scale_changes_one_groups_count_and_is_refused_during_a_deployment() {
+    let mut server = server_with(job("service", 1));
+    let response = server.scale_job("web", "web", 3).unwrap();
+    assert!(!response.eval_id.is_empty());
+    while server.process_next_eval().unwrap().is_some() {}
+    assert_eq!(
+        server.store.job("web").unwrap().task_groups[0].count,
+        Some(3)
+    );
+    assert_eq!(alloc_ids(&server).len(), 3);
+    assert_eq!(
+        server.scale_job("web", "api", 1),
+        Err(ServerError::Refused(
+            "task group \"api\" specified for scaling does not exist in job".into()
+        ))
+    );
+    assert_eq!(
+        server.scale_job("web", "web", -1),
+        Err(ServerError::Refused(
+            "scaling action count can't be negative".into()
+        ))
+    );
+    let (mut rolling, _) = rolling_out(2, None);
+    assert_eq!(
+        rolling.scale_job("web", "web", 5),
+        Err(ServerError::Refused(
+            "job scaling blocked due to active deployment".into()
+        ))
+    );
+}
+
+/// The allocation that replaces `id`.
+fn replacement_of(server: &Server, id: &str) -> String {
+    let alloc = server.store.alloc(id).unwrap();
+    alloc.next_allocation.clone().unwrap()
 }

@@ -9,7 +9,7 @@ pub(super) use run::run;
 pub(super) use show::status;
 
 use super::alloc::monitor;
-use super::api::{fields, resolve_job, segment, text, Api};
+use super::api::{fields, put_json, resolve_job, segment, text, Api};
 use super::{JobCommand, StopArgs};
 use quiesce_core::spec::Job;
 use serde_json::Value;
@@ -58,6 +58,29 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             }
             Ok(())
         }
+        JobCommand::Allocs {
+            job,
+            verbose,
+            address,
+        } => show::job_allocs(&address.api()?, &job, verbose),
+        JobCommand::Deployments {
+            job,
+            latest,
+            verbose,
+            address,
+        } => super::deployment::job_deployments(&address.api()?, &job, latest, verbose),
+        JobCommand::Revert {
+            job,
+            version,
+            detach,
+            address,
+        } => revert(&address.api()?, &job, version, detach),
+        JobCommand::Scale {
+            job,
+            group_and_count,
+            detach,
+            address,
+        } => scale(&address.api()?, &job, &group_and_count, detach),
         JobCommand::Plan { file, address } => run::plan(&file, &address),
         JobCommand::Validate { file, address } => run::validate(&file, &address),
         JobCommand::Restart {
@@ -208,6 +231,59 @@ fn stop_job(api: &Api, job: &str, options: &StopOptions) -> Result<(), String> {
         return Ok(());
     }
     monitor(api, &eval, Some(&allocs))
+}
+
+/// `job revert JOB VERSION`: that version's spec registered again, its evaluation
+/// monitored.
+fn revert(api: &Api, job: &str, version: u64, detach: bool) -> Result<(), String> {
+    let id = resolve_job(api, job)?;
+    let body = serde_json::json!({"JobID": id, "JobVersion": version});
+    let answer = put_json(api, &format!("/v1/job/{}/revert", segment(&id)), &body)?;
+    let eval = text(&answer, "EvalID");
+    if detach {
+        println!("{eval}");
+        return Ok(());
+    }
+    monitor(api, &eval, None)
+}
+
+/// `job scale JOB [GROUP] COUNT`: the group may be left out when the job has one (Nomad's
+/// words otherwise).
+fn scale(api: &Api, job: &str, group_and_count: &[String], detach: bool) -> Result<(), String> {
+    let id = resolve_job(api, job)?;
+    let (group, count) = match group_and_count {
+        [count] => (None, count),
+        [group, count] => (Some(group.clone()), count),
+        _ => return Err("usage: job scale JOB [GROUP] COUNT".into()),
+    };
+    let count: i64 = count
+        .parse()
+        .map_err(|_| format!("Failed to read count: {count:?} is not a whole number"))?;
+    let stored = api.get(&format!("/v1/job/{}", segment(&id)))?;
+    let groups: Vec<String> = stored["TaskGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| text(g, "Name"))
+        .collect();
+    let group = match (group, groups.as_slice()) {
+        (Some(group), _) if groups.contains(&group) => group,
+        (Some(group), _) => return Err(format!("Group {group} not found within job")),
+        (None, [only]) => only.clone(),
+        (None, _) => return Err("Group name required".into()),
+    };
+    let body = serde_json::json!({
+        "Count": count,
+        "Target": {"Job": id, "Group": group},
+        "Message": "submitted using the Nomad CLI",
+    });
+    let answer = put_json(api, &format!("/v1/job/{}/scale", segment(&id)), &body)?;
+    let eval = text(&answer, "EvalID");
+    if detach {
+        println!("Job scale successful\nEvaluation ID: {eval}");
+        return Ok(());
+    }
+    monitor(api, &eval, None)
 }
 
 fn confirm(question: &str) -> Result<bool, String> {

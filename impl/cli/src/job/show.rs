@@ -127,6 +127,36 @@ pub(crate) fn list_jobs(api: &Api) -> Result<(), String> {
     Ok(())
 }
 
+/// `job allocs JOB`: the job's allocations, as `job status` lists them.
+pub(super) fn job_allocs(api: &Api, job: &str, verbose: bool) -> Result<(), String> {
+    let id = resolve_job(api, job)?;
+    let allocs = api.get(&format!("/v1/job/{}/allocations", segment(&id)))?;
+    let allocs = allocs.as_array().cloned().unwrap_or_default();
+    if allocs.is_empty() {
+        println!("No allocations placed");
+    } else {
+        println!("{}", alloc_rows(&allocs, verbose));
+    }
+    Ok(())
+}
+
+/// How long ago `ns` (Unix nanoseconds) was, as Nomad's CLI says it (`1m5s ago`).
+fn ago(ns: i64) -> String {
+    let seconds = (quiesce_core::gotime::unix_now_ns() - ns).max(0) / 1_000_000_000;
+    let (days, hours, minutes, seconds) = (
+        seconds / 86_400,
+        seconds % 86_400 / 3600,
+        seconds % 3600 / 60,
+        seconds % 60,
+    );
+    match (days, hours, minutes) {
+        (0, 0, 0) => format!("{seconds}s ago"),
+        (0, 0, _) => format!("{minutes}m{seconds}s ago"),
+        (0, _, _) => format!("{hours}h{minutes}m ago"),
+        _ => format!("{days}d{hours}h ago"),
+    }
+}
+
 fn alloc_rows(allocs: &[Value], verbose: bool) -> String {
     let id = |value: &str| {
         if verbose {
@@ -142,7 +172,10 @@ fn alloc_rows(allocs: &[Value], verbose: bool) -> String {
         "Version".into(),
         "Desired".into(),
         "Status".into(),
+        "Created".into(),
+        "Modified".into(),
     ]];
+    let time = |alloc: &Value, key: &str| alloc[key].as_i64().map(ago).unwrap_or_default();
     for alloc in allocs {
         rows.push(vec![
             id(&text(alloc, "ID")),
@@ -151,6 +184,8 @@ fn alloc_rows(allocs: &[Value], verbose: bool) -> String {
             text(alloc, "JobVersion"),
             text(alloc, "DesiredStatus"),
             text(alloc, "ClientStatus"),
+            time(alloc, "CreateTime"),
+            time(alloc, "ModifyTime"),
         ]);
     }
     table(&rows)

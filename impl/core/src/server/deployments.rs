@@ -7,10 +7,21 @@
 //! write (Nomad's reconciler creates it when it processes the evaluation), and only by a
 //! version that replaces allocations (Nomad opens one for a first registration too).
 
+use super::events::WriteType;
 use super::structs::DeploymentState;
 use super::structs::{deployment_status as status, AllocDeploymentStatus, Deployment};
-use super::{Server, TRIGGER_DEPLOYMENT_WATCHER};
+use super::{Server, ServerError, TRIGGER_DEPLOYMENT_WATCHER};
 use crate::spec::Job;
+
+/// What a deployment write answers (Nomad's `DeploymentUpdateResponse`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeploymentUpdate {
+    /// The evaluation it asked for, if any (a pause asks for none).
+    pub eval_id: Option<String>,
+    pub index: u64,
+    /// The version an auto-revert went back to.
+    pub reverted_job_version: Option<u64>,
+}
 
 impl Server {
     /// After a write stored `job`'s new version at `index`: an active deployment of an older
@@ -184,35 +195,183 @@ impl Server {
     /// allocation a rollout stopped is client-terminal, or a replacement turned healthy):
     /// while the job's deployment runs, the watcher asks for an evaluation.
     pub(super) fn wake_running_deployment(&mut self, job_id: &str, index: u64) {
-        let active = self
+        let running = self
             .store
             .latest_deployment(job_id)
-            .is_some_and(|d| d.is_active());
-        if active {
+            .is_some_and(|d| d.is_running());
+        if running {
             self.watcher_eval(job_id, index);
         }
     }
 
     /// The deployment watcher's evaluation of `job_id`, in the write at `index`.
-    fn watcher_eval(&mut self, job_id: &str, index: u64) {
-        if let Some(job) = self.store.job(job_id).cloned() {
-            let eval = self.new_eval(
-                &job,
-                TRIGGER_DEPLOYMENT_WATCHER,
-                &job.job_type,
-                job.priority,
-                index,
-            );
-            self.enqueue(eval, index);
-        }
+    fn watcher_eval(&mut self, job_id: &str, index: u64) -> Option<String> {
+        let job = self.store.job(job_id).cloned()?;
+        let eval = self.new_eval(
+            &job,
+            TRIGGER_DEPLOYMENT_WATCHER,
+            &job.job_type,
+            job.priority,
+            index,
+        );
+        Some(self.enqueue(eval, index))
     }
 
-    /// The reconciler found nothing left to roll out: the deployment succeeded.
+    /// The reconciler found nothing left to roll out: the deployment succeeded, and the
+    /// version it rolled out is stable (Nomad's `UpdateJobStability`, in the same write).
     pub(super) fn deployment_done(&mut self, id: &str, index: u64) {
+        let Some(deployment) = self.store.deployment(id).cloned() else {
+            return;
+        };
         self.store.update_deployment(id, index, |d| {
             d.status = status::SUCCESSFUL.into();
             d.status_description = status::DESC_SUCCESSFUL.into();
         });
+        self.store
+            .mark_stable(&deployment.job_id, deployment.job_version, index);
+    }
+
+    /// The deployment `id` if it has not ended; else Nomad's refusal for `verb`.
+    fn active_deployment(&self, id: &str, verb: &str) -> Result<Deployment, ServerError> {
+        let deployment = self
+            .store
+            .deployment(id)
+            .ok_or_else(|| ServerError::NotFound("deployment not found".into()))?;
+        if !deployment.is_active() {
+            return Err(ServerError::Refused(format!(
+                "can't {verb} terminal deployment"
+            )));
+        }
+        Ok(deployment.clone())
+    }
+
+    /// `deployment pause` (`pause`) or `resume`: a paused deployment replaces nothing more
+    /// until it is resumed; resuming asks for an evaluation. Pausing twice, or resuming a
+    /// running deployment, is no error (Nomad's).
+    pub fn pause_deployment(
+        &mut self,
+        id: &str,
+        pause: bool,
+    ) -> Result<DeploymentUpdate, ServerError> {
+        let deployment = self.active_deployment(id, if pause { "pause" } else { "resume" })?;
+        let index = self.store.next_index(WriteType::DeploymentStatusUpdate);
+        self.store.update_deployment(id, index, |d| {
+            if pause {
+                d.status = status::PAUSED.into();
+                d.status_description = status::DESC_PAUSED.into();
+            } else {
+                d.status = status::RUNNING.into();
+                d.status_description = status::DESC_RUNNING.into();
+            }
+        });
+        let eval_id = (!pause)
+            .then(|| self.watcher_eval(&deployment.job_id, index))
+            .flatten();
+        Ok(DeploymentUpdate {
+            eval_id,
+            index,
+            reverted_job_version: None,
+        })
+    }
+
+    /// `deployment fail`: the deployment fails; with `auto_revert`, the job goes back to its
+    /// newest stable version (a new version with that version's spec). An evaluation
+    /// follows either way.
+    pub fn fail_deployment(&mut self, id: &str) -> Result<DeploymentUpdate, ServerError> {
+        let deployment = self.active_deployment(id, "fail")?;
+        let index = self.store.next_index(WriteType::DeploymentStatusUpdate);
+        let (suffix, reverted) = self.revert_for(&deployment, index);
+        self.store.update_deployment(id, index, |d| {
+            d.status = status::FAILED.into();
+            d.status_description = format!("{}{suffix}", status::DESC_FAILED_BY_USER);
+        });
+        let eval_id = self.watcher_eval(&deployment.job_id, index);
+        Ok(DeploymentUpdate {
+            eval_id,
+            index,
+            reverted_job_version: reverted,
+        })
+    }
+
+    /// `deployment promote`: this agent places no canaries, so there is nothing to wait
+    /// for; the groups named (or all) are marked promoted, and an evaluation follows.
+    pub fn promote_deployment(
+        &mut self,
+        id: &str,
+        all: bool,
+        groups: &[String],
+    ) -> Result<DeploymentUpdate, ServerError> {
+        let deployment = self.active_deployment(id, "promote")?;
+        if let Some(unknown) = groups
+            .iter()
+            .find(|g| !deployment.task_groups.contains_key(g.as_str()))
+        {
+            return Err(ServerError::Refused(format!(
+                "Deployment does not include task group {unknown:?}"
+            )));
+        }
+        let index = self.store.next_index(WriteType::DeploymentStatusUpdate);
+        self.store.update_deployment(id, index, |d| {
+            for (name, state) in d.task_groups.iter_mut() {
+                if all || groups.contains(name) {
+                    state.promoted = true;
+                }
+            }
+        });
+        let eval_id = self.watcher_eval(&deployment.job_id, index);
+        Ok(DeploymentUpdate {
+            eval_id,
+            index,
+            reverted_job_version: None,
+        })
+    }
+
+    /// A failing deployment with `auto_revert`, in the write at `index`: the job's newest
+    /// stable version, if its spec differs from the current one, is registered again.
+    /// Returns the description's suffix (Nomad's words) and the version gone back to.
+    fn revert_for(&mut self, deployment: &Deployment, index: u64) -> (String, Option<u64>) {
+        if !deployment.auto_reverts() {
+            return (String::new(), None);
+        }
+        let versions = self.store.job_versions(&deployment.job_id).unwrap_or(&[]);
+        let (Some(current), Some(stable)) = (
+            versions.last().cloned(),
+            versions.iter().rev().find(|v| v.stable).cloned(),
+        ) else {
+            return (" - no stable job version to auto revert to".into(), None);
+        };
+        if stable.spec_only() == current.spec_only() {
+            return (
+                format!(
+                    " - not rolling back to stable job version {} as current job has same \
+                     specification",
+                    stable.version
+                ),
+                None,
+            );
+        }
+        self.register_version(&current, &stable, index);
+        (
+            format!(" - rolling back to job version {}", stable.version),
+            Some(stable.version),
+        )
+    }
+
+    /// Stores `old`'s spec as `current`'s next version in the write at `index`, as a
+    /// registration would (`job revert`, an auto-revert), opening the deployment its
+    /// rollout needs.
+    fn register_version(&mut self, current: &Job, old: &Job, index: u64) -> Job {
+        let mut job = old.spec_only();
+        job.stop = old.stop;
+        job.submission = old.submission.clone();
+        job.version = current.version + 1;
+        job.create_index = current.create_index;
+        job.modify_index = index;
+        job.job_modify_index = index;
+        job.submit_time = self.store.now();
+        self.store.put_job_version(job.clone());
+        self.open_deployment(&job, index);
+        job
     }
 
     /// A placement of the running deployment `id` in `group`.

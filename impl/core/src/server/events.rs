@@ -54,6 +54,9 @@ pub enum WriteType {
     /// A garbage collection pass: its deletions publish nothing but the jobs' (Nomad's
     /// `JobBatchDeregistered`).
     GarbageCollect,
+    /// An operator's write to a deployment (pause, resume, fail, promote), with the
+    /// evaluation it asks for and an auto-revert's job version.
+    DeploymentStatusUpdate,
 }
 
 impl WriteType {
@@ -74,6 +77,8 @@ impl WriteType {
             (WriteType::Acl, _) => "",
             (WriteType::GarbageCollect, Topic::Job) => "JobBatchDeregistered",
             (WriteType::GarbageCollect, _) => "",
+            (WriteType::DeploymentStatusUpdate, Topic::Job) => "JobRegistered",
+            (WriteType::DeploymentStatusUpdate, _) => "EvaluationUpdated",
         }
     }
 }

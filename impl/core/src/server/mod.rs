@@ -3,6 +3,7 @@
 
 mod broker;
 mod deployments;
+pub use deployments::DeploymentUpdate;
 mod evals;
 pub mod events;
 pub mod gc;
@@ -11,6 +12,7 @@ mod plan;
 pub mod scheduler;
 pub mod store;
 pub mod structs;
+mod versions;
 
 use crate::ids::IdGen;
 use crate::spec::{Job, SpecErrors};
@@ -82,6 +84,12 @@ pub enum ServerError {
     /// `EnforceIndex` refused the registration: Nomad's text after "Enforcing job modify
     /// index N: ".
     EnforceIndex(u64, String),
+    /// A request about something that is not there, in Nomad's words (`deployment not
+    /// found`, `job "web" in namespace "default" at version 3 not found`).
+    NotFound(String),
+    /// A request the object's state refuses, in Nomad's words (`can't fail terminal
+    /// deployment`, `can't revert to current version`).
+    Refused(String),
 }
 
 impl fmt::Display for ServerError {
@@ -100,6 +108,7 @@ impl fmt::Display for ServerError {
             ServerError::EnforceIndex(index, why) => {
                 write!(f, "Enforcing job modify index {index}: {why}")
             }
+            ServerError::NotFound(what) | ServerError::Refused(what) => f.write_str(what),
         }
     }
 }
@@ -299,6 +308,8 @@ impl Server {
         }
         let index = self.store.next_index(WriteType::JobRegister);
         job.version = previous.as_ref().map_or(0, |p| p.version + 1);
+        // Only a deployment's success makes a version stable, never a client.
+        job.stable = false;
         job.create_index = previous.as_ref().map_or(index, |p| p.create_index);
         job.modify_index = index;
         job.job_modify_index = index;

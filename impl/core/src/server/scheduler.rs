@@ -15,7 +15,7 @@
 //! 0`, a batch job), everything at once.
 
 use super::store::StateStore;
-use super::structs::{AllocId, ClientStatus, DesiredStatus};
+use super::structs::{AllocId, ClientStatus, Deployment, DesiredStatus};
 use crate::spec::Job;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -71,7 +71,8 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
     let deployment = store
         .latest_deployment(job_id)
         .filter(|d| d.is_active() && d.job_version == job.version);
-    let mut rolled_out = deployment.is_some();
+    // A paused deployment places what is missing but replaces nothing, and is not done.
+    let mut rolled_out = deployment.is_some_and(|d| d.is_running());
     // A batch allocation that completed is done, not missing: it is not placed again.
     let completed: BTreeSet<(String, u64)> = if job.job_type == "batch" {
         store
@@ -127,7 +128,7 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         let room = if unplaced && deployment.is_some() && job.update_of(&group.name).is_some() {
             0
         } else {
-            rollout_room(store, job, &group.name, deployment.map(|d| d.id.as_str()))
+            rollout_room(store, job, &group.name, deployment)
         };
         // One its client has not started first (it serves nothing), then the oldest.
         replaced.sort_by_key(|alloc| {
@@ -175,15 +176,21 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
 
 // invariant: rollout_bounded
 /// How many of `group`'s allocations of an older version this evaluation may replace:
-/// every one without an update strategy; none without a running deployment; else
+/// every one without an update strategy; none without a running deployment (a paused one
+/// included); else
 /// `max_parallel` once the last batch is done — every replacement healthy (of this
 /// deployment or an earlier one), every allocation a rollout stopped client-terminal — and
 /// none before.
-fn rollout_room(store: &StateStore, job: &Job, group: &str, deployment: Option<&str>) -> usize {
+fn rollout_room(
+    store: &StateStore,
+    job: &Job,
+    group: &str,
+    deployment: Option<&Deployment>,
+) -> usize {
     let Some(update) = job.update_of(group) else {
         return usize::MAX;
     };
-    if deployment.is_none() {
+    if !deployment.is_some_and(Deployment::is_running) {
         return 0;
     }
     let in_group = || {
@@ -194,15 +201,19 @@ fn rollout_room(store: &StateStore, job: &Job, group: &str, deployment: Option<&
     let stopping = in_group().any(|alloc| {
         alloc.desired_description == DESC_UPDATING && !alloc.client_status.is_terminal()
     });
-    // Any deployment's: a replacement placed by one that a newer version cancelled still
-    // serves nothing until it is healthy (the model has one deployment bit: the same).
+    // Any deployment's replacement whose health is not yet decided: one placed by a
+    // deployment that a newer version cancelled still serves nothing until it is healthy
+    // (the model has one deployment bit: the same). One decided unhealthy, or placed by a
+    // deployment that failed, holds nothing: a fix rolled out after a failure replaces it.
     let unhealthy = in_group().any(|alloc| {
-        !alloc.is_terminal()
-            && !alloc.deployment_id.is_empty()
-            && alloc
-                .deployment_status
-                .as_ref()
-                .is_none_or(|status| status.healthy != Some(true))
+        let undecided = alloc
+            .deployment_status
+            .as_ref()
+            .is_none_or(|status| status.healthy.is_none());
+        let failed = store
+            .deployment(&alloc.deployment_id)
+            .is_some_and(|d| d.status == crate::server::structs::deployment_status::FAILED);
+        !alloc.is_terminal() && !alloc.deployment_id.is_empty() && undecided && !failed
     });
     if stopping || unhealthy {
         0

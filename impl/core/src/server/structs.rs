@@ -229,11 +229,14 @@ pub mod deployment_status {
     pub const SUCCESSFUL: &str = "successful";
     pub const CANCELLED: &str = "cancelled";
     pub const FAILED: &str = "failed";
+    pub const PAUSED: &str = "paused";
     pub const DESC_RUNNING: &str = "Deployment is running";
     pub const DESC_SUCCESSFUL: &str = "Deployment completed successfully";
     pub const DESC_STOPPED: &str = "Cancelled because job is stopped";
     pub const DESC_NEWER_JOB: &str = "Cancelled due to newer version of job";
     pub const DESC_FAILED_ALLOCATIONS: &str = "Failed due to unhealthy allocations";
+    pub const DESC_FAILED_BY_USER: &str = "Deployment marked as failed";
+    pub const DESC_PAUSED: &str = "Deployment is paused";
 }
 
 /// A rollout of one job version: created by a registration that changes a group with an
@@ -264,9 +267,19 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    /// Running (Nomad's active statuses that this agent has).
+    /// Running or paused (Nomad's active statuses that this agent has): not yet ended.
     pub fn is_active(&self) -> bool {
+        self.is_running() || self.status == deployment_status::PAUSED
+    }
+
+    /// Rolling out: not paused, not ended.
+    pub fn is_running(&self) -> bool {
         self.status == deployment_status::RUNNING
+    }
+
+    /// Some group rolls back to the last stable version when this deployment fails.
+    pub fn auto_reverts(&self) -> bool {
+        self.task_groups.values().any(|group| group.auto_revert)
     }
 }
 

@@ -8,7 +8,8 @@ pub mod validate_extra;
 mod validate_update;
 
 pub use validate::{
-    JOB_ENDPOINT_SUFFIXES, MAX_ALLOCS_PER_JOB, MAX_NAME_BYTES, MAX_TASKS_PER_GROUP,
+    JOB_ENDPOINT_SUFFIXES, MAX_ALLOCS_PER_JOB, MAX_GROUPS_PER_JOB, MAX_NAME_BYTES,
+    MAX_TASKS_PER_GROUP,
 };
 
 use serde::{Deserialize, Serialize};
@@ -62,6 +63,9 @@ pub struct Job {
     /// Unix nanoseconds of the register that wrote this version's specification (a stop's
     /// version keeps it).
     pub submit_time: i64,
+    /// This version was rolled out by a deployment that succeeded (Nomad's `Stable`): what
+    /// `job revert`'s default and a failed deployment's `auto_revert` go back to.
+    pub stable: bool,
     /// The source this version's specification was submitted as, if its register sent it
     /// (`/v1/job/:id/submission`, `job inspect -hcl`); a stop's version keeps it. Not a field
     /// of Nomad's Job: stored beside it (`daemon::persist`), never served in it.
@@ -141,6 +145,7 @@ impl Job {
             modify_index: 0,
             job_modify_index: 0,
             submit_time: 0,
+            stable: false,
             submission: None,
             ..self.clone()
         }

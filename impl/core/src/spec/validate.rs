@@ -16,7 +16,7 @@ const MAX_SERVICE_NAME_BYTES: usize = 63;
 /// The most allocations one job may ask for (the sum of its groups' `Count`s).
 pub const MAX_ALLOCS_PER_JOB: i64 = 10_000;
 /// The most task groups in a job.
-const MAX_GROUPS_PER_JOB: usize = 64;
+pub const MAX_GROUPS_PER_JOB: usize = 64;
 /// The most tasks in a task group.
 pub const MAX_TASKS_PER_GROUP: usize = 64;
 /// The most services a group or a task declares.

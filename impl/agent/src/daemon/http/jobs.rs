@@ -51,7 +51,6 @@ pub(super) fn job_json_with(job: &Job, status: &str) -> Value {
     let object = value.as_object_mut().expect("a job is an object");
     object.insert("Status".into(), json!(status));
     object.insert("StatusDescription".into(), json!(""));
-    object.insert("Stable".into(), json!(false));
     nomad_zeros::job(&mut value);
     value
 }
@@ -307,28 +306,10 @@ pub(super) fn register(
     let mut core = shared.core();
     // A register without a source stores none for its version, as Nomad's: only a stop
     // carries the previous version's over (`job start` sends the stopped version's).
-    let starts = core
-        .server
-        .store
-        .job(&job.id)
-        .is_some_and(|old| old.stop && !job.stop && old.spec_only() == job.spec_only());
+    let starts = is_start(&core, &job);
     let existing = core.server.store.job(&job.id).map(|j| j.modify_index);
     let response = core.server.register_job_with(job.clone(), options)?;
-    if starts {
-        // Re-registering a stopped job unchanged is `job start`, a step of the alphabet.
-        core.log(LogEntry::step(
-            Step::StartJob {
-                job: job.id.clone(),
-            },
-            None,
-            None,
-        ));
-    } else if let Some(stored) = core.server.store.job(&job.id) {
-        // Any other registration is logged with the spec as stored, from which a validator
-        // builds its model of the job (unchanged, it only made an evaluation).
-        let entry = LogEntry::register_job(stored);
-        core.log(entry);
-    }
+    log_registration(&mut core, &job.id, starts);
     commit(shared, &mut core)?;
     let job_modify_index = core
         .server
@@ -428,6 +409,33 @@ pub(super) fn validate_job(body: &[u8]) -> Result<Reply, ApiError> {
     plain(json!({"DriverConfigValidated": problems.is_empty(),
                  "ValidationErrors": if problems.is_empty() { Value::Null } else { json!(problems) },
                  "Error": joined, "Warnings": spec::fields::warnings_text(&warnings)}))
+}
+
+/// Whether registering `job` is `job start`: the stored version is stopped and `job` is
+/// its spec unchanged, running.
+pub(super) fn is_start(core: &Core, job: &Job) -> bool {
+    core.server
+        .store
+        .job(&job.id)
+        .is_some_and(|old| old.stop && !job.stop && old.spec_only() == job.spec_only())
+}
+
+/// Logs a registration of job `id` just written: `job start` (`starts`) is a step of the
+/// alphabet; any other is logged with the spec as stored, from which a validator builds
+/// its model of the job (unchanged, it only made an evaluation).
+pub(super) fn log_registration(core: &mut Core, id: &str, starts: bool) {
+    if starts {
+        core.log(LogEntry::step(
+            Step::StartJob {
+                job: id.to_string(),
+            },
+            None,
+            None,
+        ));
+    } else if let Some(stored) = core.server.store.job(id) {
+        let entry = LogEntry::register_job(stored);
+        core.log(entry);
+    }
 }
 
 pub(super) fn commit(shared: &Shared, core: &mut Core) -> Result<(), ApiError> {

@@ -35,6 +35,7 @@ mod deployments;
 mod events;
 pub(super) mod guard;
 mod job_reads;
+mod job_versions;
 mod jobs;
 mod logs;
 mod nodes;
@@ -127,6 +128,8 @@ impl From<ServerError> for ApiError {
         match refused {
             ServerError::JobNotFound(_) => error(404, refused.to_string()),
             ServerError::AllocNotFound(_) => error(404, "allocation not found"),
+            ServerError::NotFound(_) => error(404, refused.to_string()),
+            ServerError::Refused(_) => error(400, refused.to_string()),
             ServerError::EvalPriorityOutOfRange(_) => {
                 error(400, "Eval priority must be between 1 and 100 inclusively")
             }

@@ -214,6 +214,15 @@ pub static ROUTES: &[Route] = &[
     route(Get, Id("/v1/deployment/"), READ_JOB, |c| {
         deployments::get_deployment(c.shared, c.id, c.query)
     }),
+    route(Write, Id("/v1/deployment/fail/"), SUBMIT_JOB, |c| {
+        deployments::fail_deployment(c.shared, c.id)
+    }),
+    route(Write, Id("/v1/deployment/pause/"), SUBMIT_JOB, |c| {
+        deployments::pause_deployment(c.shared, c.id, c.body)
+    }),
+    route(Write, Id("/v1/deployment/promote/"), SUBMIT_JOB, |c| {
+        deployments::promote_deployment(c.shared, c.id, c.body)
+    }),
     route(Get, Fixed("/v1/volumes"), READ_JOB, |c| {
         cluster::list_volumes(c.shared, c.query)
     }),
@@ -321,6 +330,15 @@ pub static ROUTES: &[Route] = &[
     }),
     route(Write, JobPath("/plan"), SUBMIT_JOB, |c| {
         plan::plan_job(c.shared, c.id, c.body)
+    }),
+    route(Write, JobPath("/revert"), SUBMIT_JOB, |c| {
+        job_versions::revert_job(c.shared, c.id, c.body)
+    }),
+    route(Write, JobPath("/scale"), Cap("scale-job"), |c| {
+        job_versions::scale_job(c.shared, c.id, c.body)
+    }),
+    route(Get, JobPath("/scale"), READ_JOB, |c| {
+        job_versions::scale_status(c.shared, c.id, c.query)
     }),
     route(Get, JobPath("/allocations"), READ_JOB, |c| {
         job_allocs(c.shared, c.id, c.query)

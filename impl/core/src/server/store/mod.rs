@@ -366,6 +366,23 @@ impl StateStore {
         }
     }
 
+    /// Marks version `version` of job `id` stable at `index` (its deployment succeeded),
+    /// as Nomad's `UpdateJobStability`: that version's `ModifyIndex` moves; its spec does
+    /// not change. `false` if the version is no longer stored.
+    pub(super) fn mark_stable(&mut self, id: &str, version: u64, index: u64) -> bool {
+        let Some(stored) = self
+            .jobs
+            .get_mut(id)
+            .and_then(|versions| versions.iter_mut().find(|v| v.version == version))
+        else {
+            return false;
+        };
+        stored.stable = true;
+        stored.modify_index = index;
+        self.wrote(Record::Job(id.to_string()));
+        true
+    }
+
     /// Keeps at most `max` versions of each job from now on (Nomad's `job_max_versions`,
     /// 6 by default); unset, every version is kept (the simulator's, which the model's
     /// full history follows).

@@ -1,0 +1,276 @@
+//! The `deployment` commands (`list`, `status`, `fail`, `pause`, `resume`, `promote`) and
+//! `job deployments`, with Nomad's layouts: a list's `ID|Job ID|Job Version|Status|
+//! Description`, a status's fields and its `Deployed` table.
+
+use super::alloc::monitor;
+use super::api::{fields, put_json, resolve, resolve_job, segment, short, table, text, Api};
+use super::DeploymentCommand;
+use serde_json::{json, Value};
+
+pub(super) fn deployment(command: DeploymentCommand) -> Result<(), String> {
+    match command {
+        DeploymentCommand::List { verbose, address } => {
+            let api = address.api()?;
+            let listed = api.get("/v1/deployments")?;
+            let mut listed = listed.as_array().cloned().unwrap_or_default();
+            // Newest first, as Nomad's CLI sorts them.
+            listed.reverse();
+            print_list(&listed, verbose);
+            Ok(())
+        }
+        DeploymentCommand::Status {
+            deployment,
+            verbose,
+            address,
+        } => {
+            let api = address.api()?;
+            let id = resolve_deployment(&api, &deployment)?;
+            let found = api.get(&format!("/v1/deployment/{}", segment(&id)))?;
+            println!("{}", status_text(&found, verbose));
+            Ok(())
+        }
+        DeploymentCommand::Fail {
+            deployment,
+            detach,
+            address,
+        } => {
+            let api = address.api()?;
+            let id = resolve_deployment(&api, &deployment)?;
+            let answer = api.call(
+                "PUT",
+                &format!("/v1/deployment/fail/{}", segment(&id)),
+                None,
+            )?;
+            match answer["RevertedJobVersion"].as_u64() {
+                Some(version) => println!(
+                    "Deployment {:?} failed. Auto-reverted to job version {version}.",
+                    short(&id)
+                ),
+                None => println!("Deployment {:?} failed", short(&id)),
+            }
+            follow(&api, &answer, detach)
+        }
+        DeploymentCommand::Pause {
+            deployment,
+            address,
+        } => {
+            let api = address.api()?;
+            pause(&api, &deployment, true)?;
+            Ok(())
+        }
+        DeploymentCommand::Resume {
+            deployment,
+            detach,
+            address,
+        } => {
+            let api = address.api()?;
+            let answer = pause(&api, &deployment, false)?;
+            follow(&api, &answer, detach)
+        }
+        DeploymentCommand::Promote {
+            deployment,
+            groups,
+            detach,
+            address,
+        } => {
+            let api = address.api()?;
+            let id = resolve_deployment(&api, &deployment)?;
+            let body = json!({"DeploymentID": id, "All": groups.is_empty(), "Groups": groups});
+            let answer = put_json(
+                &api,
+                &format!("/v1/deployment/promote/{}", segment(&id)),
+                &body,
+            )?;
+            follow(&api, &answer, detach)
+        }
+    }
+}
+
+/// `job deployments JOB`: the job's deployments, newest first (`-latest`: the newest).
+pub(super) fn job_deployments(
+    api: &Api,
+    job: &str,
+    latest: bool,
+    verbose: bool,
+) -> Result<(), String> {
+    let id = resolve_job(api, job)?;
+    let listed = if latest {
+        let newest = api.get(&format!("/v1/job/{}/deployment", segment(&id)))?;
+        if newest.is_null() {
+            Vec::new()
+        } else {
+            vec![newest]
+        }
+    } else {
+        let all = api.get(&format!("/v1/job/{}/deployments", segment(&id)))?;
+        all.as_array().cloned().unwrap_or_default()
+    };
+    print_list(&listed, verbose);
+    Ok(())
+}
+
+fn resolve_deployment(api: &Api, prefix: &str) -> Result<String, String> {
+    Ok(text(
+        &resolve(api, "Deployment", "deployments", prefix)?,
+        "ID",
+    ))
+}
+
+/// Pauses (or resumes) the deployment a prefix names; prints what Nomad's CLI prints.
+fn pause(api: &Api, deployment: &str, pause: bool) -> Result<Value, String> {
+    let id = resolve_deployment(api, deployment)?;
+    let body = json!({"DeploymentID": id, "Pause": pause});
+    let answer = put_json(
+        api,
+        &format!("/v1/deployment/pause/{}", segment(&id)),
+        &body,
+    )?;
+    let done = if pause { "paused" } else { "resumed" };
+    println!("Deployment {:?} {done}", short(&id));
+    Ok(answer)
+}
+
+/// After a deployment write: its evaluation monitored, or (`detach`) its ID printed.
+fn follow(api: &Api, answer: &Value, detach: bool) -> Result<(), String> {
+    let eval = text(answer, "EvalID");
+    if eval.is_empty() {
+        return Ok(());
+    }
+    if detach {
+        println!("{eval}");
+        return Ok(());
+    }
+    monitor(api, &eval, None)
+}
+
+fn print_list(deployments: &[Value], verbose: bool) {
+    if deployments.is_empty() {
+        println!("No deployments found");
+        return;
+    }
+    let mut rows = vec![["ID", "Job ID", "Job Version", "Status", "Description"]
+        .map(String::from)
+        .to_vec()];
+    for deployment in deployments {
+        let id = text(deployment, "ID");
+        rows.push(vec![
+            if verbose {
+                id.clone()
+            } else {
+                short(&id).to_string()
+            },
+            text(deployment, "JobID"),
+            text(deployment, "JobVersion"),
+            text(deployment, "Status"),
+            text(deployment, "StatusDescription"),
+        ]);
+    }
+    println!("{}", table(&rows));
+}
+
+/// `deployment status`: the deployment's fields, then its `Deployed` table, whose
+/// optional columns appear as Nomad's do (`Auto Revert` if a group reverts, `Progress
+/// Deadline` if a group has one).
+pub(super) fn status_text(deployment: &Value, verbose: bool) -> String {
+    let id = text(deployment, "ID");
+    let head = fields(&[
+        (
+            "ID",
+            if verbose {
+                id.clone()
+            } else {
+                short(&id).to_string()
+            },
+        ),
+        ("Job ID", text(deployment, "JobID")),
+        ("Job Version", text(deployment, "JobVersion")),
+        ("Status", text(deployment, "Status")),
+        ("Description", text(deployment, "StatusDescription")),
+    ]);
+    let groups: Vec<(&String, &Value)> = deployment["TaskGroups"]
+        .as_object()
+        .map(|groups| groups.iter().collect())
+        .unwrap_or_default();
+    if groups.is_empty() {
+        return head;
+    }
+    let auto_revert = groups.iter().any(|(_, g)| g["AutoRevert"] == json!(true));
+    let deadline = groups
+        .iter()
+        .any(|(_, g)| g["ProgressDeadline"].as_i64().is_some_and(|ns| ns > 0));
+    let mut header = vec!["Task Group".to_string()];
+    if auto_revert {
+        header.push("Auto Revert".into());
+    }
+    header.extend(["Desired", "Placed", "Healthy", "Unhealthy"].map(String::from));
+    if deadline {
+        header.push("Progress Deadline".into());
+    }
+    let mut rows = vec![header];
+    for (name, group) in groups {
+        let mut row = vec![name.clone()];
+        if auto_revert {
+            row.push(text(group, "AutoRevert"));
+        }
+        for key in [
+            "DesiredTotal",
+            "PlacedAllocs",
+            "HealthyAllocs",
+            "UnhealthyAllocs",
+        ] {
+            row.push(text(group, key));
+        }
+        if deadline {
+            // Go's zero time on the wire means none was set.
+            let by = text(group, "RequireProgressBy");
+            let set = !by.is_empty() && !by.starts_with("0001-01-01");
+            row.push(if set { by } else { "N/A".into() });
+        }
+        rows.push(row);
+    }
+    format!("{head}\n\nDeployed\n{}", table(&rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deployment_status_has_nomads_fields_and_columns_in_order() {
+        let deployment = json!({
+            "ID": "0b23b149-2f1c-4b59-b0ab-2f5e5a4c7c11", "JobID": "web", "JobVersion": 1,
+            "Status": "successful", "StatusDescription": "Deployment completed successfully",
+            "TaskGroups": {"web": {"AutoRevert": true, "DesiredTotal": 3, "PlacedAllocs": 3,
+                "HealthyAllocs": 3, "UnhealthyAllocs": 0, "ProgressDeadline": 600_000_000_000i64,
+                "RequireProgressBy": "0001-01-01T00:00:00Z"}},
+        });
+        let shown = status_text(&deployment, false);
+        let lines: Vec<&str> = shown.lines().collect();
+        assert_eq!(
+            lines[..5],
+            [
+                "ID          = 0b23b149",
+                "Job ID      = web",
+                "Job Version = 1",
+                "Status      = successful",
+                "Description = Deployment completed successfully",
+            ]
+        );
+        assert_eq!(lines[6], "Deployed");
+        let header: Vec<&str> = lines[7].split("  ").filter(|c| !c.is_empty()).collect();
+        assert_eq!(
+            header,
+            [
+                "Task Group",
+                "Auto Revert",
+                "Desired",
+                "Placed",
+                "Healthy",
+                "Unhealthy",
+                "Progress Deadline"
+            ]
+        );
+        let row: Vec<&str> = lines[8].split_whitespace().collect();
+        assert_eq!(row, ["web", "true", "3", "3", "3", "0", "N/A"]);
+    }
+}

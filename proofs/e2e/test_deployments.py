@@ -1,0 +1,168 @@
+"""Deployments as an operator drives them (issue 27): `deployment list|status|pause|resume|
+fail`, `job deployments|allocs|revert|scale`, with Nomad's layouts — each rollout judged by
+what the witness tasks received: an old task is signalled only through the stop path (its
+services gone, its delays waited), and a paused deployment signals nothing more."""
+
+import time
+
+from conftest import SECOND, web_job
+
+
+def rolling(agent, count, release, task_delay_s=0.5, min_healthy_s=1.0, auto_revert=False):
+    job = web_job(agent.address, count=count, task_delay_s=task_delay_s)
+    job["Job"]["TaskGroups"][0]["Update"] = {
+        "MaxParallel": 1,
+        "MinHealthyTime": int(min_healthy_s * SECOND),
+        "AutoRevert": auto_revert,
+    }
+    job["Job"]["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] = release
+    return job
+
+
+def signals(agent, alloc_id):
+    return [line for line in agent.task_log(alloc_id, "server") if line[0] == "signal"]
+
+
+def release_of(agent, alloc_id):
+    [start] = [r for r in agent.witness(alloc_id, "server") if r["event"] == "start"]
+    with open(f"/proc/{start['pid']}/environ", "rb") as f:
+        env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+    return env[b"RELEASE"].decode()
+
+
+def latest(agent, job="web"):
+    return agent.get(f"/v1/job/{job}/deployment")
+
+
+def settled(agent, status, job="web", timeout=60):
+    return agent.wait_until(
+        f"the deployment of {job} to be {status}",
+        lambda: (d := latest(agent, job)) and d["Status"] == status and d,
+        timeout=timeout,
+    )
+
+
+def test_a_paused_deployment_signals_nothing_more_until_it_is_resumed(agent):
+    assert agent.http("PUT", "/v1/jobs", rolling(agent, 2, "1"))[0] == 200
+    old = [a["ID"] for a in agent.running("web", 2)]
+    assert agent.cli("deployment", "list").stdout.strip() == "No deployments found"
+    assert agent.http("PUT", "/v1/jobs", rolling(agent, 2, "2"))[0] == 200
+    deployment = latest(agent)
+    short = deployment["ID"][:8]
+    listed = agent.cli("deployment", "list").stdout.splitlines()
+    assert listed[0].split() == ["ID", "Job", "ID", "Job", "Version", "Status", "Description"]
+    assert listed[1].split()[:4] == [short, "web", "1", "running"], listed
+    assert agent.cli("deployment", "pause", short).stdout.strip() == f'Deployment "{short}" paused'
+    status = agent.cli("deployment", "status", short).stdout
+    assert "Status      = paused" in status and "Description = Deployment is paused" in status, status
+    assert "Deployed\nTask Group  Desired  Placed  Healthy  Unhealthy  Progress Deadline" in status, status
+
+    # The first batch, placed before the pause, finishes; the second old task gets nothing.
+    [first] = [a for a in old if agent.get(f"/v1/allocation/{a}")["DesiredStatus"] == "stop"]
+    second = next(a for a in old if a != first)
+    agent.wait_terminal([first])
+    replacement = agent.get(f"/v1/allocation/{first}")["NextAllocation"]
+    agent.wait_until(
+        "the first replacement to be healthy",
+        lambda: (agent.get(f"/v1/allocation/{replacement}")["DeploymentStatus"] or {}).get("Healthy"),
+    )
+    ready = time.monotonic()
+    # Unpaused, the second stop would begin now and signal within its 0.5 s delay (a few
+    # hundred ms more on a loaded machine); 5 s is ten times that.
+    while time.monotonic() - ready < 5.0:
+        assert agent.get(f"/v1/allocation/{second}")["DesiredStatus"] == "run", "a paused rollout went on"
+        time.sleep(0.2)
+    assert not signals(agent, second)
+
+    out = agent.cli("deployment", "resume", short).stdout
+    assert out.startswith(f'Deployment "{short}" resumed'), out
+    agent.wait_terminal([second])
+    [(_, name, _, services)] = signals(agent, second)
+    assert name == "INT" and services == {"web-group": 0, "server-web": 0}, services
+    settled(agent, "successful")
+    history = agent.cli("job", "deployments", "web").stdout.splitlines()
+    assert history[1].split()[:4] == [short, "web", "1", "successful"], history
+    allocs = agent.cli("job", "allocs", "web").stdout.splitlines()
+    assert allocs[0].split() == [
+        "ID", "Node", "ID", "Task", "Group", "Version", "Desired", "Status", "Created", "Modified"
+    ], allocs
+    assert len(allocs) == 5 and all(line.endswith("ago") for line in allocs[1:]), allocs
+    assert agent.get("/v1/job/web/versions")["Versions"][0]["Stable"] is True
+
+
+def test_revert_rolls_the_old_spec_out_through_the_stop_path(agent):
+    assert agent.http("PUT", "/v1/jobs", rolling(agent, 1, "1"))[0] == 200
+    agent.running("web", 1)
+    assert agent.http("PUT", "/v1/jobs", rolling(agent, 1, "2"))[0] == 200
+    settled(agent, "successful")
+    [current] = [a["ID"] for a in agent.running("web", 1) if a["DesiredStatus"] == "run"]
+    assert release_of(agent, current) == "2"
+
+    asked = time.monotonic()
+    out = agent.cli("job", "revert", "web", "0").stdout
+    assert "Monitoring evaluation" in out, out
+    stored = agent.get("/v1/job/web")
+    assert stored["Version"] == 2
+    assert stored["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] == "1"
+    agent.wait_terminal([current])
+    [(_, _, at, services)] = signals(agent, current)
+    assert services == {"web-group": 0, "server-web": 0}, services
+    assert at - asked >= 0.5, f"the revert's stop signalled {at - asked:.3f}s after it, inside its delay"
+    [back] = [a["ID"] for a in agent.running("web", 1) if a["DesiredStatus"] == "run"]
+    assert release_of(agent, back) == "1"
+    assert settled(agent, "successful")["JobVersion"] == 2
+
+    refused = agent.cli("job", "revert", "web", "2", check=False)
+    assert refused.returncode == 1 and "can't revert to current version" in refused.stderr, refused
+    status, body, _ = agent.http("PUT", "/v1/job/web/revert", {"JobID": "web", "JobVersion": 9})
+    assert status == 404 and 'job "web" in namespace "default" at version 9 not found' in body, (status, body)
+
+
+def test_a_failed_deployment_with_auto_revert_goes_back_to_the_stable_version(agent):
+    assert agent.http("PUT", "/v1/jobs", rolling(agent, 1, "1", auto_revert=True))[0] == 200
+    agent.running("web", 1)
+    assert agent.http("PUT", "/v1/jobs", rolling(agent, 1, "2", auto_revert=True))[0] == 200
+    settled(agent, "successful")
+    # A third version, failed by the operator at once: back to version 1's spec.
+    slow = rolling(agent, 1, "3", min_healthy_s=30.0, auto_revert=True)
+    assert agent.http("PUT", "/v1/jobs", slow)[0] == 200
+    short = latest(agent)["ID"][:8]
+    out = agent.cli("deployment", "fail", short).stdout
+    assert out.startswith(f'Deployment "{short}" failed. Auto-reverted to job version 1.'), out
+    deployments = agent.get("/v1/job/web/deployments")
+    assert deployments[1]["StatusDescription"] == "Deployment marked as failed - rolling back to job version 1"
+    stored = agent.get("/v1/job/web")
+    assert (stored["Version"], stored["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"]) == (3, "2")
+    settled(agent, "successful")
+    [back] = [a["ID"] for a in agent.running("web", 1) if a["DesiredStatus"] == "run"]
+    assert release_of(agent, back) == "2"
+    refused = agent.cli("deployment", "fail", short, check=False)
+    assert refused.returncode == 1 and "can't fail terminal deployment" in refused.stderr, refused
+
+
+def test_scale_changes_a_count_and_waits_for_no_deployment(agent):
+    assert agent.http("PUT", "/v1/jobs", rolling(agent, 1, "1"))[0] == 200
+    [first] = agent.running("web", 1)
+    out = agent.cli("job", "scale", "web", "3").stdout
+    assert "Monitoring evaluation" in out, out
+    agent.running("web", 3)
+    status = agent.get("/v1/job/web/scale")
+    assert status["TaskGroups"]["web"]["Desired"] == 3 and status["TaskGroups"]["web"]["Placed"] == 3
+    assert not signals(agent, first["ID"]), "a count change replaced nothing"
+    agent.cli("job", "scale", "web", "web", "1")
+    agent.wait_until("two allocations stopped", lambda: agent.get("/v1/job/web/scale")["TaskGroups"]["web"]["Placed"] == 1)
+    refused = agent.cli("job", "scale", "web", "api", "2", check=False)
+    assert refused.returncode == 1 and "Group api not found within job" in refused.stderr, refused
+    # During a deployment, refused as Nomad refuses it.
+    assert agent.http("PUT", "/v1/jobs", rolling(agent, 1, "2", min_healthy_s=30.0))[0] == 200
+    status, body, _ = agent.http("PUT", "/v1/job/web/scale", {"Count": 2, "Target": {"Group": "web"}})
+    assert status == 400 and "job scaling blocked due to active deployment" in body, (status, body)
+    agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")
+
+
+def test_a_nomad_command_this_agent_does_not_serve_says_so(agent):
+    for args, named in [(("var", "list"), "var"), (("job", "dispatch", "web"), "job dispatch")]:
+        done = agent.cli(*args, check=False)
+        assert done.returncode == 1, done
+        assert f'"nomad {named}" is not supported by this agent' in done.stderr, done.stderr
+        assert "supervise" not in done.stderr
