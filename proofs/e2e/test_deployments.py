@@ -166,3 +166,49 @@ def test_a_nomad_command_this_agent_does_not_serve_says_so(agent):
         assert done.returncode == 1, done
         assert f'"nomad {named}" is not supported by this agent' in done.stderr, done.stderr
         assert "supervise" not in done.stderr
+
+
+ROLLING_HCL = """job "hcl" {
+  group "g" {
+    update {
+      max_parallel     = 1
+      min_healthy_time = "1s"
+    }
+    task "server" {
+      driver         = "raw_exec"
+      shutdown_delay = "500ms"
+      config {
+        command = "%(witness)s"
+      }
+      env { RELEASE = "%(release)s" }
+    }
+  }
+}
+"""
+
+
+def test_job_run_of_a_changed_spec_monitors_its_deployment_to_the_end(agent, tmp_path):
+    from conftest import WITNESS
+
+    spec = tmp_path / "hcl.nomad.hcl"
+    spec.write_text(ROLLING_HCL % {"witness": WITNESS, "release": "1"})
+    out = agent.cli("job", "run", str(spec)).stdout
+    assert "Monitoring deployment" not in out, "a first registration replaces nothing"
+    [old] = agent.running("hcl", 1)
+    spec.write_text(ROLLING_HCL % {"witness": WITNESS, "release": "2"})
+    asked = time.monotonic()
+    done = agent.cli("job", "run", str(spec))
+    # The command returns once the rollout is over: the old task was signalled after its
+    # delay, and the deployment's last status is printed.
+    assert agent.client_status(old["ID"]) in ("complete", "failed")
+    [(_, name, at, _)] = signals(agent, old["ID"])
+    assert at - asked >= 0.5, f"signalled {at - asked:.3f}s after the run, inside its delay"
+    deployment = latest(agent, "hcl")
+    assert deployment["Status"] == "successful"
+    assert f'Monitoring deployment "{deployment["ID"][:8]}"' in done.stdout, done.stdout
+    statuses = [line.split("=", 1)[1].strip() for line in done.stdout.splitlines() if line.startswith("Status      =")]
+    assert statuses and statuses[-1] == "successful", done.stdout
+    assert done.stdout.rstrip().endswith(
+        "Task Group  Desired  Placed  Healthy  Unhealthy  Progress Deadline\n"
+        "g           1        1       1        0          N/A"
+    ), done.stdout

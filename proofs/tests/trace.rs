@@ -470,3 +470,75 @@ fn a_crash_after_the_restart_interval_ends_the_judging_with_the_reason() {
     };
     assert!(why.contains("after its restart interval"), "{why}");
 }
+
+/// A re-registration that changes what a group runs but not its stop path is the model's
+/// rollout: the old version's stops (one at a time, through their delays) and the new
+/// version's runs are judged, through two updates and a flagged stop.
+// invariant: rollout_bounded
+#[test]
+fn rollouts_of_a_job_that_is_no_model_part_validate_in_full() {
+    let update = || Step::UpdateJob { job: "api".into() };
+    let log = run(vec![api_job()], |_| {
+        vec![update(), update(), stop("api", false, true)]
+    });
+    let report = validate(&log).unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.fully_judged(), "{:?}", report.parts);
+    let parts: Vec<(&str, &str, usize)> = report
+        .parts
+        .iter()
+        .map(|p| (p.job.as_str(), p.group.as_str(), p.allocs))
+        .collect();
+    // Each group's allocations, replaced twice.
+    assert_eq!(parts, [("api", "front", 9), ("api", "back", 6)]);
+    let healthy = log.iter().filter(|e| e.name() == "AllocHealthy").count();
+    assert_eq!(
+        healthy, 10,
+        "every replacement turned healthy before the next batch"
+    );
+}
+
+/// A new version whose replacement fails before it is healthy fails its deployment, which
+/// the model's deployments never do: the log says so, and the judging stops there with the
+/// reason (what came before was judged).
+#[test]
+fn a_failed_deployment_is_logged_and_ends_the_judging() {
+    // The same restart policy in both versions: only what the task runs changes.
+    let no_restarts = Some(quiesce_core::spec::RestartPolicy {
+        attempts: Some(0),
+        mode: Some("fail".into()),
+        ..Default::default()
+    });
+    let mut sim = Simulator::new(1, 7);
+    let mut first = api_job();
+    first.task_groups[0].restart_policy = no_restarts.clone();
+    sim.register(first.clone()).unwrap();
+    sim.run_until_quiet(100_000).unwrap();
+    let mut crashing = first;
+    crashing.task_groups[0].tasks[0].config = Some(
+        [
+            ("run_for".to_string(), serde_json::json!(SECOND)),
+            ("exit_code".to_string(), serde_json::json!(3)),
+        ]
+        .into(),
+    );
+    sim.register(crashing).unwrap();
+    sim.run_until_quiet(100_000).unwrap();
+    let log = parse_log(&sim.log().to_json_lines()).unwrap();
+    let noted = log
+        .iter()
+        .find(|e| e.name() == "Deployment")
+        .expect("the failed deployment is logged");
+    let report = validate(&log).unwrap_or_else(|e| panic!("{e}"));
+    let front = &report.parts[0];
+    assert_eq!(front.group, "front");
+    match &front.judged {
+        Judged::Until { seq, why } => {
+            assert_eq!(*seq, noted.seq);
+            assert!(why.contains("deployment was failed"), "{why}");
+        }
+        Judged::Full => panic!("judged past a failed deployment: {report:?}"),
+    }
+    assert!(front.replayed > 10, "{report:?}");
+    let deployment = sim.server.store.latest_deployment("api").unwrap();
+    assert_eq!(deployment.status, "failed");
+}

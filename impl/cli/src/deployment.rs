@@ -3,7 +3,7 @@
 //! Description`, a status's fields and its `Deployed` table.
 
 use super::alloc::monitor;
-use super::api::{fields, put_json, resolve, resolve_job, segment, short, table, text, Api};
+use super::api::{fields, now, put_json, resolve, resolve_job, segment, short, table, text, Api};
 use super::DeploymentCommand;
 use serde_json::{json, Value};
 
@@ -107,6 +107,52 @@ pub(super) fn job_deployments(
     };
     print_list(&listed, verbose);
     Ok(())
+}
+
+/// After `job run`'s evaluation, as Nomad's monitor: if the evaluation opened a deployment
+/// for the job's version, it is followed until it ends — the time and its status at each
+/// change — and the command fails unless it succeeded. (On a terminal, a last line says
+/// how it ended, as Nomad's.)
+pub(super) fn monitor_deployment(api: &Api, eval_id: &str, verbose: bool) -> Result<(), String> {
+    let eval = api.get(&format!("/v1/evaluation/{}", segment(eval_id)))?;
+    let job_id = text(&eval, "JobID");
+    let Some((job, _)) = api.call_found("GET", &format!("/v1/job/{}", segment(&job_id)), None)?
+    else {
+        return Ok(());
+    };
+    let latest = api.get(&format!("/v1/job/{}/deployment", segment(&job_id)))?;
+    let active = |d: &Value| matches!(text(d, "Status").as_str(), "running" | "paused");
+    if latest.is_null() || latest["JobVersion"] != job["Version"] || !active(&latest) {
+        return Ok(());
+    }
+    let id = text(&latest, "ID");
+    let shown = if verbose { id.as_str() } else { short(&id) };
+    println!("==> {}: Monitoring deployment {shown:?}", now());
+    let mut index = 0;
+    let status = loop {
+        let (found, next) = api.call_indexed(
+            "GET",
+            &format!("/v1/deployment/{}?index={index}&wait=60s", segment(&id)),
+            None,
+        )?;
+        if next != index {
+            println!("\n  {}\n{}", now(), status_text(&found, verbose));
+        }
+        index = next;
+        if !active(&found) {
+            break text(&found, "Status");
+        }
+    };
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() {
+        let mark = if status == "successful" { "✓" } else { "!" };
+        println!("\n{mark} Deployment {shown:?} {status}");
+    }
+    if status == "successful" {
+        Ok(())
+    } else {
+        Err(format!("Deployment {shown:?} {status}"))
+    }
 }
 
 fn resolve_deployment(api: &Api, prefix: &str) -> Result<String, String> {

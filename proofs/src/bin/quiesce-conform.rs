@@ -245,12 +245,34 @@ fn validate_log(file: &str, require_full: bool) -> Result<bool, String> {
     let entries = trace::parse_log(&text).map_err(|e| format!("{file}: {e}"))?;
     match trace::validate(&entries) {
         Ok(report) => {
+            let allocs: usize = report.parts.iter().map(|part| part.allocs).sum();
+            let judged = if report.fully_judged() {
+                format!(
+                    "valid: judged all {} entries ({allocs} allocations)",
+                    report.entries
+                )
+            } else {
+                let not_judged: Vec<String> = report
+                    .parts
+                    .iter()
+                    .filter_map(|part| match &part.judged {
+                        trace::Judged::Until { why, .. } => {
+                            Some(format!("job {:?} group {:?}: {why}", part.job, part.group))
+                        }
+                        trace::Judged::Full => None,
+                    })
+                    .collect();
+                format!(
+                    "no violation in what was judged: judged {} of {} entries ({allocs} \
+                     allocations); not judged: {}",
+                    report.replayed().min(report.entries),
+                    report.entries,
+                    not_judged.join("; ")
+                )
+            };
             println!(
-                "{file}: valid: {} entries, {} steps replayed against the model, {} effects \
-                 checked (kill signals once per kill and after the services; SIGKILL after \
-                 the kill timeout; no task launched twice)",
-                report.entries,
-                report.replayed(),
+                "{file}: {judged}; {} effects checked (kill signals once per kill and after \
+                 the services; SIGKILL after the kill timeout; no task launched twice)",
                 report.effects
             );
             for part in &report.parts {

@@ -18,6 +18,9 @@ use quiesce_model::state::{Alloc, Ghost, Job as ModelJob, JobVersion, TaskPhase}
 use quiesce_model::{Action, History, Model, State, StopPathModel};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+/// The model's bound on a job's updates (`UpdateJob` makes generations 1 to 3).
+const MAX_UPDATES: u8 = 3;
+
 /// How far the model could follow an instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Judged {
@@ -218,15 +221,21 @@ impl Instance {
             self.unjudged += 1;
             return;
         }
-        let same = match (model_of(spec, &self.group), &self.model) {
+        let same_path = match (model_of(spec, &self.group), &self.model) {
             (Ok(new), Some(old)) => {
                 new.cfg.group == old.cfg.group
                     && new.cfg.count == old.cfg.count
-                    && spec.as_run(&self.group) == self.group_spec
+                    && new.cfg.max_parallel == old.cfg.max_parallel
+                    && new.cfg.restart_attempts == old.cfg.restart_attempts
             }
             _ => false,
         };
-        if !same {
+        let as_run = spec.as_run(&self.group);
+        if same_path && as_run != self.group_spec && !spec.stop {
+            self.updated(spec, as_run, seq);
+            return;
+        }
+        if !same_path || as_run != self.group_spec {
             self.stop_judging(
                 seq,
                 "the job was registered again with a changed task group (the model has no \
@@ -259,6 +268,61 @@ impl Instance {
             self.candidates.clear();
         }
         self.replayed += 1;
+    }
+
+    /// The job registered again with a new version of the same stop path that runs
+    /// differently (an edited image or environment, say): a rollout, the model's
+    /// `UpdateJob`, from every candidate.
+    fn updated(&mut self, spec: &Job, as_run: Option<Job>, seq: u64) {
+        let model = self.model.as_ref().expect("a judging instance has a model");
+        let mut next = HashSet::new();
+        for candidate in &self.candidates {
+            let latest = *candidate
+                .state
+                .job
+                .latest()
+                .expect("a registered job has a version");
+            if latest.stop {
+                return self.stop_judging(
+                    seq,
+                    "the job was started again with a changed task group (the model's start \
+                     resubmits the stored job)"
+                        .into(),
+                );
+            }
+            if latest.spec.generation >= MAX_UPDATES {
+                return self.stop_judging(
+                    seq,
+                    format!("more than {MAX_UPDATES} updates: past the model's bound"),
+                );
+            }
+            let Some(after) = model.next_state(&candidate.state, Action::UpdateJob) else {
+                return self.stop_judging(seq, "the model refused the update".into());
+            };
+            next.insert(
+                Candidate {
+                    state: after,
+                    bound: candidate.bound.clone(),
+                }
+                .canonical(),
+            );
+        }
+        self.candidates = next.into_iter().collect();
+        self.version = spec.version;
+        self.group_spec = as_run;
+        self.replayed += 1;
+    }
+
+    /// The job's deployment turned `status` by a write that is no step: paused or failed,
+    /// which the model's deployments never are, so the judging stops there; running again
+    /// (a resume) changes nothing the judging could follow from.
+    pub fn deployment_changed(&mut self, status: &str, seq: u64) {
+        if status != "running" {
+            self.stop_judging(
+                seq,
+                format!("the job's deployment was {status}; the model's deployments neither pause nor fail"),
+            );
+        }
     }
 
     /// Replays one step of the log. `Ok` if the model follows it (or cannot judge it, which
@@ -499,13 +563,15 @@ fn successors(
             refusal = Some(Refusal::Violation(why));
             continue;
         }
-        if let Some((name, _)) = INVARIANTS.iter().find(|(_, holds)| !holds(model, &after)) {
-            refusal = Some(Refusal::Violation(format!(
-                "after {action} the model's invariant {name} does not hold"
-            )));
-            continue;
+        for after in rollout_choices(&candidate.state, after) {
+            if let Some((name, _)) = INVARIANTS.iter().find(|(_, holds)| !holds(model, &after)) {
+                refusal = Some(Refusal::Violation(format!(
+                    "after {action} the model's invariant {name} does not hold"
+                )));
+                continue;
+            }
+            out.push(bind(after));
         }
-        out.push(bind(after));
     }
     if out.is_empty() {
         return Err(refusal.unwrap_or_else(|| {
@@ -516,6 +582,44 @@ fn successors(
         }));
     }
     Ok(out)
+}
+
+/// `after`, and — where the step was an evaluation that stopped older allocations for a
+/// rollout — the same evaluation with each of those stops on another older allocation of
+/// the same kind (started or not) instead. The model takes the least by its record, the
+/// implementation the oldest (a position in the log's order that the model does not
+/// keep); both are rollouts `rollout_bounded` allows, and the log's next pulls tell which.
+fn rollout_choices(before: &State, after: State) -> Vec<State> {
+    let victims: Vec<usize> = (0..before.allocs.len())
+        .filter(|&ix| after.allocs[ix].rollout_stop && !before.allocs[ix].rollout_stop)
+        .collect();
+    let mut out = vec![after.clone()];
+    let Some(generation) = after.job.latest().map(|latest| latest.spec.generation) else {
+        return out;
+    };
+    let started = |alloc: &Alloc| alloc.runner != quiesce_model::state::RunnerPhase::Pending;
+    for &victim in &victims {
+        let others = (0..before.allocs.len()).filter(|&ix| {
+            let alloc = &before.allocs[ix];
+            !victims.contains(&ix)
+                && !alloc.is_terminal()
+                && alloc.spec.generation < generation
+                && started(alloc) == started(&before.allocs[victim])
+                && after.allocs[ix] == *alloc
+        });
+        for other in others.collect::<Vec<_>>() {
+            let mut swapped = after.clone();
+            let stop = swapped.allocs[victim];
+            swapped.allocs[victim] = before.allocs[victim];
+            let target = &mut swapped.allocs[other];
+            target.desired_stop = stop.desired_stop;
+            target.rollout_stop = stop.rollout_stop;
+            target.no_shutdown_delay |=
+                stop.no_shutdown_delay && !before.allocs[victim].no_shutdown_delay;
+            out.push(swapped);
+        }
+    }
+    out
 }
 
 /// A pull of a record whose (desired stop, flag, tombstone) the client has already: the

@@ -168,6 +168,17 @@ impl Trace {
                 Ok(())
             }
             Event::Step(step) => self.step(entry, step),
+            Event::Deployment { status } => {
+                let job = entry.job.as_deref().unwrap_or_default();
+                for instance in self
+                    .instances
+                    .iter_mut()
+                    .filter(|i| i.job == job && !i.purged)
+                {
+                    instance.deployment_changed(status, entry.seq);
+                }
+                Ok(())
+            }
         }
     }
 

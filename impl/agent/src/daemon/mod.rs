@@ -44,7 +44,7 @@ use quiesce_core::client::{
 };
 use quiesce_core::server::store::{Record, StateStore};
 use quiesce_core::server::structs::{AllocId, NodeId};
-use quiesce_core::server::Server;
+use quiesce_core::server::{Note, Server};
 use quiesce_core::step::log::LogEntry;
 use quiesce_core::step::Step;
 use std::collections::{BTreeMap, BTreeSet};
@@ -226,6 +226,7 @@ impl Core {
     /// Appends an entry to the event log; it is stored with the next commit. An entry whose
     /// sequence number was reserved ([`Core::log_pull`]) keeps it, and its time.
     pub fn log(&mut self, mut entry: LogEntry) {
+        self.log_notes();
         if entry.seq == 0 {
             self.log_seq += 1;
             entry.seq = self.log_seq;
@@ -236,6 +237,27 @@ impl Core {
             "a sequence number never reserved"
         );
         self.pending_log.push(entry);
+    }
+
+    /// Logs what the server's writes that are no step did since the last entry (a
+    /// deployment paused or failed, an auto-revert's new version), so the log holds them
+    /// in order before whatever follows.
+    fn log_notes(&mut self) {
+        for note in self.server.take_notes() {
+            let entry = match note {
+                Note::Deployment { job, status } => LogEntry::deployment(&job, &status),
+                Note::Registered { job } => match self.server.store.job(&job) {
+                    Some(stored) => LogEntry::register_job(stored),
+                    None => continue,
+                },
+            };
+            self.log_seq += 1;
+            self.pending_log.push(LogEntry {
+                seq: self.log_seq,
+                time_ns: unix_now_ns(),
+                ..entry
+            });
+        }
     }
 
     /// Takes the server's records written since the last take, as stored values (or
@@ -383,6 +405,7 @@ impl Core {
         earlier: Vec<Write>,
         durable: bool,
     ) -> u64 {
+        self.log_notes();
         let mut writes = earlier;
         writes.extend(self.take_writes());
         if let Some((id, encoded)) = runner {

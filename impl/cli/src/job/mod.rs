@@ -233,8 +233,8 @@ fn stop_job(api: &Api, job: &str, options: &StopOptions) -> Result<(), String> {
     monitor(api, &eval, Some(&allocs))
 }
 
-/// `job revert JOB VERSION`: that version's spec registered again, its evaluation
-/// monitored.
+/// `job revert JOB VERSION`: that version's spec registered again, its evaluation and
+/// the rollout it starts monitored.
 fn revert(api: &Api, job: &str, version: u64, detach: bool) -> Result<(), String> {
     let id = resolve_job(api, job)?;
     let body = serde_json::json!({"JobID": id, "JobVersion": version});
@@ -244,7 +244,8 @@ fn revert(api: &Api, job: &str, version: u64, detach: bool) -> Result<(), String
         println!("{eval}");
         return Ok(());
     }
-    monitor(api, &eval, None)
+    monitor(api, &eval, None)?;
+    super::deployment::monitor_deployment(api, &eval, false)
 }
 
 /// `job scale JOB [GROUP] COUNT`: the group may be left out when the job has one (Nomad's

@@ -80,7 +80,8 @@ pub(crate) fn run(args: RunArgs) -> Result<(), String> {
         println!("Job registration successful\nEvaluation ID: {eval}");
         return Ok(());
     }
-    monitor_with(&api, &eval, None, args.verbose)
+    monitor_with(&api, &eval, None, args.verbose)?;
+    super::super::deployment::monitor_deployment(&api, &eval, args.verbose)
 }
 
 /// `job plan`: what running FILE would change, from a dry run of the scheduler; exits

@@ -10,7 +10,7 @@
 use super::events::WriteType;
 use super::structs::DeploymentState;
 use super::structs::{deployment_status as status, AllocDeploymentStatus, Deployment};
-use super::{Server, ServerError, TRIGGER_DEPLOYMENT_WATCHER};
+use super::{Note, Server, ServerError, TRIGGER_DEPLOYMENT_WATCHER};
 use crate::spec::Job;
 
 /// What a deployment write answers (Nomad's `DeploymentUpdateResponse`).
@@ -156,8 +156,9 @@ impl Server {
 
     /// A replacement a running deployment placed ended before it was healthy (its task
     /// failed past its restart policy), in the report's write at `index`: it is unhealthy,
-    /// and the deployment fails, as Nomad's watcher fails it, instead of waiting for ever.
-    /// (The older allocations not yet replaced keep running.)
+    /// and the deployment fails, as Nomad's watcher fails it, instead of waiting for ever;
+    /// with `auto_revert`, the newest stable version is registered again. (Otherwise the
+    /// older allocations not yet replaced keep running.)
     pub(super) fn replacement_failed(&mut self, alloc_id: &str, index: u64) {
         let Some(alloc) = self.store.alloc_for_client(alloc_id) else {
             return;
@@ -173,7 +174,12 @@ impl Server {
         else {
             return;
         };
-        let (id, group) = (deployment.id.clone(), alloc.task_group.clone());
+        let (id, group, job_id) = (
+            deployment.id.clone(),
+            alloc.task_group.clone(),
+            alloc.job_id.clone(),
+        );
+        let deployment = deployment.clone();
         self.store.update_alloc(alloc_id, index, false, |alloc| {
             alloc.deployment_status = Some(AllocDeploymentStatus {
                 healthy: Some(false),
@@ -181,13 +187,21 @@ impl Server {
                 ..AllocDeploymentStatus::default()
             });
         });
+        self.notes.push(Note::Deployment {
+            job: job_id.clone(),
+            status: status::FAILED.into(),
+        });
+        let (suffix, reverted) = self.revert_for(&deployment, index);
         self.store.update_deployment(&id, index, |d| {
             if let Some(state) = d.task_groups.get_mut(&group) {
                 state.unhealthy_allocs += 1;
             }
             d.status = status::FAILED.into();
-            d.status_description = status::DESC_FAILED_ALLOCATIONS.into();
+            d.status_description = format!("{}{suffix}", status::DESC_FAILED_ALLOCATIONS);
         });
+        if reverted.is_some() {
+            self.watcher_eval(&job_id, index);
+        }
     }
 
     // invariant: rollout_bounded
@@ -264,6 +278,15 @@ impl Server {
                 d.status_description = status::DESC_RUNNING.into();
             }
         });
+        let status = if pause {
+            status::PAUSED
+        } else {
+            status::RUNNING
+        };
+        self.notes.push(Note::Deployment {
+            job: deployment.job_id.clone(),
+            status: status.into(),
+        });
         let eval_id = (!pause)
             .then(|| self.watcher_eval(&deployment.job_id, index))
             .flatten();
@@ -280,6 +303,10 @@ impl Server {
     pub fn fail_deployment(&mut self, id: &str) -> Result<DeploymentUpdate, ServerError> {
         let deployment = self.active_deployment(id, "fail")?;
         let index = self.store.next_index(WriteType::DeploymentStatusUpdate);
+        self.notes.push(Note::Deployment {
+            job: deployment.job_id.clone(),
+            status: status::FAILED.into(),
+        });
         let (suffix, reverted) = self.revert_for(&deployment, index);
         self.store.update_deployment(id, index, |d| {
             d.status = status::FAILED.into();
@@ -370,6 +397,9 @@ impl Server {
         job.job_modify_index = index;
         job.submit_time = self.store.now();
         self.store.put_job_version(job.clone());
+        self.notes.push(Note::Registered {
+            job: job.id.clone(),
+        });
         self.open_deployment(&job, index);
         job
     }

@@ -135,9 +135,28 @@ pub struct Server {
     /// Each job's blocked evaluation, if it has one (out of the broker until a node is
     /// ready), and whether ports were what it lacked (then an allocation's end frees them).
     blocked: BTreeMap<JobId, (EvalId, bool)>,
+    /// What writes that are no step did since the last take, for the event log
+    /// ([`Server::take_notes`]).
+    notes: Vec<Note>,
+}
+
+/// What a write that is no step of the alphabet did, which the event log must still record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// The job's deployment turned a status the model has not (paused, failed), or running
+    /// again.
+    Deployment { job: JobId, status: String },
+    /// A new version of the job was stored (a failed deployment's auto-revert).
+    Registered { job: JobId },
 }
 
 impl Server {
+    /// The notes of the writes since the last take, oldest first, for the event log to
+    /// record before its next entry.
+    pub fn take_notes(&mut self) -> Vec<Note> {
+        std::mem::take(&mut self.notes)
+    }
+
     pub fn new(nodes: Vec<NodeId>, seed: u64) -> Self {
         Server {
             store: StateStore::default(),
@@ -145,6 +164,7 @@ impl Server {
             ids: IdGen::new(seed),
             nodes,
             blocked: BTreeMap::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -180,6 +200,7 @@ impl Server {
             ids: IdGen::new(seed),
             nodes,
             blocked,
+            notes: Vec::new(),
         }
     }
 

@@ -26,6 +26,12 @@ pub enum Event {
     RegisterJob {
         spec: Box<Job>,
     },
+    /// The job's deployment turned `status` (`paused`, `failed`) by a write the step
+    /// alphabet has no step for: the operator's, or a replacement that failed. The model's
+    /// deployments neither pause nor fail, so a validator stops judging the job there.
+    Deployment {
+        status: String,
+    },
 }
 
 /// One entry of the event log.
@@ -72,11 +78,25 @@ impl LogEntry {
         }
     }
 
+    /// Job `job`'s deployment turned `status`.
+    pub fn deployment(job: &str, status: &str) -> LogEntry {
+        LogEntry {
+            seq: 0,
+            time_ns: 0,
+            event: Event::Deployment {
+                status: status.to_string(),
+            },
+            job: Some(job.to_string()),
+            group: None,
+            effects: Vec::new(),
+        }
+    }
+
     /// The step, if the entry is one.
     pub fn as_step(&self) -> Option<&Step> {
         match &self.event {
             Event::Step(step) => Some(step),
-            Event::RegisterJob { .. } => None,
+            Event::RegisterJob { .. } | Event::Deployment { .. } => None,
         }
     }
 
@@ -85,6 +105,7 @@ impl LogEntry {
         match &self.event {
             Event::Step(step) => step.name(),
             Event::RegisterJob { .. } => "RegisterJob",
+            Event::Deployment { .. } => "Deployment",
         }
     }
 
@@ -123,6 +144,8 @@ struct Wire {
     effects: Vec<Effect>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     spec: Option<Box<Job>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<String>,
 }
 
 impl From<LogEntry> for Wire {
@@ -140,9 +163,11 @@ impl From<LogEntry> for Wire {
             unrecoverable: None,
             effects: entry.effects,
             spec: None,
+            status: None,
         };
         match entry.event {
             Event::RegisterJob { spec } => wire.spec = Some(spec),
+            Event::Deployment { status } => wire.status = Some(status),
             Event::Step(step) => {
                 wire.alloc = step.alloc().cloned();
                 wire.task = step.task().cloned();
@@ -197,6 +222,18 @@ impl TryFrom<Wire> for LogEntry {
                     seq: wire.seq,
                     time_ns: wire.time_ns,
                     event: Event::RegisterJob { spec },
+                    job: wire.job,
+                    group: wire.group,
+                    effects: wire.effects,
+                });
+            }
+            "Deployment" => {
+                let status = wire.status.clone().ok_or_else(|| missing("status"))?;
+                job()?;
+                return Ok(LogEntry {
+                    seq: wire.seq,
+                    time_ns: wire.time_ns,
+                    event: Event::Deployment { status },
                     job: wire.job,
                     group: wire.group,
                     effects: wire.effects,
@@ -374,6 +411,8 @@ mod tests {
         );
         assert_eq!(stop.job.as_deref(), Some("web"));
         assert_eq!(LogEntry::parse_line(&stop.to_json_line()), Ok(stop));
+        let note = LogEntry::deployment("web", "failed");
+        assert_eq!(LogEntry::parse_line(&note.to_json_line()), Ok(note));
         // The rollout's steps, as the agent writes them.
         for step in [
             Step::AllocHealthy { alloc: "a1".into() },

@@ -102,19 +102,15 @@ fn bool_field(fields: &Map<String, Value>, name: &str) -> Result<bool, ApiError>
     }
 }
 
-/// Applies a deployment write under the core's lock, logs an auto-revert's version as the
-/// registration it is, and answers once it is durable.
+/// Applies a deployment write under the core's lock (the commit logs what it did: the
+/// deployment's new status, an auto-revert's version) and answers once it is durable.
 fn deployment_write(
     shared: &Shared,
     id: &str,
     write: impl FnOnce(&mut quiesce_core::server::Server) -> Result<DeploymentUpdate, ServerError>,
 ) -> Result<Reply, ApiError> {
     let mut core = shared.core();
-    let job_id = core.server.store.deployment(id).map(|d| d.job_id.clone());
     let update = write(&mut core.server)?;
-    if let (Some(job_id), Some(_)) = (&job_id, update.reverted_job_version) {
-        log_registration(&mut core, job_id, false);
-    }
     commit(shared, &mut core)?;
     let modify_index = core
         .server
