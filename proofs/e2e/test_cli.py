@@ -212,3 +212,48 @@ def test_the_flags_and_aliases_tools_wrapping_the_cli_use(agent, tmp_path):
     agent.cli("job", "start", "count", timeout=30)
     assert agent.get("/v1/job/count")["Version"] == 2
     assert agent.cli("job", "inspect", "-hcl", "count").stdout == spec.read_text()
+
+
+def test_the_small_commands_nomad_users_type(agent, tmp_path):
+    """Issue 27, build 2: version, job init, eval list, server members, service list|info,
+    system gc and alloc signal — each answered as Nomad's, judged by what the task got."""
+    version = agent.cli("version").stdout
+    assert version.startswith("Quiesce v"), version
+    example = tmp_path / "example.nomad.hcl"
+    out = agent.cli("job", "init", str(example)).stdout
+    assert out.strip() == f"Example job file written to {example}"
+    assert 'shutdown_delay = "10s"' in example.read_text()
+    assert "Job validation successful" in agent.cli("job", "validate", str(example)).stdout
+    again = agent.cli("job", "init", str(example), check=False)
+    assert again.returncode == 1 and "already exists" in again.stderr, again
+
+    job = web_job(agent.address)
+    job["Job"]["TaskGroups"][0]["Services"][0]["Tags"] = ["edge", "v1"]
+    assert agent.http("PUT", "/v1/jobs", job)[0] == 200
+    [alloc] = agent.running("web", 1)
+    [listed] = agent.get("/v1/services")
+    tags = {s["ServiceName"]: s["Tags"] for s in listed["Services"]}
+    assert tags == {"web-group": ["edge", "v1"], "server-web": []}, tags
+    services = agent.cli("service", "list").stdout.splitlines()
+    assert services[0].split() == ["Service", "Name", "Tags"], services
+    assert any(line.split() == ["web-group", "[edge,v1]"] for line in services), services
+    info = agent.cli("service", "info", "web-group").stdout.splitlines()
+    assert info[0].split() == ["Job", "ID", "Address", "Tags", "Node", "ID", "Alloc", "ID"], info
+    assert info[1].split()[0] == "web" and info[1].split()[2] == "[edge,v1]", info
+
+    evals = agent.cli("eval", "list").stdout.splitlines()
+    assert evals[0].split()[:3] == ["ID", "Priority", "Triggered"], evals
+    assert any(" job-register " in f" {line} " and " web " in f" {line} " for line in evals[1:]), evals
+    members = agent.cli("server", "members").stdout.splitlines()
+    assert members[0].split()[:5] == ["Name", "Address", "Port", "Status", "Leader"], members
+    assert len(members) == 2 and members[1].split()[3:5] == ["alive", "true"], members
+
+    agent.cli("alloc", "signal", "-s", "SIGHUP", alloc["ID"][:8], "server")
+    agent.wait_until(
+        "the task to get SIGHUP",
+        lambda: [line for line in agent.task_log(alloc["ID"], "server") if line[0] == "signal"],
+    )
+    [(_, name, _, _)] = [line for line in agent.task_log(alloc["ID"], "server") if line[0] == "signal"]
+    assert name == "HUP"
+    assert agent.client_status(alloc["ID"]) == "running", "SIGHUP is not the task's kill signal"
+    agent.cli("system", "gc")

@@ -1,4 +1,4 @@
-//! The `alloc` commands (`status`, `stop`), `eval status`, and Nomad's evaluation monitor,
+//! The `alloc` commands (`status`, `stop`, `signal`), `eval status`, and Nomad's evaluation monitor,
 //! which after a stop goes on until every stopped allocation is client-terminal.
 
 use super::api::{fields, now, resolve, rfc3339, short, table, text, Api};
@@ -24,6 +24,22 @@ pub(super) fn alloc(command: AllocCommand) -> Result<(), String> {
             alloc_status_of(&api, &text(&stub, "ID"), verbose)
         }
         AllocCommand::Logs(args) => logs_command(args),
+        AllocCommand::Signal {
+            signal,
+            alloc,
+            task,
+            address,
+        } => {
+            let api = address.api()?;
+            let stub = resolve(&api, "Alloc", "allocations", &alloc)?;
+            let body = serde_json::json!({"Signal": signal, "Task": task.unwrap_or_default()});
+            super::api::put_json(
+                &api,
+                &format!("/v1/client/allocation/{}/signal", text(&stub, "ID")),
+                &body,
+            )
+            .map(drop)
+        }
         AllocCommand::Restart {
             alloc,
             task,

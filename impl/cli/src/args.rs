@@ -33,6 +33,17 @@ pub enum Top {
     /// Deployment commands: the rollouts of a job's new versions.
     #[command(subcommand)]
     Deployment(DeploymentCommand),
+    /// Server commands.
+    #[command(subcommand)]
+    Server(ServerCommand),
+    /// Service registration commands (Nomad's native services).
+    #[command(subcommand)]
+    Service(ServiceCommand),
+    /// System commands.
+    #[command(subcommand)]
+    System(SystemCommand),
+    /// Print this CLI's version.
+    Version,
     /// ACL commands: the bootstrap, policies and tokens.
     #[command(subcommand)]
     Acl(AclCommand),
@@ -193,6 +204,9 @@ pub enum JobCommand {
         #[command(flatten)]
         address: Address,
     },
+    /// Write an example jobspec (default `example.nomad.hcl`) that uses the stop path's
+    /// fields.
+    Init { file: Option<PathBuf> },
     /// List a job's allocations.
     Allocs {
         job: String,
@@ -302,6 +316,7 @@ pub enum DeploymentCommand {
 pub enum AllocCommand {
     /// Print a task's stdout (or stderr); TASK may be omitted when the allocation has one.
     Logs(LogsArgs),
+    /// Show an allocation: its tasks' states and recent events, its stop's progress.
     Status {
         alloc: String,
         /// Full IDs, not their first eight characters.
@@ -334,13 +349,61 @@ pub enum AllocCommand {
     /// Stop one allocation (it is replaced), and wait until its tasks are dead.
     Stop {
         alloc: String,
+        /// Ignore the group and task shutdown_delay settings: the tasks are signalled as
+        /// soon as their pre-kill hooks have run (their services are gone). Open
+        /// connections may fail. The replacement waits its delays again when it stops.
         #[arg(long = "no-shutdown-delay")]
         no_shutdown_delay: bool,
         /// Mark the allocation for rescheduling too (`DesiredTransition.Reschedule`).
         #[arg(long)]
         reschedule: bool,
+        /// Return immediately instead of monitoring the evaluation and the stop.
         #[arg(long)]
         detach: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Send a signal to an allocation's tasks (all running ones, or TASK).
+    Signal {
+        /// The signal (default SIGKILL, as Nomad's).
+        #[arg(short = 's', default_value = "SIGKILL")]
+        signal: String,
+        alloc: String,
+        task: Option<String>,
+        #[command(flatten)]
+        address: Address,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ServerCommand {
+    /// List the servers this agent knows (itself, the leader, and its peers).
+    Members {
+        #[command(flatten)]
+        address: Address,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ServiceCommand {
+    /// List the registered services and their tags.
+    List {
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Show a service's registrations: job, address, tags, node and allocation.
+    Info {
+        service: String,
+        #[command(flatten)]
+        address: Address,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SystemCommand {
+    /// Collect garbage now: old evaluations, terminal allocations and the jobs left with
+    /// nothing (Nomad's thresholds).
+    Gc {
         #[command(flatten)]
         address: Address,
     },
@@ -361,6 +424,15 @@ pub enum NodeCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum EvalCommand {
+    /// List the evaluations, newest first.
+    List {
+        /// Full IDs.
+        #[arg(long)]
+        verbose: bool,
+        #[command(flatten)]
+        address: Address,
+    },
+    /// Show an evaluation: its status, trigger and job.
     Status {
         eval: String,
         #[command(flatten)]
@@ -459,19 +531,26 @@ pub struct StatusArgs {
 pub struct StopArgs {
     #[arg(required = true)]
     pub jobs: Vec<String>,
+    /// Purge the job: it is deleted at once (a GET answers 404), and its allocations are
+    /// stopped through the stop path (with -no-shutdown-delay, without the waits).
     #[arg(long)]
     pub purge: bool,
     /// Stop a multiregion job in every region (accepted: this agent has one region).
     #[arg(long)]
     pub global: bool,
-    /// Skip the group and task shutdown_delay waits (pre-stop hooks still run).
+    /// Ignore the group and task shutdown_delay settings: each task is signalled as soon as
+    /// its pre-kill hooks have run (its services are gone). Open connections may fail. The
+    /// stored job does not change: a later `job start` waits the delays again.
     #[arg(long = "no-shutdown-delay")]
     pub no_shutdown_delay: bool,
+    /// Return immediately, printing the evaluation's ID, instead of monitoring the stop
+    /// until every stopped task is dead.
     #[arg(long)]
     pub detach: bool,
     /// Do not ask for confirmation when JOB is only a prefix.
     #[arg(long)]
     pub yes: bool,
+    /// The priority of the stop's evaluation (1 to 100; default: the job's).
     #[arg(long = "eval-priority")]
     pub eval_priority: Option<i64>,
     #[command(flatten)]
@@ -483,8 +562,10 @@ pub struct StopArgs {
 pub struct LogsArgs {
     pub alloc: String,
     pub task: Option<String>,
+    /// The task (as the positional TASK).
     #[arg(long = "task")]
     pub task_flag: Option<String>,
+    /// Print the task's stderr instead of its stdout.
     #[arg(long)]
     pub stderr: bool,
     /// Keep printing what the task writes (until interrupted).

@@ -15,6 +15,7 @@ mod agent_config;
 mod alloc;
 mod api;
 mod args;
+mod cluster;
 mod deployment;
 mod job;
 mod node;
@@ -140,6 +141,25 @@ pub fn main(args: Vec<String>) -> i32 {
         Top::Alloc(command) => alloc(command),
         Top::Eval(EvalCommand::Status { eval, address }) => {
             address.api().and_then(|api| eval_status(&api, &eval))
+        }
+        Top::Eval(EvalCommand::List { verbose, address }) => address
+            .api()
+            .and_then(|api| cluster::eval_list(&api, verbose)),
+        Top::Server(ServerCommand::Members { address }) => {
+            address.api().and_then(|api| cluster::server_members(&api))
+        }
+        Top::Service(ServiceCommand::List { address }) => {
+            address.api().and_then(|api| cluster::service_list(&api))
+        }
+        Top::Service(ServiceCommand::Info { service, address }) => address
+            .api()
+            .and_then(|api| cluster::service_info(&api, &service)),
+        Top::System(SystemCommand::Gc { address }) => {
+            address.api().and_then(|api| cluster::system_gc(&api))
+        }
+        Top::Version => {
+            cluster::version();
+            Ok(())
         }
         Top::Deployment(command) => deployment::deployment(command),
         Top::Acl(command) => acl(command),

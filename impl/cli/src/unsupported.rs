@@ -109,6 +109,9 @@ const NOMAD_SUBCOMMANDS: &[(&str, &[&str])] = &[
             "token",
         ],
     ),
+    ("server", &["force-leave", "join", "members"]),
+    ("service", &["delete", "info", "list"]),
+    ("system", &["gc", "reconcile"]),
     (
         "deployment",
         &[
@@ -184,11 +187,12 @@ mod tests {
             "var list",
             "job dispatch web",
             "alloc exec a1 sh",
-            "server members",
+            "server join 10.0.0.1",
+            "deployment unblock d1",
         ] {
             let error = refused(line).unwrap();
             let command: Vec<&str> = line.split_whitespace().collect();
-            let named = if ["var", "server"].contains(&command[0]) {
+            let named = if command[0] == "var" {
                 command[0].to_string()
             } else {
                 command[..2].join(" ")
@@ -206,6 +210,10 @@ mod tests {
         for line in [
             "job status",
             "job stop -no-shutdown-delay web",
+            "server members",
+            "service list",
+            "version",
+            "eval list",
             "alloc status a1",
             "-help",
             "job -help",

@@ -58,6 +58,7 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             }
             Ok(())
         }
+        JobCommand::Init { file } => super::cluster::job_init(file.as_deref()),
         JobCommand::Allocs {
             job,
             verbose,

@@ -4,21 +4,26 @@ use super::*;
 
 pub(super) fn list_services(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
     let core = blocking_table(shared, query, |t| t.services)?;
-    let mut names: BTreeMap<(String, String), ()> = BTreeMap::new();
+    // Each name's tags: the union of its registrations' (Nomad's stub), sorted.
+    let mut names: BTreeMap<(String, String), std::collections::BTreeSet<String>> = BTreeMap::new();
     for service in core.server.store.services() {
-        let namespace = core
-            .server
-            .store
-            .alloc_for_client(&service.alloc_id)
-            .map_or("default".to_string(), |a| a.namespace.clone());
-        names.insert((namespace, service.service_name.clone()), ());
+        let alloc = core.server.store.alloc_for_client(&service.alloc_id);
+        let namespace = alloc.map_or("default".to_string(), |a| a.namespace.clone());
+        let tags = alloc
+            .and_then(|a| service_spec(&a.job, &a.task_group, &service.task, &service.service_name))
+            .and_then(|spec| spec.tags.clone())
+            .unwrap_or_default();
+        names
+            .entry((namespace, service.service_name.clone()))
+            .or_default()
+            .extend(tags);
     }
     let mut by_namespace: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for (namespace, name) in names.into_keys() {
+    for ((namespace, name), tags) in names {
         by_namespace
             .entry(namespace)
             .or_default()
-            .push(json!({"ServiceName": name, "Tags": []}));
+            .push(json!({"ServiceName": name, "Tags": tags}));
     }
     let list: Vec<Value> = by_namespace
         .into_iter()
