@@ -31,6 +31,7 @@ def test_node_status_inspect_history_validate_and_status(agent, tmp_path):
     out = agent.cli("node", "status", node_id[:8]).stdout
     assert node_id in out and "raw_exec" in out, out
     assert json.loads(agent.cli("node", "status", "-json", node_id[:8]).stdout)["ID"] == node_id
+    assert node_id in agent.cli("node", "status", "-self").stdout
     assert agent.http("PUT", "/v1/jobs", web_job(agent.address))[0] == 200
     [alloc] = agent.running("web", 1)
     assert alloc["ID"][:8] in agent.cli("node", "status", node_id[:8]).stdout
@@ -190,7 +191,20 @@ def test_the_flags_and_aliases_tools_wrapping_the_cli_use(agent, tmp_path):
     assert agent.cli("job", "inspect", "-hcl", "-version", "0", "count").stdout == spec.read_text()
     # -short: the job's own fields, no allocations.
     short = agent.cli("status", "-short", "count").stdout
-    assert "Status      = running" in short and "Allocations" not in short, short
+    assert ["Status", "=", "running"] in [line.split() for line in short.splitlines()], short
+    assert "Allocations" not in short, short
+    # Nomad's fields, in Nomad's order; then the summary and the allocations.
+    keys = [line.split("=")[0].strip() for line in short.splitlines() if "=" in line]
+    assert keys == [
+        "ID", "Name", "Submit Date", "Type", "Priority", "Datacenters", "Namespace",
+        "Node Pool", "Status", "Periodic", "Parameterized",
+    ], short
+    full = agent.cli("status", "count").stdout
+    summary = full.split("\nSummary\n", 1)[1].splitlines()
+    assert summary[0].split() == [
+        "Task", "Group", "Queued", "Starting", "Running", "Failed", "Complete", "Lost", "Unknown"
+    ], full
+    assert summary[1].split() == ["g", "0", "0", "1", "0", "0", "0", "0"], full
     assert alloc["ID"][:8] in agent.cli("status", "count").stdout
     # The top-level status finds an allocation by its prefix too.
     assert alloc["ID"] in agent.cli("status", alloc["ID"][:8]).stdout
@@ -257,3 +271,14 @@ def test_the_small_commands_nomad_users_type(agent, tmp_path):
     assert name == "HUP"
     assert agent.client_status(alloc["ID"]) == "running", "SIGHUP is not the task's kill signal"
     agent.cli("system", "gc")
+
+
+def test_job_run_reads_a_jobspec_from_standard_input(agent):
+    done = subprocess.run(
+        [QUIESCE, "job", "run", "-detach", "-"],
+        input=COUNTER, capture_output=True, text=True, timeout=60,
+        env=clean_env(NOMAD_ADDR=agent.address),
+    )
+    assert done.returncode == 0 and "Job registration successful" in done.stdout, done
+    agent.running("count", 1)
+    assert agent.cli("job", "inspect", "-hcl", "count").stdout == COUNTER

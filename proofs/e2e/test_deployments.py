@@ -88,6 +88,8 @@ def test_a_paused_deployment_signals_nothing_more_until_it_is_resumed(agent):
     ], allocs
     assert len(allocs) == 5 and all(line.endswith("ago") for line in allocs[1:]), allocs
     assert agent.get("/v1/job/web/versions")["Versions"][0]["Stable"] is True
+    status = agent.cli("job", "status", "web").stdout
+    assert f"Latest Deployment\nID          = {short}\nStatus      = successful\n" in status, status
 
 
 def test_revert_rolls_the_old_spec_out_through_the_stop_path(agent):

@@ -90,6 +90,11 @@ def test_honoured_fields_reach_the_task_and_warned_ones_are_said(agent, tmp_path
     assert 20000 <= port <= 32000, env
     assert env["NOMAD_ADDR_http"] == f"127.0.0.1:{port}"
     assert env["NOMAD_PORT_admin"] == "28123"
+    # The operator sees both ports in `alloc status`, the static one not dynamic.
+    status = agent.cli("alloc", "status", alloc["ID"][:8]).stdout
+    addresses = status.split('Allocation Addresses (mode = "host"):\n', 1)[1].split("\n\n")[0]
+    rows = sorted(line.split() for line in addresses.splitlines()[1:])
+    assert rows == [["*admin", "no", "127.0.0.1:28123"], ["*http", "yes", f"127.0.0.1:{port}"]], status
     assert (env["NOMAD_META_team"], env["NOMAD_META_tier"], env["NOMAD_META_build"]) == ("edge", "front", "42")
     assert env["NOMAD_META_TEAM"] == "edge"
     assert (env["NOMAD_DC"], env["NOMAD_REGION"]) == ("dc1", "global")

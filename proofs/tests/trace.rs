@@ -542,3 +542,24 @@ fn a_failed_deployment_is_logged_and_ends_the_judging() {
     let deployment = sim.server.store.latest_deployment("api").unwrap();
     assert_eq!(deployment.status, "failed");
 }
+
+/// Two at a time (`max_parallel = 2`) over four allocations: whichever two of the alike
+/// older allocations the implementation stops first (the oldest), the model's rollout
+/// allows it, and the log validates in full.
+// invariant: rollout_bounded
+#[test]
+fn a_rollout_two_at_a_time_validates_whichever_alike_allocations_go_first() {
+    let mut job = api_job();
+    job.task_groups.truncate(1);
+    job.task_groups[0].count = Some(4);
+    job.task_groups[0].update = Some(quiesce_core::spec::UpdateStrategy {
+        max_parallel: Some(2),
+        ..Default::default()
+    });
+    let log = run(vec![job], |_| vec![Step::UpdateJob { job: "api".into() }]);
+    let report = validate(&log).unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.fully_judged(), "{:?}", report.parts);
+    assert_eq!(report.parts[0].allocs, 8);
+    // Every entry but the first registration (which builds the model) was replayed.
+    assert_eq!(report.judged, log.len() - 1);
+}

@@ -278,6 +278,7 @@ pub(super) fn alloc_status_of(api: &Api, id: &str, verbose: bool) -> Result<(), 
             ("No Shutdown Delay", flag.to_string()),
         ])
     );
+    print_addresses(&alloc);
     if let Some(states) = alloc["TaskStates"].as_object() {
         for (task, state) in states {
             println!("\nTask {task:?} is {:?}", text(state, "State"));
@@ -298,6 +299,51 @@ pub(super) fn alloc_status_of(api: &Api, id: &str, verbose: bool) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// Nomad's "Allocation Addresses": each port of the allocation on the host, a static one
+/// (`ReservedPorts` in its group) marked not dynamic.
+fn print_addresses(alloc: &Value) {
+    let ports = alloc["AllocatedResources"]["Shared"]["Ports"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if ports.is_empty() {
+        return;
+    }
+    let ip = text(&alloc["Resources"]["Networks"][0], "IP");
+    let group = text(alloc, "TaskGroup");
+    let reserved: Vec<String> = alloc["Job"]["TaskGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|g| text(g, "Name") == group)
+        .flat_map(|g| g["Networks"].as_array().cloned().unwrap_or_default())
+        .flat_map(|n| n["ReservedPorts"].as_array().cloned().unwrap_or_default())
+        .map(|p| text(&p, "Label"))
+        .collect();
+    let mut rows = vec![vec![
+        "Label".to_string(),
+        "Dynamic".into(),
+        "Address".into(),
+    ]];
+    for port in &ports {
+        let label = text(port, "Label");
+        let dynamic = if reserved.contains(&label) {
+            "no"
+        } else {
+            "yes"
+        };
+        rows.push(vec![
+            format!("*{label}"),
+            dynamic.into(),
+            format!("{ip}:{}", text(port, "Value")),
+        ]);
+    }
+    println!(
+        "\nAllocation Addresses (mode = \"host\"):\n{}",
+        table(&rows)
+    );
 }
 
 // ---------------------------------------------------------------------------- evaluations

@@ -414,6 +414,9 @@ pub enum NodeCommand {
     /// List the nodes, or show one.
     Status {
         node: Option<String>,
+        /// The node of the agent the CLI talks to.
+        #[arg(long = "self", conflicts_with = "node")]
+        self_node: bool,
         /// The node (or the list) as JSON, as the API has it.
         #[arg(long)]
         json: bool,
@@ -491,6 +494,7 @@ pub enum AclTokenCommand {
 /// `job run` (and `run`).
 #[derive(Args, Debug)]
 pub struct RunArgs {
+    /// The jobspec (HCL, or JSON in the API's shape); `-` reads it from standard input.
     pub file: PathBuf,
     /// Return once the job is registered, printing its evaluation's ID.
     #[arg(long)]

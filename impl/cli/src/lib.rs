@@ -165,11 +165,22 @@ pub fn main(args: Vec<String>) -> i32 {
         Top::Acl(command) => acl(command),
         Top::Node(NodeCommand::Status {
             node,
+            self_node,
             json,
             address,
-        }) => address
-            .api()
-            .and_then(|api| node::node_status(&api, node.as_deref(), json)),
+        }) => address.api().and_then(|api| {
+            let node = if self_node {
+                let agent = api.get("/v1/agent/self")?;
+                let id = agent["stats"]["client"]["node_id"].as_str().unwrap_or("");
+                if id.is_empty() {
+                    return Err("the agent runs no client: it has no node".into());
+                }
+                Some(id.to_string())
+            } else {
+                node
+            };
+            node::node_status(&api, node.as_deref(), json)
+        }),
         Top::Run(args) => job::run(args),
         Top::Stop(args) => job::stop(args),
         Top::Status(args) => job::status(args, true),

@@ -148,7 +148,8 @@ pub fn refusal(args: &[String]) -> Option<String> {
         });
     };
     let sub = *words.get(1)?;
-    if group.get_subcommands().next().is_none() || served(group, sub) {
+    // clap's own `help` subcommand is added when the tree is built, not in it here.
+    if group.get_subcommands().next().is_none() || sub == "help" || served(group, sub) {
         return None;
     }
     let nomads = NOMAD_SUBCOMMANDS
@@ -209,6 +210,7 @@ mod tests {
     fn served_commands_and_flags_go_to_clap() {
         for line in [
             "job status",
+            "job help stop",
             "job stop -no-shutdown-delay web",
             "server members",
             "service list",

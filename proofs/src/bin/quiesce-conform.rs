@@ -265,7 +265,7 @@ fn validate_log(file: &str, require_full: bool) -> Result<bool, String> {
                 format!(
                     "no violation in what was judged: judged {} of {} entries ({allocs} \
                      allocations); not judged: {}",
-                    report.replayed().min(report.entries),
+                    report.judged,
                     report.entries,
                     not_judged.join("; ")
                 )

@@ -112,31 +112,8 @@ impl Instance {
             unjudged: 0,
             allocs: BTreeSet::new(),
             purged: false,
-            exit_decides: spec
-                .task_groups
-                .iter()
-                .filter(|g| g.name == group)
-                .flat_map(|g| &g.tasks)
-                .filter(|t| {
-                    spec.job_type == "batch" || quiesce_core::client::task_runner::ends_when_done(t)
-                })
-                .map(|t| t.name.clone())
-                .collect(),
-            restart_intervals: spec
-                .task_groups
-                .iter()
-                .filter(|g| g.name == group)
-                .flat_map(|g| {
-                    g.tasks.iter().map(move |t| {
-                        let policy = quiesce_core::spec::RestartPolicy::effective(
-                            &spec.job_type,
-                            g.restart_policy.as_ref(),
-                            t.restart_policy.as_ref(),
-                        );
-                        (t.name.clone(), policy.interval_ns)
-                    })
-                })
-                .collect(),
+            exit_decides: exit_decides(spec, group),
+            restart_intervals: restart_intervals(spec, group),
             interval_starts: BTreeMap::new(),
         };
         match model_of(spec, group) {
@@ -274,9 +251,28 @@ impl Instance {
     /// differently (an edited image or environment, say): a rollout, the model's
     /// `UpdateJob`, from every candidate.
     fn updated(&mut self, spec: &Job, as_run: Option<Job>, seq: u64) {
+        if exit_decides(spec, &self.group) != self.exit_decides
+            || restart_intervals(spec, &self.group) != self.restart_intervals
+        {
+            return self.stop_judging(
+                seq,
+                "the update changed a restart interval or how a task's exit decides its \
+                 restart, which the model's update keeps"
+                    .into(),
+            );
+        }
         let model = self.model.as_ref().expect("a judging instance has a model");
         let mut next = HashSet::new();
         for candidate in &self.candidates {
+            if candidate.state.requests_made == u8::MAX {
+                return self.stop_judging(
+                    seq,
+                    format!(
+                        "more than {} requests: past the model's bound on requests",
+                        u8::MAX
+                    ),
+                );
+            }
             let latest = *candidate
                 .state
                 .job
@@ -423,6 +419,38 @@ impl Instance {
     pub fn route(&mut self, alloc: &AllocId) {
         self.allocs.insert(alloc.clone());
     }
+}
+
+/// The tasks of `group` whose exit decides their restart (a batch job's, a prestart or
+/// poststart task's), which the model does not have.
+fn exit_decides(spec: &Job, group: &str) -> BTreeSet<String> {
+    spec.task_groups
+        .iter()
+        .filter(|g| g.name == group)
+        .flat_map(|g| &g.tasks)
+        .filter(|t| {
+            spec.job_type == "batch" || quiesce_core::client::task_runner::ends_when_done(t)
+        })
+        .map(|t| t.name.clone())
+        .collect()
+}
+
+/// Each task of `group`'s restart interval, by its effective policy.
+fn restart_intervals(spec: &Job, group: &str) -> BTreeMap<String, i64> {
+    spec.task_groups
+        .iter()
+        .filter(|g| g.name == group)
+        .flat_map(|g| {
+            g.tasks.iter().map(move |t| {
+                let policy = quiesce_core::spec::RestartPolicy::effective(
+                    &spec.job_type,
+                    g.restart_policy.as_ref(),
+                    t.restart_policy.as_ref(),
+                );
+                (t.name.clone(), policy.interval_ns)
+            })
+        })
+        .collect()
 }
 
 /// The model of one task group of a jobspec, or why it has none.
@@ -593,30 +621,73 @@ fn rollout_choices(before: &State, after: State) -> Vec<State> {
     let victims: Vec<usize> = (0..before.allocs.len())
         .filter(|&ix| after.allocs[ix].rollout_stop && !before.allocs[ix].rollout_stop)
         .collect();
-    let mut out = vec![after.clone()];
     let Some(generation) = after.job.latest().map(|latest| latest.spec.generation) else {
-        return out;
+        return vec![after];
     };
+    if victims.is_empty() || victims.iter().any(|&ix| !after.allocs[ix].desired_stop) {
+        return vec![after];
+    }
     let started = |alloc: &Alloc| alloc.runner != quiesce_model::state::RunnerPhase::Pending;
-    for &victim in &victims {
-        let others = (0..before.allocs.len()).filter(|&ix| {
-            let alloc = &before.allocs[ix];
-            !victims.contains(&ix)
-                && !alloc.is_terminal()
-                && alloc.spec.generation < generation
-                && started(alloc) == started(&before.allocs[victim])
-                && after.allocs[ix] == *alloc
-        });
-        for other in others.collect::<Vec<_>>() {
-            let mut swapped = after.clone();
-            let stop = swapped.allocs[victim];
-            swapped.allocs[victim] = before.allocs[victim];
-            let target = &mut swapped.allocs[other];
-            target.desired_stop = stop.desired_stop;
-            target.rollout_stop = stop.rollout_stop;
-            target.no_shutdown_delay |=
-                stop.no_shutdown_delay && !before.allocs[victim].no_shutdown_delay;
-            out.push(swapped);
+    // Per kind (started or not), every set of as many eligible allocations as the model
+    // stopped of that kind: older, not yet stopped, untouched by the step but for the stop.
+    let mut choices: Vec<Vec<usize>> = vec![Vec::new()];
+    for kind in [false, true] {
+        let stopped = victims
+            .iter()
+            .filter(|&&ix| started(&before.allocs[ix]) == kind)
+            .count();
+        let eligible: Vec<usize> = (0..before.allocs.len())
+            .filter(|&ix| {
+                let alloc = &before.allocs[ix];
+                !alloc.is_terminal()
+                    && alloc.spec.generation < generation
+                    && started(alloc) == kind
+                    && (victims.contains(&ix) || after.allocs[ix] == *alloc)
+            })
+            .collect();
+        let subsets = subsets_of(&eligible, stopped);
+        choices = choices
+            .iter()
+            .flat_map(|chosen| {
+                subsets.iter().map(move |subset| {
+                    let mut all = chosen.clone();
+                    all.extend(subset);
+                    all
+                })
+            })
+            .collect();
+    }
+    // Whether the step flagged what it stopped (the planted `rollout-skips-delay` does).
+    let flagged =
+        after.allocs[victims[0]].no_shutdown_delay && !before.allocs[victims[0]].no_shutdown_delay;
+    choices
+        .into_iter()
+        .map(|chosen| {
+            let mut state = after.clone();
+            for &ix in &victims {
+                state.allocs[ix] = before.allocs[ix];
+            }
+            for ix in chosen {
+                let alloc = &mut state.allocs[ix];
+                alloc.desired_stop = true;
+                alloc.rollout_stop = true;
+                alloc.no_shutdown_delay |= flagged;
+            }
+            state
+        })
+        .collect()
+}
+
+/// Every `k`-element subset of `items`, in order.
+fn subsets_of(items: &[usize], k: usize) -> Vec<Vec<usize>> {
+    if k == 0 {
+        return vec![Vec::new()];
+    }
+    let mut out = Vec::new();
+    for (i, &first) in items.iter().enumerate() {
+        for mut rest in subsets_of(&items[i + 1..], k - 1) {
+            rest.insert(0, first);
+            out.push(rest);
         }
     }
     out

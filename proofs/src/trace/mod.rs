@@ -86,6 +86,9 @@ impl std::fmt::Display for PartReport {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceReport {
     pub entries: usize,
+    /// The entries at least one model replayed (a registration or an evaluation that
+    /// several groups replay counts once).
+    pub judged: usize,
     pub parts: Vec<PartReport>,
     /// Effects checked against the rules (and, where the model follows, against it).
     pub effects: usize,
@@ -126,15 +129,22 @@ pub fn parse_log(text: &str) -> Result<Vec<LogEntry>, String> {
 /// rule is the error.
 pub fn validate(entries: &[LogEntry]) -> Result<TraceReport, TraceError> {
     let mut trace = Trace::default();
+    let mut judged = 0;
     for entry in entries {
+        let before: usize = trace.instances.iter().map(|i| i.replayed).sum();
         trace.entry(entry).map_err(|why| TraceError {
             seq: entry.seq,
             line: entry.to_json_line(),
             why,
         })?;
+        let after: usize = trace.instances.iter().map(|i| i.replayed).sum();
+        if after > before {
+            judged += 1;
+        }
     }
     Ok(TraceReport {
         entries: entries.len(),
+        judged,
         parts: trace
             .instances
             .iter()

@@ -13,12 +13,32 @@ pub(super) struct Jobspec {
     pub body: Vec<u8>,
 }
 
+/// The text of a jobspec file, or of standard input for `-` (as Nomad's CLI reads it), at
+/// most the agent's limit on a submission (a larger one is refused here, not sent).
+fn read_source(file: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let limit = quiesce_core::spec::MAX_SUBMISSION_BYTES;
+    let reader: Box<dyn Read> = if file == Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(std::fs::File::open(file)?)
+    };
+    let mut bytes = Vec::new();
+    reader.take(limit as u64 + 1).read_to_end(&mut bytes)?;
+    if bytes.len() > limit {
+        return Err(std::io::Error::other(format!(
+            "larger than {limit} bytes, the most a job's source may be"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| std::io::Error::other("not UTF-8 text"))
+}
+
 /// A jobspec file as a register body: JSON (wrapped in `{"Job": …}` if it is not already),
 /// or HCL; with its source as `Submission` (Nomad's CLI sends it, so that `job inspect
 /// -hcl` shows the file as it was).
 pub(super) fn read_jobspec(file: &Path) -> Result<Jobspec, String> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| format!("Error reading job file {}: {e}", file.display()))?;
+    let text =
+        read_source(file).map_err(|e| format!("Error reading job file {}: {e}", file.display()))?;
     let is_json =
         file.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
     let value: Value = if is_json {

@@ -193,30 +193,68 @@ fn alloc_rows(allocs: &[Value], verbose: bool) -> String {
 
 fn job_status(api: &Api, id: &str, verbose: bool, short_output: bool) -> Result<(), String> {
     let job = api.get(&format!("/v1/job/{}", segment(id)))?;
+    let list = |key: &str| {
+        job[key].as_array().map_or(String::new(), |items| {
+            items
+                .iter()
+                .map(|x| x.as_str().unwrap_or("").to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    };
+    let submitted = job["SubmitTime"]
+        .as_i64()
+        .filter(|&ns| ns > 0)
+        .map(quiesce_core::gotime::rfc3339)
+        .unwrap_or_default();
+    // Nomad's fields, in Nomad's order.
     println!(
         "{}",
         fields(&[
             ("ID", text(&job, "ID")),
             ("Name", text(&job, "Name")),
+            ("Submit Date", submitted),
             ("Type", text(&job, "Type")),
             ("Priority", text(&job, "Priority")),
-            (
-                "Datacenters",
-                job["Datacenters"].as_array().map_or(String::new(), |d| {
-                    d.iter()
-                        .map(|x| x.as_str().unwrap_or("").to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                })
-            ),
+            ("Datacenters", list("Datacenters")),
             ("Namespace", text(&job, "Namespace")),
+            ("Node Pool", text(&job, "NodePool")),
             ("Status", text(&job, "Status")),
-            ("Version", text(&job, "Version")),
-            ("Stop", text(&job, "Stop")),
+            ("Periodic", "false".into()),
+            ("Parameterized", "false".into()),
         ])
     );
     if short_output {
         return Ok(());
+    }
+    let summary = api.get(&format!("/v1/job/{}/summary", segment(id)))?;
+    let columns = [
+        "Queued", "Starting", "Running", "Failed", "Complete", "Lost", "Unknown",
+    ];
+    let mut rows = vec![std::iter::once("Task Group")
+        .chain(columns)
+        .map(String::from)
+        .collect::<Vec<_>>()];
+    for group in job["TaskGroups"].as_array().into_iter().flatten() {
+        let name = text(group, "Name");
+        let counts = &summary["Summary"][&name];
+        rows.push(
+            std::iter::once(name.clone())
+                .chain(columns.iter().map(|c| text(counts, c)))
+                .collect(),
+        );
+    }
+    println!("\nSummary\n{}", table(&rows));
+    let latest = api.get(&format!("/v1/job/{}/deployment", segment(id)))?;
+    if !latest.is_null() {
+        let block = super::super::deployment::status_text(&latest, verbose);
+        // Nomad's "Latest Deployment": the deployment's ID, status and description, then
+        // its groups; the job's own ID and version are said above.
+        let kept: Vec<&str> = block
+            .lines()
+            .filter(|line| !line.starts_with("Job ID") && !line.starts_with("Job Version"))
+            .collect();
+        println!("\nLatest Deployment\n{}", kept.join("\n"));
     }
     let allocs = api.get(&format!("/v1/job/{}/allocations", segment(id)))?;
     let allocs = allocs.as_array().cloned().unwrap_or_default();

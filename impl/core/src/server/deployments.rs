@@ -268,6 +268,14 @@ impl Server {
         pause: bool,
     ) -> Result<DeploymentUpdate, ServerError> {
         let deployment = self.active_deployment(id, if pause { "pause" } else { "resume" })?;
+        if !pause && deployment.is_running() {
+            // Resuming what runs changes nothing, and asks for nothing.
+            return Ok(DeploymentUpdate {
+                eval_id: None,
+                index: self.store.index(),
+                reverted_job_version: None,
+            });
+        }
         let index = self.store.next_index(WriteType::DeploymentStatusUpdate);
         self.store.update_deployment(id, index, |d| {
             if pause {
@@ -344,6 +352,11 @@ impl Server {
                     state.promoted = true;
                 }
             }
+        });
+        // The model has no promotion (nor the evaluation it asks for).
+        self.notes.push(Note::Deployment {
+            job: deployment.job_id.clone(),
+            status: "promoted".into(),
         });
         let eval_id = self.watcher_eval(&deployment.job_id, index);
         Ok(DeploymentUpdate {

@@ -84,14 +84,16 @@ impl DaemonHost {
         change_services(&mut core, &self.alloc, &pending.services);
         // The server hears that a task runs once its process does: a launch's report waits
         // for the launch.
+        // The steps first: what the report's write does that is no step (a replacement
+        // failing its deployment) is logged after them, as the simulator logs it.
+        for entry in pending.log {
+            core.log(entry);
+        }
         let mut report = report;
         if pending.launches.is_empty() {
             if let Some(report) = report.take() {
                 core.server.client_report(&self.alloc, report);
             }
-        }
-        for entry in pending.log {
-            core.log(entry);
         }
         core.closing.extend(pending.closing);
         if !pending.requests.is_empty() {

@@ -57,6 +57,13 @@ pub const EXTENSIONS: [&str; 2] = ["group-shutdown-delay-events", "restart-no-sh
 pub(super) fn agent_self(shared: &Shared) -> Result<Reply, ApiError> {
     let bind = shared.config.bind;
     let runners = shared.runner_count().to_string();
+    // The client's node, as Nomad's stats name it (`node status -self` reads it); none
+    // for a server without a client.
+    let node_id = if shared.config.client_enabled {
+        shared.core().node().to_string()
+    } else {
+        String::new()
+    };
     let config = &shared.config;
     plain(json!({
         "config": {"Region": config.region, "Datacenter": config.datacenter,
@@ -68,7 +75,8 @@ pub(super) fn agent_self(shared: &Shared) -> Result<Reply, ApiError> {
                    "ACL": {"Enabled": config.acl_enabled}},
         "member": member(shared),
         "stats": {"nomad": {"server": "true", "leader": "true", "leader_addr": bind.to_string()},
-                  "client": {"known_servers": bind.to_string(), "alloc_runners": runners}},
+                  "client": {"known_servers": bind.to_string(), "alloc_runners": runners,
+                             "node_id": node_id}},
         // What this agent offers beyond Nomad's API, for clients (the probe) that probe
         // an extension only where a server advertises it. Nomad has no such key.
         "quiesce": {"extensions": EXTENSIONS},

@@ -334,12 +334,18 @@ pub static ROUTES: &[Route] = &[
     route(Write, JobPath("/revert"), SUBMIT_JOB, |c| {
         job_versions::revert_job(c.shared, c.id, c.body)
     }),
-    route(Write, JobPath("/scale"), Cap("scale-job"), |c| {
-        job_versions::scale_job(c.shared, c.id, c.body)
-    }),
-    route(Get, JobPath("/scale"), READ_JOB, |c| {
-        job_versions::scale_status(c.shared, c.id, c.query)
-    }),
+    route(
+        Write,
+        JobPath("/scale"),
+        Either("scale-job", "submit-job"),
+        |c| job_versions::scale_job(c.shared, c.id, c.body),
+    ),
+    route(
+        Get,
+        JobPath("/scale"),
+        Either("read-job-scaling", "read-job"),
+        |c| job_versions::scale_status(c.shared, c.id, c.query),
+    ),
     route(Get, JobPath("/allocations"), READ_JOB, |c| {
         job_allocs(c.shared, c.id, c.query)
     }),
