@@ -114,6 +114,11 @@ def test_revert_rolls_the_old_spec_out_through_the_stop_path(agent):
     assert release_of(agent, back) == "1"
     assert settled(agent, "successful")["JobVersion"] == 2
 
+    history = agent.cli("job", "history", "-p", "web").stdout
+    newest = history.split("\n\n")[0]
+    assert newest.splitlines()[:2] == ["Version     = 2", "Stable      = true"], history
+    assert '+/- Env[RELEASE]: "2" => "1"' in newest, history
+    assert "Diff" not in history.split("\n\n")[-1], "the oldest version has nothing to differ from"
     refused = agent.cli("job", "revert", "web", "2", check=False)
     assert refused.returncode == 1 and "can't revert to current version" in refused.stderr, refused
     status, body, _ = agent.http("PUT", "/v1/job/web/revert", {"JobID": "web", "JobVersion": 9})

@@ -140,9 +140,12 @@ pub enum JobCommand {
         #[command(flatten)]
         address: Address,
     },
-    /// List a job's stored versions.
+    /// List a job's stored versions, newest first.
     History {
         job: String,
+        /// Show what changed from each version to the next.
+        #[arg(short = 'p')]
+        diffs: bool,
         #[command(flatten)]
         address: Address,
     },

@@ -330,37 +330,44 @@ mod tests {
     /// is never written.
     #[test]
     fn a_hard_link_swapped_in_and_out_mid_write_never_gets_written() {
-        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
         let dir = scratch("hard-link");
         let victim = dir.join("victim");
         std::fs::write(&victim, b"root's").unwrap();
         std::fs::create_dir(dir.join("local/conf")).unwrap();
         let target = dir.join("local/conf/app.conf");
         let done = std::sync::Arc::new(AtomicBool::new(false));
+        let linked = std::sync::Arc::new(AtomicU64::new(0));
         let racer = {
-            let (done, victim, target) = (done.clone(), victim.clone(), target.clone());
+            let (done, linked) = (done.clone(), linked.clone());
+            let (victim, target) = (victim.clone(), target.clone());
             std::thread::spawn(move || {
-                let mut links = 0u64;
                 while !done.load(Ordering::Relaxed) {
                     let _ = std::fs::remove_file(&target);
                     if std::fs::hard_link(&victim, &target).is_ok() {
-                        links += 1;
+                        linked.fetch_add(1, Ordering::Relaxed);
                         let _ = std::fs::remove_file(&target);
                     }
                 }
-                links
             })
         };
         let open = Dir::open(&dir).unwrap();
         let (mut written, mut refused) = (0, 0);
-        for _ in 0..5_000 {
+        // At least 5,000 writes, and on until the racer has swapped the link in 1,000 times
+        // (a loaded machine gives it fewer turns per write), for a minute at most.
+        let started = std::time::Instant::now();
+        while written + refused < 5_000
+            || (linked.load(Ordering::Relaxed) <= 1_000
+                && started.elapsed() < std::time::Duration::from_secs(60))
+        {
             match open.write_file(Path::new("local/conf/app.conf"), b"template", 0o644, None) {
                 Ok(()) => written += 1,
                 Err(_) => refused += 1,
             }
         }
         done.store(true, Ordering::Relaxed);
-        let links = racer.join().unwrap();
+        racer.join().unwrap();
+        let links = linked.load(Ordering::Relaxed);
         assert_eq!(
             std::fs::read(&victim).unwrap(),
             b"root's",

@@ -27,37 +27,11 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             version,
             address,
         } => show::inspect(&address.api()?, &job, json, hcl, version),
-        JobCommand::History { job, address } => {
-            let api = address.api()?;
-            let id = resolve_job(&api, &job)?;
-            let versions = api.get(&format!("/v1/job/{}/versions", segment(&id)))?;
-            for (n, version) in versions["Versions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                if n > 0 {
-                    println!();
-                }
-                println!(
-                    "{}",
-                    fields(&[
-                        ("Version", text(version, "Version")),
-                        ("Stop", text(version, "Stop")),
-                        (
-                            "Submit Date",
-                            version["SubmitTime"]
-                                .as_i64()
-                                .filter(|&ns| ns > 0)
-                                .map(quiesce_core::gotime::rfc3339)
-                                .unwrap_or_default(),
-                        ),
-                    ])
-                );
-            }
-            Ok(())
-        }
+        JobCommand::History {
+            job,
+            diffs,
+            address,
+        } => history(&address.api()?, &job, diffs),
         JobCommand::Init { file } => super::cluster::job_init(file.as_deref()),
         JobCommand::Allocs {
             job,
@@ -232,6 +206,41 @@ fn stop_job(api: &Api, job: &str, options: &StopOptions) -> Result<(), String> {
         return Ok(());
     }
     monitor(api, &eval, Some(&allocs))
+}
+
+/// `job history JOB`: each stored version, newest first, as Nomad's (with `-p`, what
+/// changed from the version before it).
+fn history(api: &Api, job: &str, diffs: bool) -> Result<(), String> {
+    let id = resolve_job(api, job)?;
+    let answer = api.get(&format!("/v1/job/{}/versions?diffs={diffs}", segment(&id)))?;
+    let versions = answer["Versions"].as_array().cloned().unwrap_or_default();
+    for (n, version) in versions.iter().enumerate() {
+        if n > 0 {
+            println!();
+        }
+        let mut shown = vec![
+            ("Version", text(version, "Version")),
+            ("Stable", text(version, "Stable")),
+            (
+                "Submit Date",
+                version["SubmitTime"]
+                    .as_i64()
+                    .filter(|&ns| ns > 0)
+                    .map(quiesce_core::gotime::rfc3339)
+                    .unwrap_or_default(),
+            ),
+        ];
+        // The diff against the version before it (the oldest has none).
+        let diff = diffs.then(|| &answer["Diffs"][n]).filter(|d| d.is_object());
+        if diff.is_some() {
+            shown.push(("Diff", String::new()));
+        }
+        println!("{}", fields(&shown));
+        if let Some(diff) = diff {
+            println!("{}", run::diff_text(diff, &Value::Null).0);
+        }
+    }
+    Ok(())
 }
 
 /// `job revert JOB VERSION`: that version's spec registered again, its evaluation and

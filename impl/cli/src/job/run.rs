@@ -175,36 +175,41 @@ pub(super) fn print_warnings(answer: &Value) {
     }
 }
 
-/// Prints a plan as Nomad's CLI does; returns whether allocations would be created or
-/// destroyed.
-fn print_plan(answer: &Value, file: &Path) -> bool {
+/// A job diff as Nomad's CLI prints it (`+/- Job: …`, its groups, tasks and fields), each
+/// group with its scheduler's `updates` (`DesiredTGUpdates`) if there are any; and whether
+/// those would create or destroy allocations.
+pub(super) fn diff_text(diff: &Value, updates: &Value) -> (String, bool) {
     let mark = |kind: &Value| match kind.as_str() {
         Some("Added") => "+",
         Some("Deleted") => "-",
         Some("Edited") => "+/-",
         _ => "",
     };
-    let field_line = |indent: &str, field: &Value| {
+    let mut out = Vec::new();
+    let field_line = |out: &mut Vec<String>, indent: &str, field: &Value| {
         let (old, new) = (text(field, "Old"), text(field, "New"));
         let change = match field["Type"].as_str() {
             Some("Added") => format!("{new:?}"),
             Some("Deleted") => format!("{old:?}"),
             _ => format!("{old:?} => {new:?}"),
         };
-        println!(
+        out.push(format!(
             "{indent}{} {}: {change}",
             mark(&field["Type"]),
             text(field, "Name")
-        );
+        ));
     };
-    let diff = &answer["Diff"];
-    println!("{} Job: {:?}", mark(&diff["Type"]), text(diff, "ID"));
+    out.push(format!(
+        "{} Job: {:?}",
+        mark(&diff["Type"]),
+        text(diff, "ID")
+    ));
     for field in diff["Fields"].as_array().into_iter().flatten() {
-        field_line("", field);
+        field_line(&mut out, "", field);
     }
     let mut changes = false;
     for group in diff["TaskGroups"].as_array().into_iter().flatten() {
-        let updates = &answer["Annotations"]["DesiredTGUpdates"][text(group, "Name")];
+        let updates = &updates[text(group, "Name")];
         let count = |key: &str| updates[key].as_u64().unwrap_or(0);
         let mut said = Vec::new();
         for (key, words) in [
@@ -222,18 +227,22 @@ fn print_plan(answer: &Value, file: &Path) -> bool {
         changes |= ["Place", "DestructiveUpdate", "Stop", "Migrate"]
             .iter()
             .any(|key| count(key) > 0);
-        println!(
-            "{} Task Group: {:?} ({})",
+        let said = if updates.is_null() {
+            String::new()
+        } else {
+            format!(" ({})", said.join(", "))
+        };
+        out.push(format!(
+            "{} Task Group: {:?}{said}",
             mark(&group["Type"]),
             text(group, "Name"),
-            said.join(", ")
-        );
+        ));
         for field in group["Fields"].as_array().into_iter().flatten() {
-            field_line("  ", field);
+            field_line(&mut out, "  ", field);
         }
         for task in group["Tasks"].as_array().into_iter().flatten() {
             let forces = count("DestructiveUpdate") > 0 && task["Type"] == "Edited";
-            println!(
+            out.push(format!(
                 "  {} Task: {:?}{}",
                 mark(&task["Type"]),
                 text(task, "Name"),
@@ -242,12 +251,21 @@ fn print_plan(answer: &Value, file: &Path) -> bool {
                 } else {
                     ""
                 }
-            );
+            ));
             for field in task["Fields"].as_array().into_iter().flatten() {
-                field_line("    ", field);
+                field_line(&mut out, "    ", field);
             }
         }
     }
+    (out.join("\n"), changes)
+}
+
+/// Prints a plan as Nomad's CLI does; returns whether allocations would be created or
+/// destroyed.
+fn print_plan(answer: &Value, file: &Path) -> bool {
+    let diff = &answer["Diff"];
+    let (shown, mut changes) = diff_text(diff, &answer["Annotations"]["DesiredTGUpdates"]);
+    println!("{shown}");
     match answer["FailedTGAllocs"].as_object() {
         Some(failed) if !failed.is_empty() => {
             let warnings = text(answer, "Warnings");

@@ -120,7 +120,7 @@ pub(super) fn list_jobs(shared: &Shared, query: &Query) -> Result<Reply, ApiErro
 }
 
 pub(super) fn job_versions(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    query.bool("diffs")?;
+    let with_diffs = query.bool("diffs")?;
     let core = blocking_on(shared, query, |core| {
         let store = &core.server.store;
         store.job_versions(id).map_or(store.index(), |versions| {
@@ -138,8 +138,24 @@ pub(super) fn job_versions(shared: &Shared, id: &str, query: &Query) -> Result<R
         .map(|job| job_json(&core, job))
         .collect();
     let index = versions.iter().map(|j| j.modify_index).max().unwrap_or(0);
+    // Nomad's `Diffs`, newest first: each version against the one before it.
+    let diffs = with_diffs.then(|| {
+        let no_updates = BTreeMap::new();
+        versions
+            .windows(2)
+            .rev()
+            .map(|pair| {
+                let old = super::plan::version_json(&pair[0]);
+                super::plan::job_diff(
+                    Some(&old),
+                    &super::plan::version_json(&pair[1]),
+                    &no_updates,
+                )
+            })
+            .collect::<Vec<_>>()
+    });
     ok(
-        json!({"Versions": newest_first, "Diffs": null, "Index": index, "LastContact": 0,
+        json!({"Versions": newest_first, "Diffs": diffs, "Index": index, "LastContact": 0,
                "KnownLeader": true, "NextToken": ""}),
         index,
     )

@@ -200,6 +200,13 @@ pub(super) fn job_diff(
            "TaskGroups": groups})
 }
 
+/// A stored version as `job history -p` compares it: its spec and its `Stop`.
+pub(super) fn version_json(job: &Job) -> Value {
+    let mut value = spec_json(job);
+    value["Stop"] = json!(job.stop);
+    value
+}
+
 /// The spec's JSON, its bookkeeping cleared (what a version is, for a diff).
 fn spec_json(job: &Job) -> Value {
     let mut value = serde_json::to_value(job.spec_only()).expect("jobs serialize");
