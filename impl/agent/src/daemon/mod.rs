@@ -44,7 +44,7 @@ use quiesce_core::client::{
 };
 use quiesce_core::server::store::{Record, StateStore};
 use quiesce_core::server::structs::{AllocId, NodeId};
-use quiesce_core::server::{Note, Server};
+use quiesce_core::server::Server;
 use quiesce_core::step::log::LogEntry;
 use quiesce_core::step::Step;
 use std::collections::{BTreeMap, BTreeSet};
@@ -243,14 +243,7 @@ impl Core {
     /// deployment paused or failed, an auto-revert's new version), so the log holds them
     /// in order before whatever follows.
     fn log_notes(&mut self) {
-        for note in self.server.take_notes() {
-            let entry = match note {
-                Note::Deployment { job, status } => LogEntry::deployment(&job, &status),
-                Note::Registered { job } => match self.server.store.job(&job) {
-                    Some(stored) => LogEntry::register_job(stored),
-                    None => continue,
-                },
-            };
+        for entry in self.server.take_note_entries() {
             self.log_seq += 1;
             self.pending_log.push(LogEntry {
                 seq: self.log_seq,

@@ -183,16 +183,35 @@ pub fn add(
 
 /// `restart { attempts interval delay mode render_templates }`, durations in nanoseconds.
 fn restart(body: &hcl::Body, at: &str) -> Result<Value, String> {
+    flat_block(
+        body,
+        at,
+        &["interval", "delay"],
+        &["attempts", "mode", "render_templates"],
+    )
+}
+
+/// A block of attributes only: each of `durations` read as a duration (nanoseconds), each
+/// of `values` as it is; any other attribute, or any block, refused by name.
+fn flat_block(
+    body: &hcl::Body,
+    at: &str,
+    durations: &[&str],
+    values: &[&str],
+) -> Result<Value, String> {
     let mut out = Map::new();
     for attribute in body.attributes() {
         let path = format!("{at}.{}", attribute.key());
         let expr = attribute.expr();
-        let read = match attribute.key() {
-            "interval" | "delay" => duration(expr, &path)?,
-            "attempts" | "mode" | "render_templates" => value(expr, &path)?,
-            other => return Err(unknown_attribute(at, other)),
+        let key = attribute.key();
+        let read = if durations.contains(&key) {
+            duration(expr, &path)?
+        } else if values.contains(&key) {
+            value(expr, &path)?
+        } else {
+            return Err(unknown_attribute(at, key));
         };
-        out.insert(pascal(attribute.key()), read);
+        out.insert(pascal(key), read);
     }
     if let Some(block) = body.blocks().next() {
         return Err(error(format!(
@@ -216,28 +235,23 @@ fn once(out: &Map<String, Value>, key: &str, at: &str) -> Result<(), String> {
 /// `update { max_parallel health_check min_healthy_time healthy_deadline progress_deadline
 /// auto_revert auto_promote canary stagger }`, durations in nanoseconds.
 fn update(body: &hcl::Body, at: &str) -> Result<Value, String> {
-    let mut out = Map::new();
-    for attribute in body.attributes() {
-        let path = format!("{at}.{}", attribute.key());
-        let expr = attribute.expr();
-        let read = match attribute.key() {
-            "stagger" | "min_healthy_time" | "healthy_deadline" | "progress_deadline" => {
-                duration(expr, &path)?
-            }
-            "max_parallel" | "health_check" | "auto_revert" | "auto_promote" | "canary" => {
-                value(expr, &path)?
-            }
-            other => return Err(unknown_attribute(at, other)),
-        };
-        out.insert(pascal(attribute.key()), read);
-    }
-    if let Some(block) = body.blocks().next() {
-        return Err(error(format!(
-            "{at}: unsupported block {:?}",
-            block.identifier.as_str()
-        )));
-    }
-    Ok(Value::Object(out))
+    flat_block(
+        body,
+        at,
+        &[
+            "stagger",
+            "min_healthy_time",
+            "healthy_deadline",
+            "progress_deadline",
+        ],
+        &[
+            "max_parallel",
+            "health_check",
+            "auto_revert",
+            "auto_promote",
+            "canary",
+        ],
+    )
 }
 
 fn constraint(body: &hcl::Body, at: &str) -> Result<Value, String> {

@@ -401,9 +401,7 @@ impl Server {
     /// registration would (`job revert`, an auto-revert), opening the deployment its
     /// rollout needs.
     fn register_version(&mut self, current: &Job, old: &Job, index: u64) -> Job {
-        let mut job = old.spec_only();
-        job.stop = old.stop;
-        job.submission = old.submission.clone();
+        let mut job = old.resubmitted();
         job.version = current.version + 1;
         job.create_index = current.create_index;
         job.modify_index = index;

@@ -136,13 +136,13 @@ pub struct Server {
     /// ready), and whether ports were what it lacked (then an allocation's end frees them).
     blocked: BTreeMap<JobId, (EvalId, bool)>,
     /// What writes that are no step did since the last take, for the event log
-    /// ([`Server::take_notes`]).
+    /// ([`Server::take_note_entries`]).
     notes: Vec<Note>,
 }
 
 /// What a write that is no step of the alphabet did, which the event log must still record.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Note {
+pub(crate) enum Note {
     /// The job's deployment turned a status the model has not (paused, failed), or running
     /// again.
     Deployment { job: JobId, status: String },
@@ -151,10 +151,18 @@ pub enum Note {
 }
 
 impl Server {
-    /// The notes of the writes since the last take, oldest first, for the event log to
-    /// record before its next entry.
-    pub fn take_notes(&mut self) -> Vec<Note> {
+    /// The notes of the writes since the last take, oldest first, as the event log's
+    /// entries (their sequence numbers and times are the log's to set): a `Deployment` with
+    /// its status, or the version a `RegisterJob` stored.
+    pub fn take_note_entries(&mut self) -> Vec<crate::step::log::LogEntry> {
+        use crate::step::log::LogEntry;
         std::mem::take(&mut self.notes)
+            .into_iter()
+            .filter_map(|note| match note {
+                Note::Deployment { job, status } => Some(LogEntry::deployment(&job, &status)),
+                Note::Registered { job } => self.store.job(&job).map(LogEntry::register_job),
+            })
+            .collect()
     }
 
     pub fn new(nodes: Vec<NodeId>, seed: u64) -> Self {

@@ -42,10 +42,7 @@ impl Server {
                     current.namespace
                 ))
             })?;
-        let mut job = old.spec_only();
-        job.stop = old.stop;
-        job.submission = old.submission.clone();
-        self.register_job_with(job, RegisterOptions::default())
+        self.register_job_with(old.resubmitted(), RegisterOptions::default())
     }
 
     /// `job scale JOB GROUP COUNT`: the latest version with `group`'s count changed,

@@ -42,7 +42,7 @@ use crate::client::{
     AllocRunner, Client, Command, ExitResult, RunnerPhase, RunnerStep, TaskPhase, Timer,
 };
 use crate::server::structs::{AllocId, JobId, NodeId};
-use crate::server::{Note, Server, ServerError, StopJobOptions, WriteResponse};
+use crate::server::{Server, ServerError, StopJobOptions, WriteResponse};
 use crate::spec::{Job, TaskRole};
 use crate::step::log::{EventLog, LogEntry};
 use crate::step::{Effect, Step};
@@ -355,14 +355,7 @@ impl Simulator {
     /// deployment, an auto-revert's version), after the step that made them, as the agent
     /// does.
     fn log_notes(&mut self) {
-        for note in self.server.take_notes() {
-            let mut entry = match note {
-                Note::Deployment { job, status } => LogEntry::deployment(&job, &status),
-                Note::Registered { job } => match self.server.store.job(&job) {
-                    Some(stored) => LogEntry::register_job(stored),
-                    None => continue,
-                },
-            };
+        for mut entry in self.server.take_note_entries() {
             entry.time_ns = self.now_ns;
             self.log.push(entry);
         }

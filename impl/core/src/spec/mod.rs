@@ -137,6 +137,16 @@ impl Job {
 
     /// The job with its bookkeeping cleared: what must stay equal across versions, `Stop`
     /// aside.
+    /// This version as a registration would send it again (`job revert`, an auto-revert):
+    /// its spec and its `Stop`, and the source it was submitted as.
+    pub fn resubmitted(&self) -> Job {
+        Job {
+            stop: self.stop,
+            submission: self.submission.clone(),
+            ..self.spec_only()
+        }
+    }
+
     pub fn spec_only(&self) -> Job {
         Job {
             stop: false,

@@ -148,6 +148,20 @@ struct Wire {
     status: Option<String>,
 }
 
+impl Wire {
+    /// The entry of `event` with this line's sequence number, time, job, group and effects.
+    fn entry(self, event: Event) -> LogEntry {
+        LogEntry {
+            seq: self.seq,
+            time_ns: self.time_ns,
+            event,
+            job: self.job,
+            group: self.group,
+            effects: self.effects,
+        }
+    }
+}
+
 impl From<LogEntry> for Wire {
     fn from(entry: LogEntry) -> Wire {
         let mut wire = Wire {
@@ -211,33 +225,19 @@ impl TryFrom<Wire> for LogEntry {
         };
         let step = match wire.step.as_str() {
             "RegisterJob" => {
-                let spec = wire.spec.ok_or_else(|| missing("spec"))?;
+                let spec = wire.spec.clone().ok_or_else(|| missing("spec"))?;
                 if wire.job.as_deref() != Some(spec.id.as_str()) {
                     return Err(format!(
                         "a RegisterJob entry's job {:?} is not its spec's {:?}",
                         wire.job, spec.id
                     ));
                 }
-                return Ok(LogEntry {
-                    seq: wire.seq,
-                    time_ns: wire.time_ns,
-                    event: Event::RegisterJob { spec },
-                    job: wire.job,
-                    group: wire.group,
-                    effects: wire.effects,
-                });
+                return Ok(wire.entry(Event::RegisterJob { spec }));
             }
             "Deployment" => {
                 let status = wire.status.clone().ok_or_else(|| missing("status"))?;
                 job()?;
-                return Ok(LogEntry {
-                    seq: wire.seq,
-                    time_ns: wire.time_ns,
-                    event: Event::Deployment { status },
-                    job: wire.job,
-                    group: wire.group,
-                    effects: wire.effects,
-                });
+                return Ok(wire.entry(Event::Deployment { status }));
             }
             "StopJob" => Step::StopJob {
                 job: job()?,

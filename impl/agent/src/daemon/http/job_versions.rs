@@ -47,10 +47,7 @@ pub(super) fn revert_job(shared: &Shared, id: &str, body: &[u8]) -> Result<Reply
         .store
         .job_versions(id)
         .and_then(|versions| versions.iter().find(|v| v.version == version))
-        .map(|old| Job {
-            stop: old.stop,
-            ..old.spec_only()
-        });
+        .map(Job::resubmitted);
     let starts = target.as_ref().is_some_and(|job| is_start(&core, job));
     let response = core.server.revert_job(id, version, enforce)?;
     log_registration(&mut core, id, starts);
