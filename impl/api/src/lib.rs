@@ -73,15 +73,39 @@ impl Api {
         answered(status, index, &text).map(Some)
     }
 
+    /// `GET path`, answered with bytes (`text/plain`), not JSON: a file's contents.
+    pub fn get_bytes(&self, path: &str) -> Result<Vec<u8>, String> {
+        let (status, _, bytes) = self.exchange_bytes("GET", path, None)?;
+        if !(200..300).contains(&status) {
+            return Err(format!(
+                "Unexpected response code: {status} ({})",
+                String::from_utf8_lossy(&bytes).trim()
+            ));
+        }
+        Ok(bytes)
+    }
+
     fn exchange(
         &self,
         method: &str,
         path: &str,
         body: Option<&[u8]>,
     ) -> Result<(u16, u64, String), String> {
+        let (status, index, bytes) = self.exchange_bytes(method, path, body)?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| "reading the agent's answer: not UTF-8 text".to_string())?;
+        Ok((status, index, text))
+    }
+
+    fn exchange_bytes(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<(u16, u64, Vec<u8>), String> {
         let url = format!("{}{path}", self.base);
         let token = self.token.as_deref().unwrap_or_default();
-        exchange(&self.agent, method, &url, token, body, CLI_MAX_ANSWER).map_err(|failure| {
+        exchange_bytes(&self.agent, method, &url, token, body, CLI_MAX_ANSWER).map_err(|failure| {
                 match failure {
                     Failure::NoAnswer(e) => format!(
                         "Error querying the agent at {}: {e} (is `quiesce agent -dev` running? set -address or NOMAD_ADDR)",
@@ -134,6 +158,21 @@ pub fn exchange(
     body: Option<&[u8]>,
     limit: u64,
 ) -> Result<(u16, u64, String), Failure> {
+    let (status, index, bytes) = exchange_bytes(agent, method, url, token, body, limit)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Failure::Reading("the answer is not UTF-8 text".into()))?;
+    Ok((status, index, text))
+}
+
+/// As [`exchange`], the body as the bytes sent (a file of an allocation may be anything).
+pub fn exchange_bytes(
+    agent: &ureq::Agent,
+    method: &str,
+    url: &str,
+    token: &str,
+    body: Option<&[u8]>,
+    limit: u64,
+) -> Result<(u16, u64, Vec<u8>), Failure> {
     let response = match (method, body) {
         ("GET", _) => agent.get(url).header("X-Nomad-Token", token).call(),
         ("DELETE", _) => agent.delete(url).header("X-Nomad-Token", token).call(),
@@ -150,13 +189,13 @@ pub fn exchange(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let text = response
+    let bytes = response
         .body_mut()
         .with_config()
         .limit(limit)
-        .read_to_string()
+        .read_to_vec()
         .map_err(|e| Failure::Reading(e.to_string()))?;
-    Ok((status, index, text))
+    Ok((status, index, bytes))
 }
 
 /// Escapes a path segment (IDs may hold spaces or `/`; the agent decodes them).

@@ -2,7 +2,7 @@
 //! which after a stop goes on until every stopped allocation is client-terminal.
 
 use super::api::{fields, now, resolve, rfc3339, short, table, text, Api};
-use super::{AllocCommand, LogsArgs};
+use super::{AllocCommand, LogsArgs, Tail};
 use serde_json::Value;
 use std::time::Instant;
 
@@ -24,6 +24,7 @@ pub(super) fn alloc(command: AllocCommand) -> Result<(), String> {
             alloc_status_of(&api, &text(&stub, "ID"), verbose)
         }
         AllocCommand::Logs(args) => logs_command(args),
+        AllocCommand::Fs(args) => super::alloc_fs::fs_command(args),
         AllocCommand::Signal {
             signal,
             alloc,
@@ -119,13 +120,7 @@ pub(super) fn logs_command(args: LogsArgs) -> Result<(), String> {
             ))
         }
     };
-    let tail = match (args.tail, args.lines, args.bytes) {
-        (false, None, None) => None,
-        (false, _, _) => return Err("-n and -c are offsets from the end: give -tail".into()),
-        (true, Some(_), Some(_)) => return Err("-n and -c cannot both be given".into()),
-        (true, _, Some(bytes)) => Some(Tail::Bytes(bytes)),
-        (true, lines, None) => Some(Tail::Lines(lines.unwrap_or(10))),
-    };
+    let tail = args.tail.chosen()?;
     logs(
         &api,
         &text(&stub, "ID"),
@@ -134,13 +129,6 @@ pub(super) fn logs_command(args: LogsArgs) -> Result<(), String> {
         args.follow,
         tail,
     )
-}
-
-/// Where `-tail` starts a log: its last lines or bytes.
-#[derive(Clone, Copy)]
-enum Tail {
-    Lines(u64),
-    Bytes(u64),
 }
 
 /// The most a `-tail -n` reads back from the end to find its lines.

@@ -59,6 +59,8 @@ pub enum Top {
     Status(StatusArgs),
     /// Print a task's log (as `alloc logs`).
     Logs(LogsArgs),
+    /// Read an allocation's directory (as `alloc fs`).
+    Fs(FsArgs),
     /// (internal) Supervise one raw_exec task: run by the agent.
     #[command(hide = true)]
     Supervise {
@@ -366,6 +368,10 @@ pub enum AllocCommand {
         #[command(flatten)]
         address: Address,
     },
+    /// Read an allocation's directory: list a directory, print a file, or -stat either.
+    /// PATH is relative to the allocation's directory (default `/`); the agent reads beneath
+    /// it only, following no symbolic link.
+    Fs(FsArgs),
     /// Send a signal to an allocation's tasks (all running ones, or TASK).
     Signal {
         /// The signal (default SIGKILL, as Nomad's).
@@ -566,6 +572,31 @@ pub struct StopArgs {
 
 /// `alloc logs` (and `logs`).
 #[derive(Args, Debug)]
+pub struct FsArgs {
+    /// The allocation (an ID or a prefix of one); with -job, the job.
+    pub alloc: String,
+    /// The path in the allocation's directory (default `/`).
+    pub path: Option<String>,
+    /// Machine friendly output: sizes in bytes.
+    #[arg(short = 'H')]
+    pub machine: bool,
+    /// Show information about the file or directory instead of its contents.
+    #[arg(long)]
+    pub stat: bool,
+    /// Use a running allocation of this job (the first argument is the job's ID), or the
+    /// latest one if none runs.
+    #[arg(long)]
+    pub job: bool,
+    #[command(flatten)]
+    pub tail: TailArgs,
+    /// Display full allocation IDs.
+    #[arg(long)]
+    pub verbose: bool,
+    #[command(flatten)]
+    pub address: Address,
+}
+
+#[derive(Args, Debug)]
 pub struct LogsArgs {
     pub alloc: String,
     pub task: Option<String>,
@@ -578,8 +609,17 @@ pub struct LogsArgs {
     /// Keep printing what the task writes (until interrupted).
     #[arg(short = 'f', long)]
     pub follow: bool,
-    /// Start from the end of the log: its last `-n` lines (10 if neither -n nor -c is
-    /// given), or its last `-c` bytes.
+    #[command(flatten)]
+    pub tail: TailArgs,
+    #[command(flatten)]
+    pub address: Address,
+}
+
+/// `-tail`, `-n` and `-c` of `alloc logs` and `alloc fs`.
+#[derive(Args, Debug)]
+pub struct TailArgs {
+    /// Start from the end: the last -n lines (10 if neither -n nor -c is given), or the
+    /// last -c bytes.
     #[arg(long)]
     pub tail: bool,
     /// With -tail: this many lines from the end.
@@ -588,6 +628,24 @@ pub struct LogsArgs {
     /// With -tail: this many bytes from the end.
     #[arg(short = 'c')]
     pub bytes: Option<u64>,
-    #[command(flatten)]
-    pub address: Address,
+}
+
+/// Where `-tail` starts: the last lines or bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tail {
+    Lines(u64),
+    Bytes(u64),
+}
+
+impl TailArgs {
+    /// The end asked for, if any; `-n` or `-c` without `-tail`, or both, are errors.
+    pub fn chosen(&self) -> Result<Option<Tail>, String> {
+        match (self.tail, self.lines, self.bytes) {
+            (false, None, None) => Ok(None),
+            (false, _, _) => Err("-n and -c are offsets from the end: give -tail".into()),
+            (true, Some(_), Some(_)) => Err("-n and -c cannot both be given".into()),
+            (true, _, Some(bytes)) => Ok(Some(Tail::Bytes(bytes))),
+            (true, lines, None) => Ok(Some(Tail::Lines(lines.unwrap_or(10)))),
+        }
+    }
 }

@@ -13,6 +13,7 @@ mod acl;
 mod agent;
 mod agent_config;
 mod alloc;
+mod alloc_fs;
 mod api;
 mod args;
 mod cluster;
@@ -185,6 +186,7 @@ pub fn main(args: Vec<String>) -> i32 {
         Top::Stop(args) => job::stop(args),
         Top::Status(args) => job::status(args, true),
         Top::Logs(args) => alloc::logs_command(args),
+        Top::Fs(args) => alloc_fs::fs_command(args),
     };
     match result {
         Ok(()) => 0,

@@ -20,6 +20,7 @@ const NOMAD_COMMANDS: &[&str] = &[
     "eval",
     "exec",
     "fmt",
+    "fs",
     "init",
     "inspect",
     "job",

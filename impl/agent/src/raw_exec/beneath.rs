@@ -110,6 +110,38 @@ impl Dir {
         Ok(Dir { fd, shown })
     }
 
+    /// The entry at `path` (normal components only; empty for this directory itself) as an
+    /// `O_PATH` descriptor: nothing opened for reading, no device or FIFO opened at all, and
+    /// no symbolic link followed on the way; a link at the end is the link itself. What it
+    /// is can then be told with `fstat` on the descriptor, and it can be reopened for
+    /// reading only through it ([`reopen`]), so a task renaming entries in between changes
+    /// nothing about which file that is. Its errors are the system's (`ELOOP` for a link on
+    /// the way, `ENOTDIR`, `ENOENT`), left for the caller to name the path as its user
+    /// knows it.
+    pub fn locate(&self, path: &Path) -> io::Result<OwnedFd> {
+        if path.as_os_str().is_empty() {
+            return Ok(rustix::io::fcntl_dupfd_cloexec(&self.fd, 0)?);
+        }
+        let parts = normal_components(path)?;
+        let (last, parents) = parts.split_last().expect("at least one component");
+        let mut at: Option<OwnedFd> = None;
+        for part in parents {
+            let next = open_one(
+                at.as_ref().unwrap_or(&self.fd),
+                part,
+                OFlags::PATH | OFlags::DIRECTORY,
+                Mode::empty(),
+            )?;
+            at = Some(next);
+        }
+        open_one(
+            at.as_ref().unwrap_or(&self.fd),
+            last,
+            OFlags::PATH,
+            Mode::empty(),
+        )
+    }
+
     /// Gives this directory to `owner` (uid, gid), on its descriptor.
     pub fn chown(&self, owner: (u32, u32)) -> io::Result<()> {
         let (uid, gid) = owner;
@@ -201,6 +233,16 @@ impl Dir {
         }
         Err(last)
     }
+}
+
+/// Opens for reading the file or directory a [`Dir::locate`] descriptor stands for, through
+/// the agent's own `/proc/self/fd`: the same inode, whatever its name is now. The caller
+/// has checked with `fstat` that it is a plain file or a directory.
+pub fn reopen(located: &OwnedFd, flags: OFlags) -> io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/proc/self/fd/{}", located.as_raw_fd());
+    let flags = flags | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+    Ok(rustix::fs::open(path.as_str(), flags, Mode::empty())?)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@
 pub mod acl;
 mod agent;
 mod alloc_client;
+mod alloc_fs;
 mod allocs;
 pub mod answers;
 mod blocking;

@@ -311,6 +311,18 @@ pub static ROUTES: &[Route] = &[
     route(Get, Rest("/v1/client/fs/logs/"), Cap("read-logs"), |c| {
         logs::task_logs(c.shared, c.id, c.query)
     }),
+    route(Get, Rest("/v1/client/fs/ls/"), Cap("read-fs"), |c| {
+        alloc_fs::alloc_fs(c.shared, alloc_fs::FsRead::List, c.id, c.query)
+    }),
+    route(Get, Rest("/v1/client/fs/stat/"), Cap("read-fs"), |c| {
+        alloc_fs::alloc_fs(c.shared, alloc_fs::FsRead::Stat, c.id, c.query)
+    }),
+    route(Get, Rest("/v1/client/fs/cat/"), Cap("read-fs"), |c| {
+        alloc_fs::alloc_fs(c.shared, alloc_fs::FsRead::Cat, c.id, c.query)
+    }),
+    route(Get, Rest("/v1/client/fs/readat/"), Cap("read-fs"), |c| {
+        alloc_fs::alloc_fs(c.shared, alloc_fs::FsRead::ReadAt, c.id, c.query)
+    }),
     // Nodes and services.
     route(Get, Id("/v1/node/"), NodeRead, |c| {
         get_node(c.shared, c.id, c.query)
