@@ -30,6 +30,14 @@ def release_of(agent, alloc_id):
     return env[b"RELEASE"].decode()
 
 
+def unix_ns(rfc3339):
+    """Unix nanoseconds of Go's RFC 3339 time (`2026-12-06T09:20:00.123456789Z`)."""
+    import datetime
+    whole, _, fraction = rfc3339.rstrip("Z").partition(".")
+    seconds = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.timezone.utc).timestamp()
+    return int(seconds) * SECOND + int((fraction or "0").ljust(9, "0")[:9])
+
+
 def latest(agent, job="web"):
     return agent.get(f"/v1/job/{job}/deployment")
 
@@ -219,3 +227,52 @@ def test_job_run_of_a_changed_spec_monitors_its_deployment_to_the_end(agent, tmp
         "Task Group  Desired  Placed  Healthy  Unhealthy  Progress Deadline\n"
         "g           1        1       1        0          N/A"
     ), done.stdout
+
+
+def test_a_replacement_never_healthy_by_its_healthy_deadline_fails_the_deployment_and_reverts(agent):
+    def versioned(release, **update):
+        job = rolling(agent, 2, release, auto_revert=True)
+        job["Job"]["TaskGroups"][0]["Update"].update(update)
+        return job
+
+    assert agent.http("PUT", "/v1/jobs", versioned("1"))[0] == 200
+    agent.running("web", 2)
+    assert agent.http("PUT", "/v1/jobs", versioned("2"))[0] == 200
+    settled(agent, "successful")
+    good = [a["ID"] for a in agent.running("web", 2) if a["DesiredStatus"] == "run"]
+
+    # Release 3 (job version 2): its task exits after 0.3 s and is restarted again and again (mode "delay"):
+    # it never runs the 1 s its health needs, and never fails for good either.
+    bad = versioned("3", HealthyDeadline=3 * SECOND)
+    group = bad["Job"]["TaskGroups"][0]
+    group["RestartPolicy"] = {"Attempts": 1000, "Interval": 3600 * SECOND,
+                              "Delay": SECOND // 5, "Mode": "delay"}
+    group["Tasks"][0]["Config"] = {"command": "/bin/sleep", "args": ["0.3"]}
+    assert agent.http("PUT", "/v1/jobs", bad)[0] == 200
+    deployment_id = latest(agent)["ID"]
+    failed = agent.wait_until(
+        "release 3's deployment to fail",
+        lambda: (d := agent.get(f"/v1/deployment/{deployment_id}"))["Status"] == "failed" and d,
+        timeout=30,
+    )
+    assert failed["StatusDescription"] == (
+        "Failed due to unhealthy allocations - rolling back to job version 1"), failed
+    assert failed["TaskGroups"]["web"]["UnhealthyAllocs"] == 1, failed
+    [replacement] = agent.get(f"/v1/deployment/allocations/{deployment_id}")
+    record = agent.get(f"/v1/allocation/{replacement['ID']}")
+    assert record["DeploymentStatus"]["Healthy"] is False, record["DeploymentStatus"]
+    # Unhealthy at its deadline, not before: 3 s after it was placed (and well before 30).
+    waited = (unix_ns(record["DeploymentStatus"]["Timestamp"]) - replacement["CreateTime"]) / SECOND
+    assert 3.0 <= waited < 30, f"declared unhealthy {waited:.2f}s after placement"
+    assert record["TaskStates"]["server"]["Restarts"] >= 2, "the task really kept restarting"
+
+    # max_parallel = 1: one good allocation went through the stop path, the other was never
+    # signalled; the revert brings release 2's spec (version 1) back and it rolls out.
+    signalled = [alloc for alloc in good if signals(agent, alloc)]
+    assert len(signalled) == 1, f"{len(signalled)} of the good allocations were stopped"
+    stored = agent.get("/v1/job/web")
+    assert stored["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] == "2", "reverted to release 2's spec"
+    settled(agent, "successful", timeout=60)
+    releases = sorted(release_of(agent, a["ID"]) for a in agent.running("web", 2)
+                      if a["DesiredStatus"] == "run")
+    assert releases == ["2", "2"], releases

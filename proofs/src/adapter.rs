@@ -241,7 +241,8 @@ pub fn action_of(cfg: &ModelCfg, ids: &[AllocId], step: &Step) -> Option<Action>
 }
 
 /// The model action for a step whose allocation is at position `alloc` and whose task is
-/// at position `task`; `None` if the step needs one the caller does not give.
+/// at position `task`; `None` if the step needs one the caller does not give, or the model
+/// has no such step (`AllocUnhealthy`: it has no health deadline).
 pub fn action_at(step: &Step, alloc: Option<u8>, task: Option<u8>) -> Option<Action> {
     Some(match step {
         Step::StopJob {
@@ -307,6 +308,7 @@ pub fn action_at(step: &Step, alloc: Option<u8>, task: Option<u8>) -> Option<Act
         },
         Step::UpdateJob { .. } => Action::UpdateJob,
         Step::AllocHealthy { .. } => Action::AllocHealthy { alloc: alloc? },
+        Step::AllocUnhealthy { .. } => return None,
     })
 }
 

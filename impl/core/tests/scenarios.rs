@@ -789,3 +789,19 @@ fn a_restored_runner_rearms_the_kill_timeout() {
     assert!(sim.runner(&alloc).unwrap().tasks[0].sigkilled);
     assert!(client_terminal(&sim, &alloc));
 }
+
+#[test]
+fn a_rollout_healthy_in_time_cancels_each_health_deadline() {
+    // A service job without an update block: Nomad's defaults, min_healthy_time 10 s and
+    // healthy_deadline 5 min. Run until nothing is left to happen, the clock moving on: a
+    // deadline left armed would fire, 5 minutes on, and fail the deployment.
+    let mut sim = running(web_job(2));
+    sim.apply(&Step::UpdateJob { job: "web".into() }).unwrap();
+    sim.run_until_quiet(STEPS).unwrap();
+    let deployment = sim.server.store.latest_deployment("web").unwrap();
+    assert_eq!(deployment.status, "successful");
+    let entries = sim.log().entries();
+    let named = |name: &str| entries.iter().filter(|e| e.name() == name).count();
+    assert_eq!(named("AllocHealthy"), 2);
+    assert_eq!(named("AllocUnhealthy"), 0);
+}

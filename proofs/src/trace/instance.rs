@@ -345,6 +345,17 @@ impl Instance {
             self.unjudged += 1;
             return Ok(());
         }
+        if let Step::AllocUnhealthy { alloc } = step {
+            self.stop_judging(
+                entry.seq,
+                format!(
+                    "allocation {alloc} passed its healthy_deadline before it was healthy; the \
+                     model has no health deadline (its deployments never fail)"
+                ),
+            );
+            self.unjudged += 1;
+            return Ok(());
+        }
         if let Step::RestartDecision { alloc, task, .. } = step {
             // The implementation starts a new count when the interval is over (the model
             // never does): judged while every decision falls within a second of the first's

@@ -46,6 +46,9 @@ pub enum Timer {
     /// The update block's `min_healthy_time`, from the moment every task runs: then the
     /// allocation is healthy within its deployment.
     Healthy,
+    /// The update block's `healthy_deadline`, from the moment the allocation runs: if it
+    /// fires before the allocation is healthy, it is unhealthy, and its deployment fails.
+    HealthyDeadline,
 }
 
 /// An internal step a runner can take without waiting for anything.

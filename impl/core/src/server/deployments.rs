@@ -108,9 +108,11 @@ impl Server {
     }
 
     // invariant: rollout_bounded
-    /// A client reported an allocation healthy, in the report's write at `index`: the
-    /// health is recorded (not client-visible) and counted, and while the job's deployment
-    /// runs the watcher asks for an evaluation, which may start the next batch.
+    /// A client reported an allocation's health, in the report's write at `index`. Healthy:
+    /// recorded (not client-visible) and counted, and while the job's deployment runs the
+    /// watcher asks for an evaluation, which may start the next batch. Unhealthy (its
+    /// `healthy_deadline` passed first): the deployment fails, as a failed replacement
+    /// fails it ([`Server::replacement_failed`]).
     pub(super) fn alloc_healthy(
         &mut self,
         alloc_id: &str,
@@ -134,6 +136,10 @@ impl Server {
             alloc.job_id.clone(),
         );
         let healthy = health.healthy == Some(true);
+        if !healthy {
+            self.fail_for(alloc_id, health, index);
+            return;
+        }
         self.store.update_alloc(alloc_id, index, false, |alloc| {
             alloc.deployment_status = Some(AllocDeploymentStatus {
                 modify_index: index,
@@ -160,6 +166,17 @@ impl Server {
     /// with `auto_revert`, the newest stable version is registered again. (Otherwise the
     /// older allocations not yet replaced keep running.)
     pub(super) fn replacement_failed(&mut self, alloc_id: &str, index: u64) {
+        let unhealthy = AllocDeploymentStatus {
+            healthy: Some(false),
+            ..AllocDeploymentStatus::default()
+        };
+        self.fail_for(alloc_id, unhealthy, index);
+    }
+
+    /// The allocation is unhealthy (`health`), in the write at `index`: recorded (once: a
+    /// verdict stands), and its deployment, if still active, counts it and fails,
+    /// auto-reverting if it should.
+    fn fail_for(&mut self, alloc_id: &str, health: AllocDeploymentStatus, index: u64) {
         let Some(alloc) = self.store.alloc_for_client(alloc_id) else {
             return;
         };
@@ -167,26 +184,25 @@ impl Server {
             .deployment_status
             .as_ref()
             .is_some_and(|s| s.healthy.is_some());
-        let Some(deployment) = self
+        if decided || alloc.deployment_id.is_empty() {
+            return;
+        }
+        let (group, job_id) = (alloc.task_group.clone(), alloc.job_id.clone());
+        let deployment = self
             .store
             .deployment(&alloc.deployment_id)
-            .filter(|d| d.is_active() && !decided)
-        else {
-            return;
-        };
-        let (id, group, job_id) = (
-            deployment.id.clone(),
-            alloc.task_group.clone(),
-            alloc.job_id.clone(),
-        );
-        let deployment = deployment.clone();
+            .filter(|d| d.is_active())
+            .cloned();
         self.store.update_alloc(alloc_id, index, false, |alloc| {
             alloc.deployment_status = Some(AllocDeploymentStatus {
-                healthy: Some(false),
                 modify_index: index,
-                ..AllocDeploymentStatus::default()
+                ..health
             });
         });
+        let Some(deployment) = deployment else {
+            return;
+        };
+        let id = deployment.id.clone();
         self.notes.push(Note::Deployment {
             job: job_id.clone(),
             status: status::FAILED.into(),

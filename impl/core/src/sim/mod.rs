@@ -237,6 +237,8 @@ impl Simulator {
                 alloc: alloc.clone(),
             });
         }
+        // Not `AllocUnhealthy`: the model has no health deadline, so the walks never fire
+        // it (a timed run does, in its turn, and a replayed log may).
         for (ix, t) in runner.tasks.iter().enumerate() {
             match (t.role, t.phase) {
                 (TaskRole::Poststop, TaskPhase::Running) => steps.push(Step::PoststopExit {
@@ -514,6 +516,11 @@ impl Simulator {
             (Step::AllocHealthy { .. }, _) => {
                 self.timers.contains_key(&(alloc.clone(), Timer::Healthy))
                     && runner.timer_fired(Timer::Healthy, now, &mut commands)
+            }
+            (Step::AllocUnhealthy { .. }, _) => {
+                self.timers
+                    .contains_key(&(alloc.clone(), Timer::HealthyDeadline))
+                    && runner.timer_fired(Timer::HealthyDeadline, now, &mut commands)
             }
             (Step::GroupDelayElapsed { .. }, _) => {
                 self.timers
@@ -848,6 +855,7 @@ impl Simulator {
                 task: runner.tasks[ix].name.clone(),
             },
             Timer::Healthy => Step::AllocHealthy { alloc },
+            Timer::HealthyDeadline => Step::AllocUnhealthy { alloc },
         })
     }
 }
@@ -881,6 +889,7 @@ fn fired_timer(step: &Step, task: Option<usize>) -> Option<Timer> {
         (Step::KillTimeout { .. }, Some(ix)) => Some(Timer::KillTimeout(ix)),
         (Step::RestartDelayElapsed { .. }, Some(ix)) => Some(Timer::RestartDelay(ix)),
         (Step::AllocHealthy { .. }, _) => Some(Timer::Healthy),
+        (Step::AllocUnhealthy { .. }, _) => Some(Timer::HealthyDeadline),
         _ => None,
     }
 }

@@ -280,6 +280,7 @@ impl TryFrom<Wire> for LogEntry {
             "ClientRestart" => Step::ClientRestart,
             "UpdateJob" => Step::UpdateJob { job: job()? },
             "AllocHealthy" => Step::AllocHealthy { alloc: alloc()? },
+            "AllocUnhealthy" => Step::AllocUnhealthy { alloc: alloc()? },
             "RestartAlloc" => Step::RestartAlloc {
                 alloc: alloc()?,
                 task: wire.task.clone(),
@@ -416,6 +417,7 @@ mod tests {
         // The rollout's steps, as the agent writes them.
         for step in [
             Step::AllocHealthy { alloc: "a1".into() },
+            Step::AllocUnhealthy { alloc: "a1".into() },
             Step::UpdateJob { job: "web".into() },
         ] {
             let entry = LogEntry::step(step, Some("web".into()), Some("g".into()));

@@ -94,6 +94,12 @@ pub enum Step {
     AllocHealthy {
         alloc: AllocId,
     },
+    /// The `healthy_deadline` timer of an allocation placed by a deployment fires before it
+    /// was healthy: its client reports it unhealthy (and the deployment fails). The model
+    /// has no health deadline: trace validation stops judging here.
+    AllocUnhealthy {
+        alloc: AllocId,
+    },
 }
 
 impl Step {
@@ -119,6 +125,7 @@ impl Step {
             Step::RestartDelayElapsed { .. } => "RestartDelayElapsed",
             Step::UpdateJob { .. } => "UpdateJob",
             Step::AllocHealthy { .. } => "AllocHealthy",
+            Step::AllocUnhealthy { .. } => "AllocUnhealthy",
         }
     }
 
@@ -152,7 +159,8 @@ impl Step {
             | Step::RestartAlloc { alloc, .. }
             | Step::RestartDecision { alloc, .. }
             | Step::RestartDelayElapsed { alloc, .. }
-            | Step::AllocHealthy { alloc } => Some(alloc),
+            | Step::AllocHealthy { alloc }
+            | Step::AllocUnhealthy { alloc } => Some(alloc),
             Step::StopJob { .. }
             | Step::StartJob { .. }
             | Step::UpdateJob { .. }

@@ -16,9 +16,11 @@ impl DaemonHost {
         let now = unix_now_ns();
         let signalled_before = match timer {
             Timer::KillTimeout(ix) => self.signalled_before.remove(&ix),
-            Timer::GroupDelay | Timer::TaskDelay(_) | Timer::RestartDelay(_) | Timer::Healthy => {
-                None
-            }
+            Timer::GroupDelay
+            | Timer::TaskDelay(_)
+            | Timer::RestartDelay(_)
+            | Timer::Healthy
+            | Timer::HealthyDeadline => None,
         };
         let due = match (self.resumed.remove(&timer), signalled_before) {
             (Some(due), _) => due,
@@ -149,6 +151,9 @@ impl Host for DaemonHost {
                 None,
             )),
             Applied::Timer(Timer::Healthy) => Some((Step::AllocHealthy { alloc: alloc() }, None)),
+            Applied::Timer(Timer::HealthyDeadline) => {
+                Some((Step::AllocUnhealthy { alloc: alloc() }, None))
+            }
             Applied::Timer(Timer::RestartDelay(ix)) => Some((
                 Step::RestartDelayElapsed {
                     alloc: alloc(),

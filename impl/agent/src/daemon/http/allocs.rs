@@ -396,6 +396,25 @@ pub(super) fn eval_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Re
     stub_reply(chosen, false)
 }
 
+/// `GET /v1/deployment/allocations/:id`: the allocations a deployment placed (none for an
+/// unknown one, as Nomad answers).
+pub(super) fn deployment_allocs(
+    shared: &Shared,
+    id: &str,
+    query: &Query,
+) -> Result<Reply, ApiError> {
+    let core = blocking_table(shared, query, allocs_table)?;
+    let chosen = stubs(
+        &core,
+        core.server
+            .store
+            .allocs()
+            .filter(|a| a.deployment_id == id && !a.tombstone),
+    );
+    drop(core);
+    stub_reply(chosen, false)
+}
+
 /// The most bytes a restart request's body may have (it holds two names and three flags).
 const MAX_RESTART_BODY: usize = 4096;
 

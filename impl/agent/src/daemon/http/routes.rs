@@ -211,6 +211,9 @@ pub static ROUTES: &[Route] = &[
     route(Get, Fixed("/v1/deployments"), READ_JOB, |c| {
         deployments::list_deployments(c.shared, c.query)
     }),
+    route(Get, Id("/v1/deployment/allocations/"), READ_JOB, |c| {
+        allocs::deployment_allocs(c.shared, c.id, c.query)
+    }),
     route(Get, Id("/v1/deployment/"), READ_JOB, |c| {
         deployments::get_deployment(c.shared, c.id, c.query)
     }),

@@ -4,6 +4,11 @@
 //! A task that stops running in the meantime (a crash, a restart, a stop) cancels the timer,
 //! and the watch begins again when every task runs again. A health check is judged the same
 //! way: the agent runs no checks.
+//!
+//! Beside it, from the moment the allocation runs, its `healthy_deadline` (Nomad's
+//! default 5 minutes): if that passes before the allocation is healthy — a task that keeps
+//! restarting, say — the allocation is unhealthy, and the report fails its deployment. The
+//! deadline runs once; a stop, a failure or a verdict cancels it.
 
 use super::{AllocRunner, RunnerPhase};
 use crate::client::task_runner::TaskPhase;
@@ -18,30 +23,49 @@ pub struct Health {
     pub timer: bool,
     /// Decided healthy, and when (Unix nanoseconds; 0 in the simulator).
     pub healthy_at: Option<i64>,
+    /// The `healthy_deadline` timer is running.
+    #[serde(default)]
+    pub deadline: bool,
+    /// The deadline was armed once (it is never armed again).
+    #[serde(default)]
+    pub deadline_armed: bool,
+    /// Decided unhealthy (the deadline passed first), and when.
+    #[serde(default)]
+    pub unhealthy_at: Option<i64>,
 }
 
 impl Health {
     /// The status a report carries: `None` until the watch decided.
     pub fn status(&self) -> Option<AllocDeploymentStatus> {
-        self.healthy_at.map(|at| AllocDeploymentStatus {
-            healthy: Some(true),
+        let (healthy, at) = match (self.healthy_at, self.unhealthy_at) {
+            (Some(at), _) => (true, at),
+            (None, Some(at)) => (false, at),
+            (None, None) => return None,
+        };
+        Some(AllocDeploymentStatus {
+            healthy: Some(healthy),
             timestamp: at,
             canary: false,
             modify_index: 0,
         })
     }
+
+    fn decided(&self) -> bool {
+        self.healthy_at.is_some() || self.unhealthy_at.is_some()
+    }
 }
 
 impl AllocRunner {
-    /// The watch's `min_healthy_time`, if this allocation's health is watched.
-    fn min_healthy_time(&self) -> Option<i64> {
+    /// The watch's `min_healthy_time` and `healthy_deadline`, if this allocation's health is
+    /// watched.
+    fn health_times(&self) -> Option<(i64, i64)> {
         if self.alloc.deployment_id.is_empty() {
             return None;
         }
         self.alloc
             .job
             .update_of(&self.alloc.task_group)
-            .map(|update| update.min_healthy_time_ns)
+            .map(|update| (update.min_healthy_time_ns, update.healthy_deadline_ns))
     }
 
     // invariant: rollout_bounded
@@ -55,12 +79,14 @@ impl AllocRunner {
             TaskPhase::Dead => !task.state.failed && task.kills == 0,
             _ => false,
         });
-        let watching = self.health.healthy_at.is_none()
-            && self.phase == RunnerPhase::Running
-            && !self.failed
-            && counted_running;
+        let undecided =
+            !self.health.decided() && self.phase == RunnerPhase::Running && !self.failed;
+        let watching = undecided && counted_running;
+        let times = self.health_times();
         match (
-            self.min_healthy_time().filter(|_| watching),
+            times
+                .map(|(min_healthy, _)| min_healthy)
+                .filter(|_| watching),
             self.health.timer,
         ) {
             (Some(after_ns), false) => {
@@ -78,11 +104,34 @@ impl AllocRunner {
             }
             _ => {}
         }
+        match (times.filter(|_| undecided), self.health.deadline) {
+            (Some((_, after_ns)), false) if !self.health.deadline_armed => {
+                self.health.deadline = true;
+                self.health.deadline_armed = true;
+                out.push(Command::StartTimer {
+                    timer: Timer::HealthyDeadline,
+                    after_ns,
+                });
+            }
+            (None, true) => {
+                self.health.deadline = false;
+                out.push(Command::CancelTimer {
+                    timer: Timer::HealthyDeadline,
+                });
+            }
+            _ => {}
+        }
     }
 
     /// The `min_healthy_time` timer fired while watched: healthy.
     pub(super) fn turn_healthy(&mut self, now: i64) {
         self.health.timer = false;
         self.health.healthy_at = Some(now);
+    }
+
+    /// The `healthy_deadline` timer fired before a verdict: unhealthy.
+    pub(super) fn turn_unhealthy(&mut self, now: i64) {
+        self.health.deadline = false;
+        self.health.unhealthy_at = Some(now);
     }
 }

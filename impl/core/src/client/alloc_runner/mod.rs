@@ -405,6 +405,7 @@ impl AllocRunner {
                 self.tasks[ix].run_again(ix, now, out)
             }
             Timer::Healthy if self.health.timer => self.turn_healthy(now),
+            Timer::HealthyDeadline if self.health.deadline => self.turn_unhealthy(now),
             _ => return false,
         }
         self.watch_health(out);
