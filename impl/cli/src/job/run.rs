@@ -398,3 +398,51 @@ fn print_plan(answer: &Value, file: &Path) -> bool {
     );
     changes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_hcl_file_s_variables_fill_the_job_and_its_submission_and_errors_name_the_place() {
+        let dir = std::env::temp_dir().join(format!("quiesce-vars-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = dir.join("web.hcl");
+        let source = "variable \"count\" {\n  type = number\n}\nvariable \"dc\" {}\n\
+                      job \"web\" {\n  datacenters = [var.dc]\n  group \"g\" {\n    count = var.count\n  }\n}\n";
+        std::fs::write(&spec, source).unwrap();
+        let var_file = dir.join("prod.vars.hcl");
+        std::fs::write(&var_file, "dc = \"dc2\"\ncount = 1\n").unwrap();
+        let args = VariableArgs {
+            var: vec!["count=2".into()],
+            var_file: vec![var_file.clone()],
+        };
+        let body: Value =
+            serde_json::from_slice(&read_jobspec(&spec, &args).unwrap().body).unwrap();
+        assert_eq!(body["Job"]["TaskGroups"][0]["Count"], 2);
+        assert_eq!(body["Job"]["Datacenters"], json!(["dc2"]));
+        let submission = &body["Submission"];
+        assert_eq!(submission["VariableFlags"], json!({"count": "2"}));
+        assert_eq!(submission["Variables"], "dc = \"dc2\"\ncount = 1\n");
+        assert_eq!(submission["Source"], source);
+
+        let wrong = VariableArgs {
+            var: vec!["count=two".into()],
+            var_file: vec![var_file],
+        };
+        let refused = read_jobspec(&spec, &wrong).err().unwrap();
+        assert!(refused.contains("a number is required"), "{refused}");
+        std::fs::write(
+            &spec,
+            "job \"web\" {\n  group \"g\" {\n    kil_timeout = 1\n  }\n}\n",
+        )
+        .unwrap();
+        let refused = read_jobspec(&spec, &VariableArgs::default()).err().unwrap();
+        let place = format!(
+            "{}:3:5: job \"web\".group \"g\": unsupported",
+            spec.display()
+        );
+        assert!(refused.contains(&place), "{refused}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
