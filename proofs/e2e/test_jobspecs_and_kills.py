@@ -1,11 +1,12 @@
 """HCL jobspecs (python-nomad's jobs.parse, the CLI's job run) and a task that ignores its
 kill signal: SIGKILL to its process group after kill_timeout, and the signal in the event."""
 
+import subprocess
 import time
 
 import nomad
 
-from conftest import SECOND, WITNESS
+from conftest import QUIESCE, SECOND, WITNESS, clean_env
 
 HCL = """
 job "hcl-web" {
@@ -86,6 +87,89 @@ def test_the_cli_runs_an_hcl_file_and_names_what_it_cannot_read(agent, tmp_path)
     assert failed.returncode == 1 and '"soon" is not a duration' in failed.stderr, failed.stderr
     missing = agent.cli("job", "stop", "nope", check=False)
     assert missing.returncode == 1 and 'No job(s) with prefix or ID "nope" found' in missing.stderr
+
+
+
+VARIABLES_HCL = """
+variable "count" {
+  type    = number
+  default = 1
+}
+variable "witness" {
+  type = string
+}
+job "hcl-vars" {
+  group "g" {
+    count = var.count
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = var.witness
+        args    = ["--services", "hcl-vars"]
+      }
+      env {
+        ALLOC = "${NOMAD_ALLOC_ID}"
+      }
+    }
+  }
+}
+"""
+
+
+def test_the_cli_gives_an_hcl_job_its_variables_and_names_the_line_and_column_of_an_error(
+        agent, tmp_path):
+    """`job run -var count=2 -var-file F`: the file's `variable` blocks take their values
+    from the flags (a -var string converted to the declared number), two allocations run,
+    and the submission keeps the flags and the var-file as Nomad's CLI sends them. An
+    error names file:line:column."""
+    spec = tmp_path / "vars.nomad.hcl"
+    spec.write_text(VARIABLES_HCL)
+    var_file = tmp_path / "prod.vars.hcl"
+    var_file.write_text(f'witness = "{WITNESS}"\n')
+    agent.cli("job", "run", "-detach", "-var", "count=2", f"-var-file={var_file}", str(spec))
+    agent.running("hcl-vars", 2)
+    status, submission, _ = agent.http("GET", "/v1/job/hcl-vars/submission?version=0")
+    assert status == 200, submission
+    assert submission["VariableFlags"] == {"count": "2"}, submission
+    assert submission["Variables"] == var_file.read_text(), submission
+    assert submission["Source"] == VARIABLES_HCL
+    task = agent.get("/v1/job/hcl-vars")["TaskGroups"][0]["Tasks"][0]
+    assert task["Config"]["command"] == WITNESS and task["Env"]["ALLOC"] == "${NOMAD_ALLOC_ID}", task
+    agent.cli("job", "stop", "hcl-vars")
+
+    missing = agent.cli("job", "run", str(spec), check=False)
+    assert missing.returncode == 1, missing.stderr
+    assert f"{spec}:6:1: Required variable \"witness\" is not set" in missing.stderr, missing.stderr
+    undeclared = agent.cli("job", "validate", "-var", "colour=red", f"-var-file={var_file}", str(spec),
+                           check=False)
+    assert undeclared.returncode == 1 and '-var "colour": no variable "colour"' in undeclared.stderr, \
+        undeclared.stderr
+    broken = tmp_path / "broken.hcl"
+    broken.write_text('job "b" {\n  group "g" {\n    kil_timeout = "5s"\n  }\n}\n')
+    failed = agent.cli("job", "run", str(broken), check=False)
+    assert failed.returncode == 1, failed.stderr
+    assert f'{broken}:3:5: job "b".group "g": unsupported attribute "kil_timeout"' in failed.stderr, \
+        failed.stderr
+    from_stdin = subprocess.run([QUIESCE, "job", "plan", "-"], input=broken.read_text(), capture_output=True,
+                                text=True, timeout=60, env=clean_env(NOMAD_ADDR=agent.address))
+    assert "<stdin>:3:5: " in from_stdin.stderr, from_stdin.stderr
+
+
+def test_the_parse_endpoint_takes_a_var_file_s_text_and_names_errors_as_nomad_does(agent):
+    job_hcl = 'variable "n" {\n  type = number\n}\njob "x" {\n  group "g" {\n    count = var.n\n  }\n}\n'
+    status, job, _ = agent.http("POST", "/v1/jobs/parse", {"JobHCL": job_hcl, "Variables": "n = 3\n"})
+    assert status == 200 and job["TaskGroups"][0]["Count"] == 3, (status, job)
+    status, text, _ = agent.http("POST", "/v1/jobs/parse", {"JobHCL": job_hcl})
+    assert (status, text) == (400, 'Failed to parse job: input.hcl:1,1-9: Required variable "n" is not set: '
+                              "give it a default, -var 'n=…', a -var-file, or NOMAD_VAR_n"), text
+    status, text, _ = agent.http("POST", "/v1/jobs/parse", {"JobHCL": job_hcl, "Variables": "n = 3\nm = 1\n"})
+    assert status == 400 and text.startswith("Failed to parse job: variables.hcl:2,1-2: no variable \"m\""), text
+    status, text, _ = agent.http("POST", "/v1/jobs/parse", {"JobHCL": job_hcl, "Variables": 3})
+    assert (status, text) == (400, "Variables must be a string")
+    status, text, _ = agent.http("POST", "/v1/jobs/parse",
+                                 {"JobHCL": 'job "x" {\n  group "g" {\n    kil_timeout = "5s"\n  }\n}\n'})
+    assert status == 400 and text.startswith(
+        'Failed to parse job: input.hcl:3,5-16: job "x".group "g": unsupported attribute "kil_timeout"'), text
 
 
 # invariant: kill_timeout_respected

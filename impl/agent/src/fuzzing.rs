@@ -34,7 +34,15 @@ pub fn hcl_jobspec(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(job) = quiesce_core::hcl_jobspec::parse_job(text) {
+    let parsed = quiesce_core::hcl_jobspec::parse_job(text);
+    if let Err(error) = &parsed {
+        assert!(!error.message.is_empty(), "a refusal says why");
+        if let Some(place) = error.place {
+            assert!(place.start.line >= 1 && place.start.column >= 1);
+            assert!(place.start.line <= text.lines().count().max(1) + 1);
+        }
+    }
+    if let Ok(job) = parsed {
         let body = serde_json::to_vec(&serde_json::json!({ "Job": job })).expect("JSON");
         jobspec_json(&body);
     }

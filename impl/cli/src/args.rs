@@ -156,11 +156,15 @@ pub enum JobCommand {
     Plan {
         file: PathBuf,
         #[command(flatten)]
+        variables: VariableArgs,
+        #[command(flatten)]
         address: Address,
     },
     /// Check a jobspec file as the agent would register it, without registering it.
     Validate {
         file: PathBuf,
+        #[command(flatten)]
+        variables: VariableArgs,
         #[command(flatten)]
         address: Address,
     },
@@ -519,7 +523,21 @@ pub struct RunArgs {
     #[arg(long)]
     pub verbose: bool,
     #[command(flatten)]
+    pub variables: VariableArgs,
+    #[command(flatten)]
     pub address: Address,
+}
+
+/// The values of an HCL jobspec's variables (`job run`, `job plan`, `job validate`), in
+/// Nomad's words; the environment's `NOMAD_VAR_<name>` are read too.
+#[derive(Args, Debug, Default)]
+pub struct VariableArgs {
+    /// Variable for template, can be used multiple times.
+    #[arg(long = "var", value_name = "key=value")]
+    pub var: Vec<String>,
+    /// Path to HCL2 file containing user variables.
+    #[arg(long = "var-file", value_name = "path")]
+    pub var_file: Vec<PathBuf>,
 }
 
 /// `job status` (and `status`, which also takes an allocation's, evaluation's or node's ID).

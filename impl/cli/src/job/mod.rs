@@ -56,8 +56,16 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             detach,
             address,
         } => scale(&address.api()?, &job, &group_and_count, detach),
-        JobCommand::Plan { file, address } => run::plan(&file, &address),
-        JobCommand::Validate { file, address } => run::validate(&file, &address),
+        JobCommand::Plan {
+            file,
+            variables,
+            address,
+        } => run::plan(&file, &variables, &address),
+        JobCommand::Validate {
+            file,
+            variables,
+            address,
+        } => run::validate(&file, &variables, &address),
         JobCommand::Restart {
             job,
             groups,

@@ -4,7 +4,8 @@
 
 use super::super::alloc::monitor_with;
 use super::super::api::{segment, text};
-use super::super::{Address, RunArgs};
+use super::super::{Address, RunArgs, VariableArgs};
+use quiesce_core::hcl_jobspec::{Input, VariableInputs};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -33,15 +34,100 @@ fn read_source(file: &Path) -> std::io::Result<String> {
     String::from_utf8(bytes).map_err(|_| std::io::Error::other("not UTF-8 text"))
 }
 
+/// The name a jobspec's errors give it: its path, or `<stdin>` for `-`.
+fn shown_name(file: &Path) -> String {
+    if file == Path::new("-") {
+        "<stdin>".into()
+    } else {
+        file.display().to_string()
+    }
+}
+
+/// The `-var` flags (each `name=value`), the `-var-file`s' texts, and the environment's
+/// `NOMAD_VAR_<name>` values, as read for one HCL jobspec.
+struct Variables {
+    flags: Vec<(String, String)>,
+    files: Vec<(String, String)>,
+    env: Vec<(String, String)>,
+}
+
+impl Variables {
+    fn read(args: &VariableArgs) -> Result<Variables, String> {
+        let flags = args
+            .var
+            .iter()
+            .map(|flag| quiesce_core::hcl_jobspec::var_flag(flag))
+            .collect::<Result<_, _>>()?;
+        let files = args
+            .var_file
+            .iter()
+            .map(|path| {
+                read_source(path)
+                    .map(|text| (shown_name(path), text))
+                    .map_err(|e| format!("Error reading var-file {}: {e}", path.display()))
+            })
+            .collect::<Result<_, _>>()?;
+        // Names that are not UTF-8 cannot be HCL identifiers: skipped, as Nomad's.
+        let env = std::env::vars_os()
+            .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+            .filter_map(|(name, value)| Some((name.strip_prefix("NOMAD_VAR_")?.to_string(), value)))
+            .collect();
+        Ok(Variables { flags, files, env })
+    }
+
+    fn is_given(args: &VariableArgs) -> bool {
+        !args.var.is_empty() || !args.var_file.is_empty()
+    }
+
+    /// The inputs of `hcl_jobspec::parse`, borrowing the texts read.
+    fn inputs(&self) -> VariableInputs<'_> {
+        VariableInputs {
+            files: self
+                .files
+                .iter()
+                .map(|(name, text)| Input { name, text })
+                .collect(),
+            flags: self.flags.clone(),
+            env: self.env.clone(),
+        }
+    }
+
+    /// The submission's `VariableFlags` (the `-var` flags, the last of a name winning, or
+    /// null for none) and `Variables` (the var-files' texts, one after another), as
+    /// Nomad's CLI sends them so the job can be parsed again from its submission.
+    fn submitted(&self) -> (Value, String) {
+        let flags: serde_json::Map<String, Value> = self
+            .flags
+            .iter()
+            .map(|(name, value)| (name.clone(), json!(value)))
+            .collect();
+        let flags = if flags.is_empty() {
+            Value::Null
+        } else {
+            Value::Object(flags)
+        };
+        let texts: Vec<&str> = self.files.iter().map(|(_, text)| text.as_str()).collect();
+        (flags, texts.join("\n"))
+    }
+}
+
 /// A jobspec file as a register body: JSON (wrapped in `{"Job": …}` if it is not already),
-/// or HCL; with its source as `Submission` (Nomad's CLI sends it, so that `job inspect
-/// -hcl` shows the file as it was).
-pub(super) fn read_jobspec(file: &Path) -> Result<Jobspec, String> {
+/// or HCL with its variables' values; with its source as `Submission` (Nomad's CLI sends
+/// it, so that `job inspect -hcl` shows the file as it was, and the variables it had).
+pub(super) fn read_jobspec(file: &Path, variable_args: &VariableArgs) -> Result<Jobspec, String> {
     let text =
         read_source(file).map_err(|e| format!("Error reading job file {}: {e}", file.display()))?;
     let is_json =
         file.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
+    let mut submitted = (Value::Null, String::new());
     let value: Value = if is_json {
+        if Variables::is_given(variable_args) {
+            return Err(format!(
+                "Error parsing job file {}: -var and -var-file are for HCL jobspecs, and this \
+                 one is JSON",
+                file.display()
+            ));
+        }
         serde_json::from_str(&text).map_err(|e| {
             format!(
                 "Error parsing job file {}: invalid JSON: {e}",
@@ -49,8 +135,16 @@ pub(super) fn read_jobspec(file: &Path) -> Result<Jobspec, String> {
             )
         })?
     } else {
-        quiesce_core::hcl_jobspec::parse_job(&text)
-            .map_err(|e| format!("Error parsing job file {}: {e}", file.display()))?
+        let variables = Variables::read(variable_args)?;
+        let name = shown_name(file);
+        let jobspec = Input {
+            name: &name,
+            text: &text,
+        };
+        submitted = variables.submitted();
+        // The place first on its own line, as compilers (and Nomad's CLI) write it.
+        quiesce_core::hcl_jobspec::parse(jobspec, &variables.inputs())
+            .map_err(|e| format!("Error parsing job file {}:\n{e}", file.display()))?
     };
     let mut wrapped = match value.as_object() {
         Some(object) if object.keys().any(|k| k.eq_ignore_ascii_case("job")) => value,
@@ -59,9 +153,11 @@ pub(super) fn read_jobspec(file: &Path) -> Result<Jobspec, String> {
     let format = if is_json { "json" } else { "hcl2" };
     if let Some(object) = wrapped.as_object_mut() {
         if !object.keys().any(|k| k.eq_ignore_ascii_case("submission")) {
+            let (flags, variables) = submitted;
             object.insert(
                 "Submission".into(),
-                json!({"Source": text, "Format": format, "VariableFlags": null, "Variables": ""}),
+                json!({"Source": text, "Format": format, "VariableFlags": flags,
+                       "Variables": variables}),
             );
         }
     }
@@ -72,7 +168,7 @@ pub(super) fn read_jobspec(file: &Path) -> Result<Jobspec, String> {
 
 /// `job run` (and `run`).
 pub(crate) fn run(args: RunArgs) -> Result<(), String> {
-    let mut body = read_jobspec(&args.file)?.body;
+    let mut body = read_jobspec(&args.file, &args.variables)?.body;
     if args.output {
         // What would be registered, as Nomad's `-output`: the job, without its source.
         let mut value: Value = serde_json::from_slice(&body).expect("our own JSON");
@@ -106,11 +202,11 @@ pub(crate) fn run(args: RunArgs) -> Result<(), String> {
 
 /// `job plan`: what running FILE would change, from a dry run of the scheduler; exits
 /// as Nomad's (0: no change to allocations, 1: some, 255: an error).
-pub(super) fn plan(file: &Path, address: &Address) -> Result<(), String> {
+pub(super) fn plan(file: &Path, variables: &VariableArgs, address: &Address) -> Result<(), String> {
     // Nomad's exit codes: 0 no change to allocations, 1 some, 255 an error.
     let planned = (|| {
         let api = address.api()?;
-        let body = read_jobspec(file)?.body;
+        let body = read_jobspec(file, variables)?.body;
         let mut value: Value = serde_json::from_slice(&body).expect("our own JSON");
         let member = |object: &Value, name: &str| {
             object
@@ -146,9 +242,13 @@ pub(super) fn plan(file: &Path, address: &Address) -> Result<(), String> {
 }
 
 /// `job validate`: FILE checked as the agent would register it.
-pub(super) fn validate(file: &Path, address: &Address) -> Result<(), String> {
+pub(super) fn validate(
+    file: &Path,
+    variables: &VariableArgs,
+    address: &Address,
+) -> Result<(), String> {
     let api = address.api()?;
-    let body = read_jobspec(file)?.body;
+    let body = read_jobspec(file, variables)?.body;
     let answer = api.call("PUT", "/v1/validate/job", Some(&body))?;
     print_warnings(&answer);
     match answer["ValidationErrors"].as_array() {
@@ -297,4 +397,52 @@ fn print_plan(answer: &Value, file: &Path) -> bool {
         file.display()
     );
     changes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_hcl_file_s_variables_fill_the_job_and_its_submission_and_errors_name_the_place() {
+        let dir = std::env::temp_dir().join(format!("quiesce-vars-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = dir.join("web.hcl");
+        let source = "variable \"count\" {\n  type = number\n}\nvariable \"dc\" {}\n\
+                      job \"web\" {\n  datacenters = [var.dc]\n  group \"g\" {\n    count = var.count\n  }\n}\n";
+        std::fs::write(&spec, source).unwrap();
+        let var_file = dir.join("prod.vars.hcl");
+        std::fs::write(&var_file, "dc = \"dc2\"\ncount = 1\n").unwrap();
+        let args = VariableArgs {
+            var: vec!["count=2".into()],
+            var_file: vec![var_file.clone()],
+        };
+        let body: Value =
+            serde_json::from_slice(&read_jobspec(&spec, &args).unwrap().body).unwrap();
+        assert_eq!(body["Job"]["TaskGroups"][0]["Count"], 2);
+        assert_eq!(body["Job"]["Datacenters"], json!(["dc2"]));
+        let submission = &body["Submission"];
+        assert_eq!(submission["VariableFlags"], json!({"count": "2"}));
+        assert_eq!(submission["Variables"], "dc = \"dc2\"\ncount = 1\n");
+        assert_eq!(submission["Source"], source);
+
+        let wrong = VariableArgs {
+            var: vec!["count=two".into()],
+            var_file: vec![var_file],
+        };
+        let refused = read_jobspec(&spec, &wrong).err().unwrap();
+        assert!(refused.contains("a number is required"), "{refused}");
+        std::fs::write(
+            &spec,
+            "job \"web\" {\n  group \"g\" {\n    kil_timeout = 1\n  }\n}\n",
+        )
+        .unwrap();
+        let refused = read_jobspec(&spec, &VariableArgs::default()).err().unwrap();
+        let place = format!(
+            "{}:3:5: job \"web\".group \"g\": unsupported",
+            spec.display()
+        );
+        assert!(refused.contains(&place), "{refused}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -4,7 +4,12 @@
 //! names) so that `spec::fields` can warn about them or refuse them by name — never
 //! dropped here.
 
-use super::{duration, error, free_map, single_label, unknown_attribute, value};
+use super::{
+    attribute_duration, attribute_value, free_map, single_label, unknown_attribute, unknown_block,
+    Problem, Scope,
+};
+use hcl::edit::structure::{Block, Body};
+use hcl::edit::Span;
 use serde_json::{json, Map, Value};
 
 /// Where an HCL block goes in the API's object, and how it is read.
@@ -110,17 +115,19 @@ fn pascal(name: &str) -> String {
 }
 
 /// A block's attributes and blocks under their API names.
-fn generic(body: &hcl::Body, at: &str) -> Result<Value, String> {
+fn generic(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
     let mut out = Map::new();
     for attribute in body.attributes() {
-        let path = format!("{at}.{}", attribute.key());
-        out.insert(pascal(attribute.key()), value(attribute.expr(), &path)?);
+        out.insert(
+            pascal(attribute.key.as_str()),
+            attribute_value(scope, attribute, at)?,
+        );
     }
     for block in body.blocks() {
-        let path = format!("{at}.{}", block.identifier.as_str());
+        let path = format!("{at}.{}", block.ident.as_str());
         out.insert(
-            pascal(block.identifier.as_str()),
-            generic(&block.body, &path)?,
+            pascal(block.ident.as_str()),
+            generic(scope, &block.body, &path)?,
         );
     }
     Ok(Value::Object(out))
@@ -128,12 +135,13 @@ fn generic(body: &hcl::Body, at: &str) -> Result<Value, String> {
 
 /// Adds `block` to `out` as `kind` says.
 pub fn add(
+    scope: &Scope,
     out: &mut Map<String, Value>,
     kind: Kind,
-    block: &hcl::Block,
+    block: &Block,
     at: &str,
-) -> Result<(), String> {
-    let at = format!("{at}.{}", block.identifier.as_str());
+) -> Result<(), Problem> {
+    let at = format!("{at}.{}", block.ident.as_str());
     let push = |out: &mut Map<String, Value>, key: &str, item: Value| {
         let list = out.entry(key).or_insert_with(|| json!([]));
         if let Value::Array(items) = list {
@@ -143,14 +151,28 @@ pub fn add(
     match kind {
         Kind::Meta => {
             let mut meta = Map::new();
-            let Value::Object(read) = free_map(&block.body, &at)? else {
+            let Value::Object(read) = free_map(scope, &block.body, &at)? else {
                 unreachable!("free_map reads an object")
             };
             for (key, item) in read {
                 let text = match item {
                     Value::String(text) => text,
                     Value::Number(_) | Value::Bool(_) => item.to_string(),
-                    _ => return Err(error(format!("{at}.{key}: a meta value is a string"))),
+                    _ => {
+                        let span = block
+                            .body
+                            .iter()
+                            .find(|item| {
+                                item.is_attribute()
+                                    && item.as_attribute().is_some_and(|a| a.key.as_str() == key)
+                                    || item.as_block().is_some_and(|b| b.ident.as_str() == key)
+                            })
+                            .and_then(|item| item.span());
+                        return Err(Problem::at(
+                            span,
+                            format!("{at}.{key}: a meta value is a string"),
+                        ));
+                    }
                 };
                 meta.insert(key, json!(text));
             }
@@ -159,31 +181,32 @@ pub fn add(
                 existing.extend(meta);
             }
         }
-        Kind::Constraints => push(out, "Constraints", constraint(&block.body, &at)?),
-        Kind::Network => push(out, "Networks", network(&block.body, &at)?),
+        Kind::Constraints => push(out, "Constraints", constraint(scope, &block.body, &at)?),
+        Kind::Network => push(out, "Networks", network(scope, &block.body, &at)?),
         Kind::Resources => {
-            out.insert("Resources".into(), resources(&block.body, &at)?);
+            out.insert("Resources".into(), resources(scope, &block.body, &at)?);
         }
-        Kind::Templates => push(out, "Templates", template(&block.body, &at)?),
+        Kind::Templates => push(out, "Templates", template(scope, &block.body, &at)?),
         Kind::Restart => {
-            once(out, "RestartPolicy", &at)?;
-            out.insert("RestartPolicy".into(), restart(&block.body, &at)?);
+            once(out, "RestartPolicy", block, &at)?;
+            out.insert("RestartPolicy".into(), restart(scope, &block.body, &at)?);
         }
         Kind::Update => {
-            once(out, "Update", &at)?;
-            out.insert("Update".into(), update(&block.body, &at)?);
+            once(out, "Update", block, &at)?;
+            out.insert("Update".into(), update(scope, &block.body, &at)?);
         }
-        Kind::Generic(key, true) => push(out, key, generic(&block.body, &at)?),
+        Kind::Generic(key, true) => push(out, key, generic(scope, &block.body, &at)?),
         Kind::Generic(key, false) => {
-            out.insert(key.into(), generic(&block.body, &at)?);
+            out.insert(key.into(), generic(scope, &block.body, &at)?);
         }
     }
     Ok(())
 }
 
 /// `restart { attempts interval delay mode render_templates }`, durations in nanoseconds.
-fn restart(body: &hcl::Body, at: &str) -> Result<Value, String> {
+fn restart(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
     flat_block(
+        scope,
         body,
         at,
         &["interval", "delay"],
@@ -194,48 +217,46 @@ fn restart(body: &hcl::Body, at: &str) -> Result<Value, String> {
 /// A block of attributes only: each of `durations` read as a duration (nanoseconds), each
 /// of `values` as it is; any other attribute, or any block, refused by name.
 fn flat_block(
-    body: &hcl::Body,
+    scope: &Scope,
+    body: &Body,
     at: &str,
     durations: &[&str],
     values: &[&str],
-) -> Result<Value, String> {
+) -> Result<Value, Problem> {
     let mut out = Map::new();
     for attribute in body.attributes() {
-        let path = format!("{at}.{}", attribute.key());
-        let expr = attribute.expr();
-        let key = attribute.key();
+        let key = attribute.key.as_str();
         let read = if durations.contains(&key) {
-            duration(expr, &path)?
+            attribute_duration(scope, attribute, at)?
         } else if values.contains(&key) {
-            value(expr, &path)?
+            attribute_value(scope, attribute, at)?
         } else {
-            return Err(unknown_attribute(at, key));
+            return Err(unknown_attribute(at, attribute));
         };
         out.insert(pascal(key), read);
     }
     if let Some(block) = body.blocks().next() {
-        return Err(error(format!(
-            "{at}: unsupported block {:?}",
-            block.identifier.as_str()
-        )));
+        return Err(unknown_block(at, block));
     }
     Ok(Value::Object(out))
 }
 
 /// A block that may be given once in its scope (Nomad's "Duplicate … block").
-fn once(out: &Map<String, Value>, key: &str, at: &str) -> Result<(), String> {
+fn once(out: &Map<String, Value>, key: &str, block: &Block, at: &str) -> Result<(), Problem> {
     if out.contains_key(key) {
-        return Err(error(format!(
-            "{at}: duplicate block: only one is allowed here"
-        )));
+        return Err(Problem::at(
+            block.ident.span(),
+            format!("{at}: duplicate block: only one is allowed here"),
+        ));
     }
     Ok(())
 }
 
 /// `update { max_parallel health_check min_healthy_time healthy_deadline progress_deadline
 /// auto_revert auto_promote canary stagger }`, durations in nanoseconds.
-fn update(body: &hcl::Body, at: &str) -> Result<Value, String> {
+fn update(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
     flat_block(
+        scope,
         body,
         at,
         &[
@@ -254,16 +275,15 @@ fn update(body: &hcl::Body, at: &str) -> Result<Value, String> {
     )
 }
 
-fn constraint(body: &hcl::Body, at: &str) -> Result<Value, String> {
+fn constraint(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
     let mut out = Map::new();
     for attribute in body.attributes() {
-        let path = format!("{at}.{}", attribute.key());
-        let read = value(attribute.expr(), &path)?;
+        let read = attribute_value(scope, attribute, at)?;
         let text = match &read {
             Value::String(text) => text.clone(),
             other => other.to_string(),
         };
-        match attribute.key() {
+        match attribute.key.as_str() {
             "attribute" => out.insert("LTarget".into(), json!(text)),
             "value" => out.insert("RTarget".into(), json!(text)),
             "operator" => out.insert("Operand".into(), json!(text)),
@@ -273,25 +293,27 @@ fn constraint(body: &hcl::Body, at: &str) -> Result<Value, String> {
                 out.insert("Operand".into(), json!(shorthand));
                 out.insert("RTarget".into(), json!(text))
             }
-            other => return Err(unknown_attribute(at, other)),
+            _ => return Err(unknown_attribute(at, attribute)),
         };
     }
     Ok(Value::Object(out))
 }
 
-fn network(body: &hcl::Body, at: &str) -> Result<Value, String> {
+fn network(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
     let mut out = Map::new();
     for attribute in body.attributes() {
-        let path = format!("{at}.{}", attribute.key());
-        out.insert(pascal(attribute.key()), value(attribute.expr(), &path)?);
+        out.insert(
+            pascal(attribute.key.as_str()),
+            attribute_value(scope, attribute, at)?,
+        );
     }
     let (mut dynamic, mut reserved) = (Vec::new(), Vec::new());
     for block in body.blocks() {
-        let path = format!("{at}.{}", block.identifier.as_str());
-        if block.identifier.as_str() != "port" {
+        let path = format!("{at}.{}", block.ident.as_str());
+        if block.ident.as_str() != "port" {
             out.insert(
-                pascal(block.identifier.as_str()),
-                generic(&block.body, &path)?,
+                pascal(block.ident.as_str()),
+                generic(scope, &block.body, &path)?,
             );
             continue;
         }
@@ -300,9 +322,8 @@ fn network(body: &hcl::Body, at: &str) -> Result<Value, String> {
         port.insert("Label".into(), json!(label));
         let mut is_static = false;
         for attribute in block.body.attributes() {
-            let path = format!("{path}.{}", attribute.key());
-            let read = value(attribute.expr(), &path)?;
-            match attribute.key() {
+            let read = attribute_value(scope, attribute, &path)?;
+            match attribute.key.as_str() {
                 "static" => {
                     is_static = true;
                     port.insert("Value".into(), read);
@@ -313,7 +334,7 @@ fn network(body: &hcl::Body, at: &str) -> Result<Value, String> {
                 "host_network" => {
                     port.insert("HostNetwork".into(), read);
                 }
-                other => return Err(unknown_attribute(&path, other)),
+                _ => return Err(unknown_attribute(&path, attribute)),
             }
         }
         if is_static {
@@ -327,11 +348,10 @@ fn network(body: &hcl::Body, at: &str) -> Result<Value, String> {
     Ok(Value::Object(out))
 }
 
-fn resources(body: &hcl::Body, at: &str) -> Result<Value, String> {
+fn resources(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
     let mut out = Map::new();
     for attribute in body.attributes() {
-        let path = format!("{at}.{}", attribute.key());
-        let key = match attribute.key() {
+        let key = match attribute.key.as_str() {
             "cpu" => "CPU".to_string(),
             "cores" => "Cores".into(),
             "memory" => "MemoryMB".into(),
@@ -341,26 +361,25 @@ fn resources(body: &hcl::Body, at: &str) -> Result<Value, String> {
             "secrets" => "SecretsMB".into(),
             other => pascal(other),
         };
-        out.insert(key, value(attribute.expr(), &path)?);
+        out.insert(key, attribute_value(scope, attribute, at)?);
     }
     for block in body.blocks() {
-        let path = format!("{at}.{}", block.identifier.as_str());
-        let key = match block.identifier.as_str() {
+        let path = format!("{at}.{}", block.ident.as_str());
+        let key = match block.ident.as_str() {
             "device" => "Devices".to_string(),
             "network" => "Networks".into(),
             "numa" => "NUMA".into(),
             other => pascal(other),
         };
-        out.insert(key, generic(&block.body, &path)?);
+        out.insert(key, generic(scope, &block.body, &path)?);
     }
     Ok(Value::Object(out))
 }
 
-fn template(body: &hcl::Body, at: &str) -> Result<Value, String> {
+fn template(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
     let mut out = Map::new();
     for attribute in body.attributes() {
-        let path = format!("{at}.{}", attribute.key());
-        let key = match attribute.key() {
+        let key = match attribute.key.as_str() {
             "data" => "EmbeddedTmpl".to_string(),
             "destination" => "DestPath".into(),
             "source" => "SourcePath".into(),
@@ -374,26 +393,26 @@ fn template(body: &hcl::Body, at: &str) -> Result<Value, String> {
             | "uid"
             | "gid"
             | "error_on_missing_key"
-            | "once" => match attribute.key() {
+            | "once" => match attribute.key.as_str() {
                 "left_delimiter" => "LeftDelim".into(),
                 "right_delimiter" => "RightDelim".into(),
                 "error_on_missing_key" => "ErrMissingKey".into(),
                 other => pascal(other),
             },
-            other => return Err(unknown_attribute(at, other)),
+            _ => return Err(unknown_attribute(at, attribute)),
         };
         let read = if key == "Splay" {
-            duration(attribute.expr(), &path)?
+            attribute_duration(scope, attribute, at)?
         } else {
-            value(attribute.expr(), &path)?
+            attribute_value(scope, attribute, at)?
         };
         out.insert(key, read);
     }
     for block in body.blocks() {
-        let path = format!("{at}.{}", block.identifier.as_str());
+        let path = format!("{at}.{}", block.ident.as_str());
         out.insert(
-            pascal(block.identifier.as_str()),
-            generic(&block.body, &path)?,
+            pascal(block.ident.as_str()),
+            generic(scope, &block.body, &path)?,
         );
     }
     Ok(Value::Object(out))
@@ -471,7 +490,7 @@ mod tests {
             let text = format!(
                 "job \"web\" {{\n group \"g\" {{\n {block}\n {block}\n task \"t\" {{ driver = \"raw_exec\" }}\n }}\n}}"
             );
-            let refused = parse_job(&text).unwrap_err();
+            let refused = parse_job(&text).unwrap_err().to_string();
             assert!(refused.contains("duplicate block"), "{block}: {refused}");
         }
     }

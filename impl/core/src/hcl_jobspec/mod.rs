@@ -8,63 +8,126 @@
 //! * `task "<name>"` with `driver`, `user`, `leader`, `kill_timeout`, `kill_signal`,
 //!   `shutdown_delay`, `config {}` (free-form), `env {}`, `lifecycle {}`, `service {}`;
 //! * durations as Go duration strings (`"30s"`), converted to integer nanoseconds;
-//! * `${...}` in strings is kept as text; the agent interpolates `${NOMAD_*}` and the task's
-//!   `env` when it starts a raw_exec task.
+//! * `variable` blocks, `-var`, `-var-file` and `NOMAD_VAR_*` values, and `locals` blocks
+//!   (`variables.rs`); `var.<name>` and `local.<name>` are evaluated wherever a value is
+//!   written, also inside strings (`"${var.image}"`), and so are operators and conditionals
+//!   over them; no function is (`values.rs`);
+//! * any other `${...}` in strings is kept as text: the agent interpolates `${NOMAD_*}`,
+//!   `${node.*}`, `${attr.*}`, `${meta.*}` and the task's `env` when it starts a task.
 //!
 //! The blocks beside the stop path (`meta`, `constraint`, `network`, `resources`, `template`,
 //! `restart`, `update`, `logs`, …) are read into their API fields (`blocks.rs`), where the
 //! agent honours them, warns that it does not, or refuses them, by name
-//! (`spec::fields`). Anything else — an unknown attribute or block, an expression that needs
-//! evaluating (variables, functions, conditionals) — is an error naming where it is, never
-//! silently dropped.
+//! (`spec::fields`). Anything else — an unknown attribute or block, a function call — is an
+//! error, never silently dropped.
+//!
+//! Every error names where it is: the file, line and column (`web.hcl:3:5: …`, or in
+//! Nomad's form `input.hcl:3,5-16: …` for the HTTP API, see [`Error`]), and the block path
+//! (`job "web".group "g".task "t"`). The text is parsed with hcl-edit, the parser hcl-rs
+//! itself builds on, because it keeps each item's byte range (`error.rs`). What is checked
+//! later, on the JSON (`spec::parse_register_body`), names the JSON field instead.
 
 mod blocks;
+mod error;
+mod values;
+mod variables;
 
+pub use error::{Error, Input, LineColumn, Place};
+pub use values::MAX_EXPANDED_BYTES;
+pub use variables::{var_flag, VariableInputs, MAX_VARIABLES, MAX_VAR_FILES};
+
+use error::Problem;
+use hcl::edit::structure::{Attribute, Block, Body};
+use hcl::edit::Span;
 use serde_json::{json, Map, Value};
+use values::{value, Scope};
 
 /// The error text of `/v1/jobs/parse` and `job run` for HCL that cannot be read.
 pub fn error(what: impl std::fmt::Display) -> String {
     format!("Failed to parse job: {what}")
 }
 
-/// Parses an HCL jobspec into the API's Job object (not wrapped in `{"Job": …}`).
-pub fn parse_job(text: &str) -> Result<Value, String> {
-    let body = hcl::parse(text).map_err(error)?;
-    if let Some(attribute) = body.attributes().next() {
-        return Err(error(format!(
-            "unexpected attribute {:?} outside the job block",
-            attribute.key()
-        )));
-    }
-    if let Some(block) = body
-        .blocks()
-        .find(|b| matches!(b.identifier.as_str(), "variable" | "locals"))
-    {
-        return Err(error(format!(
-            "{:?} blocks are not supported by this agent: write the values into the job \
-             (HCL2 variables and locals are not evaluated)",
-            block.identifier.as_str()
-        )));
-    }
-    let mut jobs = body.blocks();
-    let job = match (jobs.next(), jobs.next()) {
-        (Some(job), None) if job.identifier.as_str() == "job" => job,
-        (None, _) => return Err(error("no job block")),
-        (Some(block), None) => {
-            return Err(error(format!(
-                "unexpected block {:?}: a jobspec holds one job block",
-                block.identifier.as_str()
-            )))
-        }
-        (Some(_), Some(_)) => return Err(error("more than one block: a jobspec holds one job")),
+/// Parses an HCL jobspec that uses no variables into the API's Job object (not wrapped in
+/// `{"Job": …}`); its errors name it `input.hcl`, as Nomad's HTTP API does.
+pub fn parse_job(text: &str) -> Result<Value, Error> {
+    let jobspec = Input {
+        name: "input.hcl",
+        text,
     };
+    parse(jobspec, &VariableInputs::default())
+}
+
+/// Parses an HCL jobspec into the API's Job object (not wrapped in `{"Job": …}`), its
+/// variables given their values from `inputs`.
+pub fn parse(jobspec: Input, inputs: &VariableInputs) -> Result<Value, Error> {
+    let in_jobspec = |problem| Error::in_input(&jobspec, problem);
+    let body = parse_body(jobspec.text).map_err(in_jobspec)?;
+    let (job, declarations, locals) = top_level(&body).map_err(in_jobspec)?;
+    let variables = variables::resolve(&jobspec, &declarations, inputs)?;
+    let mut scope = Scope::new(jobspec.text, &variables);
+    variables::evaluate_locals(&mut scope, &locals).map_err(in_jobspec)?;
+    read_job(&scope, job).map_err(in_jobspec)
+}
+
+/// HCL text as hcl-edit's body, which keeps each item's byte range; a syntax error at the
+/// place the parser stopped.
+fn parse_body(text: &str) -> Result<Body, Problem> {
+    hcl::edit::parser::parse_body(text).map_err(|e| {
+        let offset = e.location().offset();
+        // The character the parser stopped at, or none at the end of a line.
+        let end = text
+            .get(offset..)
+            .and_then(|rest| rest.chars().next())
+            .filter(|c| *c != '\n')
+            .map_or(offset, |c| offset + c.len_utf8());
+        Problem::at(Some(offset..end), e.message().to_string())
+    })
+}
+
+/// The job block, the `variable` blocks and the `locals` blocks; nothing else may be at
+/// the top.
+fn top_level(body: &Body) -> Result<(&Block, Vec<&Block>, Vec<&Block>), Problem> {
+    if let Some(attribute) = body.attributes().next() {
+        return Err(Problem::at(
+            attribute.key.span(),
+            format!(
+                "unexpected attribute {:?} outside the job block",
+                attribute.key.as_str()
+            ),
+        ));
+    }
+    let (mut jobs, mut declarations, mut locals) = (Vec::new(), Vec::new(), Vec::new());
+    for block in body.blocks() {
+        match block.ident.as_str() {
+            "job" => jobs.push(block),
+            "variable" => declarations.push(block),
+            "locals" => locals.push(block),
+            other => {
+                return Err(Problem::at(
+                    block.ident.span(),
+                    format!("unexpected block {other:?}: a jobspec holds one job block"),
+                ))
+            }
+        }
+    }
+    match jobs[..] {
+        [job] => Ok((job, declarations, locals)),
+        [] => Err(Problem::nowhere("no job block")),
+        [_, second, ..] => Err(Problem::at(
+            second.ident.span(),
+            "more than one job block: a jobspec holds one job",
+        )),
+    }
+}
+
+fn read_job(scope: &Scope, job: &Block) -> Result<Value, Problem> {
     let id = single_label(job, "job")?;
     let mut out = Map::new();
     out.insert("ID".into(), json!(id));
     out.insert("Name".into(), json!(id));
     let at = format!("job {id:?}");
     for attribute in job.body.attributes() {
-        let key = match attribute.key() {
+        let key = match attribute.key.as_str() {
             "type" => "Type",
             "priority" => "Priority",
             "datacenters" => "Datacenters",
@@ -75,26 +138,23 @@ pub fn parse_job(text: &str) -> Result<Value, String> {
             "node_pool" => "NodePool",
             "vault_token" => "VaultToken",
             "consul_token" => "ConsulToken",
-            other => return Err(unknown_attribute(&at, other)),
+            _ => return Err(unknown_attribute(&at, attribute)),
         };
-        out.insert(
-            key.into(),
-            value(attribute.expr(), &format!("{at}.{}", attribute.key()))?,
-        );
+        out.insert(key.into(), attribute_value(scope, attribute, &at)?);
     }
     let mut groups = Vec::new();
     for block in job.body.blocks() {
-        match block.identifier.as_str() {
-            "group" => groups.push(group(block, &at)?),
+        match block.ident.as_str() {
+            "group" => groups.push(group(scope, block, &at)?),
             "task" => {
                 // A task directly under the job is a group of its own, named after it.
-                let task_value = task(block, &at)?;
+                let task_value = task(scope, block, &at)?;
                 let name = task_value["Name"].clone();
                 groups.push(json!({"Name": name, "Tasks": [task_value]}));
             }
             other => match blocks::job_block(other) {
-                Some(kind) => blocks::add(&mut out, kind, block, &at)?,
-                None => return Err(unknown_block(&at, other)),
+                Some(kind) => blocks::add(scope, &mut out, kind, block, &at)?,
+                None => return Err(unknown_block(&at, block)),
             },
         }
     }
@@ -102,59 +162,86 @@ pub fn parse_job(text: &str) -> Result<Value, String> {
     Ok(Value::Object(out))
 }
 
-fn single_label(block: &hcl::Block, kind: &str) -> Result<String, String> {
+fn single_label(block: &Block, kind: &str) -> Result<String, Problem> {
     match block.labels.as_slice() {
         [label] => Ok(label.as_str().to_string()),
-        _ => Err(error(format!(
-            "a {kind} block needs exactly one label (its name)"
-        ))),
+        [] => Err(Problem::at(
+            block.ident.span(),
+            format!("a {kind} block needs exactly one label (its name)"),
+        )),
+        [_, extra, ..] => Err(Problem::at(
+            extra.span(),
+            format!("a {kind} block needs exactly one label (its name)"),
+        )),
     }
 }
 
-fn unknown_attribute(at: &str, key: &str) -> String {
-    error(format!("{at}: unsupported attribute {key:?}"))
+fn unknown_attribute(at: &str, attribute: &Attribute) -> Problem {
+    Problem::at(
+        attribute.key.span(),
+        format!("{at}: unsupported attribute {:?}", attribute.key.as_str()),
+    )
 }
 
-fn unknown_block(at: &str, kind: &str) -> String {
-    error(format!("{at}: unsupported block {kind:?}"))
+fn unknown_block(at: &str, block: &Block) -> Problem {
+    Problem::at(
+        block.ident.span(),
+        format!("{at}: unsupported block {:?}", block.ident.as_str()),
+    )
 }
 
-fn group(block: &hcl::Block, parent: &str) -> Result<Value, String> {
+/// An attribute's value; errors name it as `{at}.{key}`.
+fn attribute_value(scope: &Scope, attribute: &Attribute, at: &str) -> Result<Value, Problem> {
+    value(
+        scope,
+        &attribute.value,
+        &format!("{at}.{}", attribute.key.as_str()),
+    )
+}
+
+/// An attribute's value as a duration; errors name it as `{at}.{key}`.
+fn attribute_duration(scope: &Scope, attribute: &Attribute, at: &str) -> Result<Value, Problem> {
+    duration(
+        scope,
+        attribute,
+        &format!("{at}.{}", attribute.key.as_str()),
+    )
+}
+
+fn group(scope: &Scope, block: &Block, parent: &str) -> Result<Value, Problem> {
     let name = single_label(block, "group")?;
     let at = format!("{parent}.group {name:?}");
     let mut out = Map::new();
     out.insert("Name".into(), json!(name));
     for attribute in block.body.attributes() {
-        let path = format!("{at}.{}", attribute.key());
-        match attribute.key() {
-            "count" => out.insert("Count".into(), value(attribute.expr(), &path)?),
-            "shutdown_delay" => {
-                out.insert("ShutdownDelay".into(), duration(attribute.expr(), &path)?)
-            }
-            "stop_after_client_disconnect" => out.insert(
-                "StopAfterClientDisconnect".into(),
-                duration(attribute.expr(), &path)?,
+        let (key, read) = match attribute.key.as_str() {
+            "count" => ("Count", attribute_value(scope, attribute, &at)?),
+            "shutdown_delay" => ("ShutdownDelay", attribute_duration(scope, attribute, &at)?),
+            "stop_after_client_disconnect" => (
+                "StopAfterClientDisconnect",
+                attribute_duration(scope, attribute, &at)?,
             ),
-            "max_client_disconnect" => out.insert(
-                "MaxClientDisconnect".into(),
-                duration(attribute.expr(), &path)?,
+            "max_client_disconnect" => (
+                "MaxClientDisconnect",
+                attribute_duration(scope, attribute, &at)?,
             ),
-            "prevent_reschedule_on_lost" => out.insert(
-                "PreventRescheduleOnLost".into(),
-                value(attribute.expr(), &path)?,
+            "prevent_reschedule_on_lost" => (
+                "PreventRescheduleOnLost",
+                attribute_value(scope, attribute, &at)?,
             ),
-            other => return Err(unknown_attribute(&at, other)),
+            _ => return Err(unknown_attribute(&at, attribute)),
         };
+        out.insert(key.into(), read);
     }
     let mut tasks = Vec::new();
     let mut services = Vec::new();
     for inner in block.body.blocks() {
-        match inner.identifier.as_str() {
-            "task" => tasks.push(task(inner, &at)?),
-            "service" => services.push(service(inner, &at)?),
+        match inner.ident.as_str() {
+            "task" => tasks.push(task(scope, inner, &at)?),
+            "service" => services.push(service(scope, inner, &at)?),
             other => match blocks::group_block(other) {
-                Some(kind) => blocks::add(&mut out, kind, inner, &at)?,
-                None => return Err(unknown_block(&at, other)),
+                Some(kind) => blocks::add(scope, &mut out, kind, inner, &at)?,
+                None => return Err(unknown_block(&at, inner)),
             },
         }
     }
@@ -165,51 +252,50 @@ fn group(block: &hcl::Block, parent: &str) -> Result<Value, String> {
     Ok(Value::Object(out))
 }
 
-fn task(block: &hcl::Block, parent: &str) -> Result<Value, String> {
+fn task(scope: &Scope, block: &Block, parent: &str) -> Result<Value, Problem> {
     let name = single_label(block, "task")?;
     let at = format!("{parent}.task {name:?}");
     let mut out = Map::new();
     out.insert("Name".into(), json!(name));
     for attribute in block.body.attributes() {
-        let path = format!("{at}.{}", attribute.key());
-        let expr = attribute.expr();
-        match attribute.key() {
-            "driver" => out.insert("Driver".into(), value(expr, &path)?),
-            "leader" => out.insert("Leader".into(), value(expr, &path)?),
-            "kill_signal" => out.insert("KillSignal".into(), value(expr, &path)?),
-            "kill_timeout" => out.insert("KillTimeout".into(), duration(expr, &path)?),
-            "shutdown_delay" => out.insert("ShutdownDelay".into(), duration(expr, &path)?),
-            "user" => out.insert("User".into(), value(expr, &path)?),
-            "kind" => out.insert("Kind".into(), value(expr, &path)?),
-            other => return Err(unknown_attribute(&at, other)),
+        let (key, read) = match attribute.key.as_str() {
+            "driver" => ("Driver", attribute_value(scope, attribute, &at)?),
+            "leader" => ("Leader", attribute_value(scope, attribute, &at)?),
+            "kill_signal" => ("KillSignal", attribute_value(scope, attribute, &at)?),
+            "kill_timeout" => ("KillTimeout", attribute_duration(scope, attribute, &at)?),
+            "shutdown_delay" => ("ShutdownDelay", attribute_duration(scope, attribute, &at)?),
+            "user" => ("User", attribute_value(scope, attribute, &at)?),
+            "kind" => ("Kind", attribute_value(scope, attribute, &at)?),
+            _ => return Err(unknown_attribute(&at, attribute)),
         };
+        out.insert(key.into(), read);
     }
     let mut services = Vec::new();
     for inner in block.body.blocks() {
-        let path = format!("{at}.{}", inner.identifier.as_str());
-        match inner.identifier.as_str() {
+        let path = format!("{at}.{}", inner.ident.as_str());
+        match inner.ident.as_str() {
             "config" => {
-                out.insert("Config".into(), free_map(&inner.body, &path)?);
+                out.insert("Config".into(), free_map(scope, &inner.body, &path)?);
             }
             "env" => {
-                out.insert("Env".into(), free_map(&inner.body, &path)?);
+                out.insert("Env".into(), free_map(scope, &inner.body, &path)?);
             }
             "lifecycle" => {
                 let mut lifecycle = Map::new();
                 for attribute in inner.body.attributes() {
-                    let key = match attribute.key() {
+                    let key = match attribute.key.as_str() {
                         "hook" => "Hook",
                         "sidecar" => "Sidecar",
-                        other => return Err(unknown_attribute(&path, other)),
+                        _ => return Err(unknown_attribute(&path, attribute)),
                     };
-                    lifecycle.insert(key.into(), value(attribute.expr(), &path)?);
+                    lifecycle.insert(key.into(), attribute_value(scope, attribute, &path)?);
                 }
                 out.insert("Lifecycle".into(), Value::Object(lifecycle));
             }
-            "service" => services.push(service(inner, &at)?),
+            "service" => services.push(service(scope, inner, &at)?),
             other => match blocks::task_block(other) {
-                Some(kind) => blocks::add(&mut out, kind, inner, &at)?,
-                None => return Err(unknown_block(&at, other)),
+                Some(kind) => blocks::add(scope, &mut out, kind, inner, &at)?,
+                None => return Err(unknown_block(&at, inner)),
             },
         }
     }
@@ -219,141 +305,70 @@ fn task(block: &hcl::Block, parent: &str) -> Result<Value, String> {
     Ok(Value::Object(out))
 }
 
-fn service(block: &hcl::Block, parent: &str) -> Result<Value, String> {
+fn service(scope: &Scope, block: &Block, parent: &str) -> Result<Value, Problem> {
     let at = format!("{parent}.service");
     let mut out = Map::new();
     for attribute in block.body.attributes() {
-        let path = format!("{at}.{}", attribute.key());
-        match attribute.key() {
-            "name" => out.insert("Name".into(), value(attribute.expr(), &path)?),
-            "provider" => out.insert("Provider".into(), value(attribute.expr(), &path)?),
-            "port" => out.insert("PortLabel".into(), value(attribute.expr(), &path)?),
-            "tags" => out.insert("Tags".into(), value(attribute.expr(), &path)?),
-            "task" => out.insert("TaskName".into(), value(attribute.expr(), &path)?),
-            "canary_tags" => out.insert("CanaryTags".into(), value(attribute.expr(), &path)?),
-            "address_mode" => out.insert("AddressMode".into(), value(attribute.expr(), &path)?),
-            "address" => out.insert("Address".into(), value(attribute.expr(), &path)?),
-            "enable_tag_override" => {
-                out.insert("EnableTagOverride".into(), value(attribute.expr(), &path)?)
-            }
-            "on_update" => out.insert("OnUpdate".into(), value(attribute.expr(), &path)?),
-            other => return Err(unknown_attribute(&at, other)),
+        let key = match attribute.key.as_str() {
+            "name" => "Name",
+            "provider" => "Provider",
+            "port" => "PortLabel",
+            "tags" => "Tags",
+            "task" => "TaskName",
+            "canary_tags" => "CanaryTags",
+            "address_mode" => "AddressMode",
+            "address" => "Address",
+            "enable_tag_override" => "EnableTagOverride",
+            "on_update" => "OnUpdate",
+            _ => return Err(unknown_attribute(&at, attribute)),
         };
+        out.insert(key.into(), attribute_value(scope, attribute, &at)?);
     }
     for inner in block.body.blocks() {
-        let kind = inner.identifier.as_str();
-        match blocks::service_block(kind) {
-            Some(kind) => blocks::add(&mut out, kind, inner, &at)?,
-            None => return Err(unknown_block(&at, kind)),
+        match blocks::service_block(inner.ident.as_str()) {
+            Some(kind) => blocks::add(scope, &mut out, kind, inner, &at)?,
+            None => return Err(unknown_block(&at, inner)),
         }
     }
     Ok(Value::Object(out))
 }
 
 /// A free-form block (`config`, `env`): attributes as values, nested blocks as objects.
-fn free_map(body: &hcl::Body, at: &str) -> Result<Value, String> {
+fn free_map(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
     let mut out = Map::new();
     for attribute in body.attributes() {
-        let path = format!("{at}.{}", attribute.key());
-        out.insert(attribute.key().to_string(), value(attribute.expr(), &path)?);
+        out.insert(
+            attribute.key.as_str().to_string(),
+            attribute_value(scope, attribute, at)?,
+        );
     }
     for block in body.blocks() {
-        let path = format!("{at}.{}", block.identifier.as_str());
+        let path = format!("{at}.{}", block.ident.as_str());
         out.insert(
-            block.identifier.as_str().to_string(),
-            free_map(&block.body, &path)?,
+            block.ident.as_str().to_string(),
+            free_map(scope, &block.body, &path)?,
         );
     }
     Ok(Value::Object(out))
 }
 
-/// A Go duration string as integer nanoseconds.
-fn duration(expr: &hcl::Expression, at: &str) -> Result<Value, String> {
-    match value(expr, at)? {
+/// A Go duration string as integer nanoseconds; errors name `at` and point at the value.
+fn duration(scope: &Scope, attribute: &Attribute, at: &str) -> Result<Value, Problem> {
+    let span = attribute.value.span();
+    match value(scope, &attribute.value, at)? {
         Value::String(text) => crate::gotime::parse_go_duration(&text)
             .map(|ns| json!(ns))
             .ok_or_else(|| {
-                error(format!(
-                    "{at}: {text:?} is not a duration (e.g. \"30s\", \"1m30s\")"
-                ))
+                Problem::at(
+                    span,
+                    format!("{at}: {text:?} is not a duration (e.g. \"30s\", \"1m30s\")"),
+                )
             }),
-        other => Err(error(format!(
-            "{at}: a duration is a string such as \"30s\" (got {other})"
-        ))),
+        other => Err(Problem::at(
+            span,
+            format!("{at}: a duration is a string such as \"30s\" (got {other})"),
+        )),
     }
-}
-
-/// A literal expression as JSON; anything that needs evaluating is an error.
-fn value(expr: &hcl::Expression, at: &str) -> Result<Value, String> {
-    use hcl::Expression as E;
-    Ok(match expr {
-        E::Null => Value::Null,
-        E::Bool(b) => json!(b),
-        E::Number(n) => match (n.as_i64(), n.as_f64()) {
-            (Some(i), _) => json!(i),
-            (None, Some(f)) => json!(f),
-            (None, None) => return Err(error(format!("{at}: number out of range"))),
-        },
-        E::String(s) => json!(s),
-        E::Array(items) => Value::Array(
-            items
-                .iter()
-                .map(|item| value(item, at))
-                .collect::<Result<_, _>>()?,
-        ),
-        E::Object(object) => {
-            let mut out = Map::new();
-            for (key, item) in object {
-                let key = match key {
-                    hcl::ObjectKey::Identifier(ident) => ident.as_str().to_string(),
-                    hcl::ObjectKey::Expression(expr) => match value(expr, at)? {
-                        Value::String(s) => s,
-                        other => other.to_string(),
-                    },
-                    _ => return Err(error(format!("{at}: unsupported object key"))),
-                };
-                let path = format!("{at}.{key}");
-                out.insert(key, value(item, &path)?);
-            }
-            Value::Object(out)
-        }
-        // Kept as text: `${NOMAD_ALLOC_DIR}` is interpolated when the task starts.
-        E::TemplateExpr(template) => match template.as_ref() {
-            hcl::TemplateExpr::QuotedString(raw) => json!(unescape(raw)),
-            hcl::TemplateExpr::Heredoc(heredoc) => json!(heredoc.template),
-        },
-        E::Parenthesis(inner) => value(inner, at)?,
-        _ => {
-            return Err(error(format!(
-                "{at}: expressions (variables, functions, operators) are not supported; write a literal value"
-            )))
-        }
-    })
-}
-
-/// The escapes of a quoted HCL string (the template keeps them raw).
-fn unescape(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len());
-    let mut chars = raw.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('n') => out.push('\n'),
-            Some('t') => out.push('\t'),
-            Some('r') => out.push('\r'),
-            Some('"') => out.push('"'),
-            Some('\\') => out.push('\\'),
-            Some(other) => {
-                out.push('\\');
-                out.push(other);
-            }
-            None => out.push('\\'),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -454,20 +469,24 @@ job "web" {
             ),
             (
                 "job \"a\" {\n priority = var.p\n}".into(),
-                "job \"a\".priority: expressions",
+                "job \"a\".priority: there is no variable \"p\"",
             ),
-            ("job \"a\" {".into(), "Failed to parse job"),
+            (
+                "job \"a\" {\n priority = max(1, 2)\n}".into(),
+                "function calls are not supported (max())",
+            ),
+            ("job \"a\" {".into(), "input.hcl:1:"),
             ("group \"g\" {}".into(), "a jobspec holds one job block"),
             (
                 "variable \"v\" {}\njob \"a\" {}".into(),
-                "\"variable\" blocks are not supported",
+                "Required variable \"v\" is not set",
             ),
         ];
         for (text, expected) in cases {
             let text = text.as_str();
-            let problem = parse_job(text).unwrap_err();
+            let problem = parse_job(text).unwrap_err().to_string();
             assert!(problem.contains(expected), "{text}: {problem}");
-            assert!(problem.starts_with("Failed to parse job: "), "{problem}");
+            assert!(problem.starts_with("input.hcl:"), "{problem}");
         }
     }
 }

@@ -343,8 +343,8 @@ pub(super) fn register(
     )
 }
 
-/// `/v1/jobs/parse`: HCL to the API's Job, unwrapped; with `Canonicalize`, Nomad's
-/// defaults applied.
+/// `/v1/jobs/parse`: HCL to the API's Job, unwrapped, its variables given values from the
+/// `Variables` text (a var-file's); with `Canonicalize`, Nomad's defaults applied.
 pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError> {
     let request: Value =
         serde_json::from_slice(body).map_err(|e| error(400, format!("invalid JSON: {e}")))?;
@@ -362,7 +362,22 @@ pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError>
         Some(_) => return Err(error(400, "JobHCL must be a string")),
     };
     let canonicalize = matches!(field("Canonicalize"), Some(Value::Bool(true)));
-    let job = super::parse_hcl::parse_job_bounded(&shared.config.supervisor, &text)
+    // A var-file's text (Nomad's `Variables`), bounded as a job's source is.
+    let variables = match field("Variables") {
+        Some(Value::String(text)) => text,
+        None | Some(Value::Null) => String::new(),
+        Some(_) => return Err(error(400, "Variables must be a string")),
+    };
+    if variables.len() > spec::MAX_SUBMISSION_BYTES {
+        return Err(error(
+            400,
+            format!(
+                "Variables is larger than {} bytes, the most a job's source may be",
+                spec::MAX_SUBMISSION_BYTES
+            ),
+        ));
+    }
+    let job = super::parse_hcl::parse_job_bounded(&shared.config.supervisor, &text, &variables)
         .map_err(|e| error(400, e))?;
     if !canonicalize {
         return Ok(Reply {

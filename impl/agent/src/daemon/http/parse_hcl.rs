@@ -6,9 +6,16 @@
 //! 1,161 bytes that hold hcl-rs's parser for 157 s and 748 that held it 424 s
 //! (`fuzz/regressions/hcl_jobspec/`). `job run FILE.hcl` parses the operator's own file in
 //! the CLI, unbounded.
+//!
+//! The child reads `{"JobHCL": …, "Variables": …}` (the request's two texts) on standard
+//! input and writes `{"Job": …}` or `{"Error": …}`; its errors name the jobspec
+//! `input.hcl`, as Nomad's do, and the `Variables` text [`VARIABLES_NAME`].
 
-use quiesce_core::hcl_jobspec::{error, parse_job};
-use serde_json::Value;
+use quiesce_core::hcl_jobspec::{error, parse, Input, VariableInputs};
+use serde_json::{json, Value};
+
+/// What the errors of `/v1/jobs/parse` call its `Variables` text (a var-file's content).
+pub const VARIABLES_NAME: &str = "variables.hcl";
 
 /// The CPU time a parse of an HCL jobspec sent to the HTTP API may take. hcl-rs's parser
 /// takes minutes over some kilobyte-long inputs (the fuzz target `hcl_jobspec` found one of
@@ -18,10 +25,14 @@ pub const PARSE_CPU_SECONDS: u64 = 2;
 const PARSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 const PARSES_AT_ONCE: usize = 4;
 
-/// [`parse_job`] in a child process, `program parse-hcl` (the agent's own binary), with a
-/// CPU limit and a deadline: an input that would hold the parser for minutes is an error
-/// instead.
-pub fn parse_job_bounded(program: &std::path::Path, text: &str) -> Result<Value, String> {
+/// [`parse`] in a child process, `program parse-hcl` (the agent's own binary), with a CPU
+/// limit and a deadline: an input that would hold the parser for minutes is an error
+/// instead. `variables` is a var-file's text (`""` for none).
+pub fn parse_job_bounded(
+    program: &std::path::Path,
+    text: &str,
+    variables: &str,
+) -> Result<Value, String> {
     use std::io::{Read as _, Write as _};
     use std::os::unix::process::CommandExt as _;
     static RUNNING: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
@@ -60,7 +71,7 @@ pub fn parse_job_bounded(program: &std::path::Path, text: &str) -> Result<Value,
         .map_err(|e| error(format!("starting the parser: {e}")))?;
     let mut stdin = child.stdin.take().expect("piped");
     let mut stdout = child.stdout.take().expect("piped");
-    let input = text.to_string();
+    let input = json!({ "JobHCL": text, "Variables": variables }).to_string();
     let writer = std::thread::spawn(move || {
         let _ = stdin.write_all(input.as_bytes());
     });
@@ -107,23 +118,40 @@ pub fn parse_job_bounded(program: &std::path::Path, text: &str) -> Result<Value,
     }
 }
 
-/// `quiesce parse-hcl`: reads an HCL jobspec on standard input, writes `{"Job": …}` or
-/// `{"Error": "…"}` on standard output (see [`parse_job_bounded`]).
+/// `quiesce parse-hcl`: reads `{"JobHCL": …, "Variables": …}` on standard input, writes
+/// `{"Job": …}` or `{"Error": "…"}` on standard output (see [`parse_job_bounded`]).
 pub fn parse_hcl_main() -> i32 {
-    use std::io::Read as _;
-    let mut text = String::new();
-    let limit = super::MAX_BODY_BYTES as u64;
-    if let Err(e) = std::io::stdin().take(limit).read_to_string(&mut text) {
-        println!(
-            "{}",
-            serde_json::json!({ "Error": error(format!("reading: {e}")) })
-        );
-        return 0;
-    }
-    let answer = match parse_job(&text) {
-        Ok(job) => serde_json::json!({ "Job": job }),
-        Err(e) => serde_json::json!({ "Error": e }),
+    let answer = match parse_request() {
+        Ok(job) => json!({ "Job": job }),
+        Err(e) => json!({ "Error": e }),
     };
     println!("{answer}");
     0
+}
+
+fn parse_request() -> Result<Value, String> {
+    use std::io::Read as _;
+    // The request body's texts, re-encoded: at most six bytes of JSON (`\u0001`) for each.
+    let limit = 6 * super::MAX_BODY_BYTES as u64 + 64;
+    let mut request = Vec::new();
+    std::io::stdin()
+        .take(limit)
+        .read_to_end(&mut request)
+        .map_err(|e| error(format!("reading: {e}")))?;
+    let request: Value =
+        serde_json::from_slice(&request).map_err(|e| error(format!("reading: {e}")))?;
+    let text = |name: &str| request[name].as_str().unwrap_or_default();
+    let variables = text("Variables");
+    let mut inputs = VariableInputs::default();
+    if !variables.trim().is_empty() {
+        inputs.files.push(Input {
+            name: VARIABLES_NAME,
+            text: variables,
+        });
+    }
+    let jobspec = Input {
+        name: "input.hcl",
+        text: text("JobHCL"),
+    };
+    parse(jobspec, &inputs).map_err(|e| error(e.nomad_style()))
 }

@@ -1,0 +1,387 @@
+//! HCL jobspecs: every error names its file, line and column; variables take their values
+//! from defaults, the environment, var-files and `-var` flags, in Nomad's precedence.
+
+use quiesce_core::hcl_jobspec::{parse, parse_job, Error, Input, LineColumn, VariableInputs};
+use serde_json::Value;
+
+fn refused(name: &str, text: &str) -> Error {
+    parse(Input { name, text }, &VariableInputs::default()).unwrap_err()
+}
+
+fn start(error: &Error) -> (usize, usize) {
+    let place = error.place.expect("a place");
+    (place.start.line, place.start.column)
+}
+
+// Positions.
+
+#[test]
+fn an_unsupported_attribute_on_line_3_is_named_at_its_key() {
+    let text = "job \"web\" {\n  group \"g\" {\n    kil_timeout = \"5s\"\n  }\n}\n";
+    let error = refused("web.hcl", text);
+    assert_eq!(start(&error), (3, 5));
+    assert_eq!(
+        error.place.unwrap().end,
+        LineColumn {
+            line: 3,
+            column: 16
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "web.hcl:3:5: job \"web\".group \"g\": unsupported attribute \"kil_timeout\""
+    );
+    assert_eq!(
+        error.nomad_style(),
+        "web.hcl:3,5-16: job \"web\".group \"g\": unsupported attribute \"kil_timeout\""
+    );
+}
+
+#[test]
+fn a_bad_duration_is_named_at_its_value() {
+    let text = "job \"web\" {\n  group \"g\" {\n    task \"t\" {\n      kill_timeout = \"5 seconds\"\n    }\n  }\n}\n";
+    let error = refused("web.hcl", text);
+    assert_eq!(start(&error), (4, 22));
+    assert!(
+        error
+            .message
+            .ends_with("kill_timeout: \"5 seconds\" is not a duration (e.g. \"30s\", \"1m30s\")"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_unknown_block_is_named_at_its_identifier() {
+    let text =
+        "job \"web\" {\n  group \"g\" {\n    task \"t\" {\n      sprocket {}\n    }\n  }\n}\n";
+    let error = refused("-", text);
+    assert_eq!(start(&error), (4, 7));
+    assert!(
+        error.message.ends_with("unsupported block \"sprocket\""),
+        "{error}"
+    );
+}
+
+#[test]
+fn wrong_labels_are_named_at_the_block() {
+    let error = refused("web.hcl", "job \"web\" {\n  group {\n  }\n}\n");
+    assert_eq!(start(&error), (2, 3));
+    assert!(error.message.contains("needs exactly one label"), "{error}");
+}
+
+#[test]
+fn a_value_of_the_wrong_type_inside_a_block_is_named_where_it_is() {
+    let text = "job \"web\" {\n  meta {\n    owner = [\"a\"]\n  }\n}\n";
+    let error = refused("web.hcl", text);
+    assert_eq!(start(&error), (3, 5));
+    assert!(
+        error.message.contains("a meta value is a string"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_syntax_error_is_named_where_the_parser_stopped() {
+    let error = refused(
+        "web.hcl",
+        "job \"web\" {\n  group \"g\" {\n    count = \n  }\n}\n",
+    );
+    assert_eq!(error.file.as_deref(), Some("web.hcl"));
+    // Line 3 ends after `count = `: the parser stops at its end, column 13.
+    assert_eq!(start(&error), (3, 13));
+    assert!(
+        error
+            .to_string()
+            .starts_with("web.hcl:3:13: invalid expression"),
+        "{error}"
+    );
+    assert!(
+        error.nomad_style().starts_with("web.hcl:3,13-13: "),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_api_s_parse_names_its_input_as_nomad_does() {
+    let error = parse_job("job \"x\" {\n sprocket {}\n}").unwrap_err();
+    assert_eq!(
+        error.nomad_style(),
+        "input.hcl:2,2-10: job \"x\": unsupported block \"sprocket\""
+    );
+}
+
+// Variables.
+
+const COUNTED: &str = r#"
+variable "count" {
+  type    = number
+  default = 1
+}
+variable "image" {
+  type = string
+  default = "web"
+}
+job "web" {
+  group "g" {
+    count = var.count
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/${var.image}"
+        args    = ["${NOMAD_ALLOC_DIR}", "${node.unique.name}", "${attr.kernel.name}", "${meta.x}", "${NOMAD_PORT_http}"]
+      }
+    }
+  }
+}
+"#;
+
+fn count_with(inputs: &VariableInputs) -> Result<Value, Error> {
+    let job = parse(
+        Input {
+            name: "web.hcl",
+            text: COUNTED,
+        },
+        inputs,
+    )?;
+    Ok(job["TaskGroups"][0]["Count"].clone())
+}
+
+fn flags(given: &[(&str, &str)]) -> Vec<(String, String)> {
+    given
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_default_is_the_value_when_nothing_else_is_given() {
+    assert_eq!(count_with(&VariableInputs::default()).unwrap(), 1);
+}
+
+#[test]
+fn a_var_flag_overrides_the_default_and_is_converted_to_the_declared_type() {
+    let inputs = VariableInputs {
+        flags: flags(&[("count", "2")]),
+        ..Default::default()
+    };
+    assert_eq!(count_with(&inputs).unwrap(), 2);
+}
+
+#[test]
+fn a_var_file_sets_declared_variables() {
+    let inputs = VariableInputs {
+        files: vec![Input {
+            name: "prod.vars.hcl",
+            text: "count = 3\n",
+        }],
+        ..Default::default()
+    };
+    assert_eq!(count_with(&inputs).unwrap(), 3);
+}
+
+#[test]
+fn the_environment_sets_declared_variables_and_undeclared_ones_are_ignored() {
+    let inputs = VariableInputs {
+        env: flags(&[("count", "4"), ("unrelated", "x")]),
+        ..Default::default()
+    };
+    assert_eq!(count_with(&inputs).unwrap(), 4);
+}
+
+#[test]
+fn precedence_is_default_then_env_then_var_files_in_order_then_var_flags_in_order() {
+    let file = |text| Input {
+        name: "v.hcl",
+        text,
+    };
+    let mut inputs = VariableInputs {
+        env: flags(&[("count", "4")]),
+        files: vec![file("count = 5"), file("count = 6")],
+        flags: flags(&[("count", "7"), ("count", "8")]),
+    };
+    assert_eq!(count_with(&inputs).unwrap(), 8);
+    inputs.flags.clear();
+    assert_eq!(count_with(&inputs).unwrap(), 6);
+    inputs.files.clear();
+    assert_eq!(count_with(&inputs).unwrap(), 4);
+}
+
+#[test]
+fn a_required_variable_left_unset_is_an_error_naming_it_where_it_is_declared() {
+    let text =
+        "variable \"region\" {\n  type = string\n}\njob \"web\" {\n  region = var.region\n}\n";
+    let error = refused("web.hcl", text);
+    assert_eq!(start(&error), (1, 1));
+    assert!(
+        error
+            .message
+            .starts_with("Required variable \"region\" is not set"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_var_flag_for_an_undeclared_variable_is_an_error() {
+    let inputs = VariableInputs {
+        flags: flags(&[("colour", "red")]),
+        ..Default::default()
+    };
+    let error = count_with(&inputs).unwrap_err();
+    assert_eq!((error.file.as_deref(), error.place), (None, None));
+    assert!(
+        error
+            .message
+            .starts_with("-var \"colour\": no variable \"colour\" is declared"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_value_not_of_the_declared_type_is_an_error() {
+    let inputs = VariableInputs {
+        flags: flags(&[("count", "two")]),
+        ..Default::default()
+    };
+    let error = count_with(&inputs).unwrap_err();
+    assert!(
+        error
+            .message
+            .contains("invalid value for variable \"count\": a number is required"),
+        "{error}"
+    );
+    let inputs = VariableInputs {
+        files: vec![Input {
+            name: "v.hcl",
+            text: "\ncount = [1]\n",
+        }],
+        ..Default::default()
+    };
+    let error = count_with(&inputs).unwrap_err();
+    assert_eq!(error.file.as_deref(), Some("v.hcl"));
+    assert_eq!(start(&error), (2, 9));
+    assert!(error.message.contains("a number is required"), "{error}");
+    let error = refused(
+        "web.hcl",
+        "variable \"n\" {\n  type    = bool\n  default = \"maybe\"\n}\njob \"a\" {}\n",
+    );
+    assert_eq!(start(&error), (3, 13));
+}
+
+#[test]
+fn variables_inside_strings_are_evaluated_and_the_agent_s_interpolations_kept() {
+    let inputs = VariableInputs {
+        flags: flags(&[("image", "nginx")]),
+        ..Default::default()
+    };
+    let job = parse(
+        Input {
+            name: "web.hcl",
+            text: COUNTED,
+        },
+        &inputs,
+    )
+    .unwrap();
+    let config = &job["TaskGroups"][0]["Tasks"][0]["Config"];
+    assert_eq!(config["command"], "/bin/nginx");
+    assert_eq!(
+        config["args"],
+        serde_json::json!([
+            "${NOMAD_ALLOC_DIR}",
+            "${node.unique.name}",
+            "${attr.kernel.name}",
+            "${meta.x}",
+            "${NOMAD_PORT_http}"
+        ])
+    );
+}
+
+#[test]
+fn locals_see_variables_and_the_locals_before_them() {
+    let text = r#"
+variable "env" { default = "prod" }
+locals {
+  name  = "web-${var.env}"
+  count = var.env == "prod" ? 3 : 1
+}
+locals {
+  tag = "${local.name}-v1"
+}
+job "web" {
+  group "g" {
+    count = local.count
+    meta { tag = local.tag }
+  }
+}
+"#;
+    let job = parse(
+        Input {
+            name: "web.hcl",
+            text,
+        },
+        &VariableInputs::default(),
+    )
+    .unwrap();
+    assert_eq!(job["TaskGroups"][0]["Count"], 3);
+    assert_eq!(job["TaskGroups"][0]["Meta"]["tag"], "web-prod-v1");
+}
+
+#[test]
+fn a_variable_of_a_list_type_takes_a_var_flag_as_an_hcl_value() {
+    let text =
+        "variable \"dcs\" {\n  type = list(string)\n}\njob \"web\" {\n  datacenters = var.dcs\n}\n";
+    let inputs = VariableInputs {
+        flags: flags(&[("dcs", "[\"dc1\", \"dc2\"]")]),
+        ..Default::default()
+    };
+    let job = parse(
+        Input {
+            name: "web.hcl",
+            text,
+        },
+        &inputs,
+    )
+    .unwrap();
+    assert_eq!(job["Datacenters"], serde_json::json!(["dc1", "dc2"]));
+}
+
+#[test]
+fn a_runtime_name_outside_a_string_and_a_variable_in_a_default_are_refused_where_they_are() {
+    let error = refused("web.hcl", "job \"web\" {\n  region = node.region\n}\n");
+    assert_eq!(start(&error), (2, 12));
+    assert!(error.message.contains("unknown name \"node\""), "{error}");
+    let error = refused(
+        "web.hcl",
+        "variable \"a\" { default = 1 }\nvariable \"b\" { default = var.a }\njob \"web\" {}\n",
+    );
+    assert_eq!(start(&error), (2, 26));
+    assert!(
+        error.message.contains("variables may not be used here"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_variable_named_many_times_cannot_expand_the_jobspec_past_its_bound() {
+    let big = "x".repeat(1 << 20);
+    let references = "\"${var.big}\",".repeat(16);
+    let text = format!(
+        "variable \"big\" {{}}\njob \"web\" {{\n  meta {{\n    tags = [{references}]\n  }}\n}}\n"
+    );
+    let inputs = VariableInputs {
+        flags: vec![("big".into(), big)],
+        ..Default::default()
+    };
+    let error = parse(
+        Input {
+            name: "web.hcl",
+            text: &text,
+        },
+        &inputs,
+    )
+    .unwrap_err();
+    assert!(
+        error.message.contains("expand the jobspec by more than"),
+        "{error}"
+    );
+    assert_eq!(start(&error).0, 4);
+}
