@@ -276,3 +276,44 @@ def test_a_replacement_never_healthy_by_its_healthy_deadline_fails_the_deploymen
     releases = sorted(release_of(agent, a["ID"]) for a in agent.running("web", 2)
                       if a["DesiredStatus"] == "run")
     assert releases == ["2", "2"], releases
+
+
+def test_a_deployment_without_progress_by_its_progress_deadline_fails_and_replaces_nothing_more(agent):
+    def versioned(release):
+        job = rolling(agent, 2, release, task_delay_s=8.0, min_healthy_s=0.5)
+        job["Job"]["TaskGroups"][0]["Update"].update(
+            HealthyDeadline=2 * SECOND, ProgressDeadline=3 * SECOND)
+        return job
+
+    assert agent.http("PUT", "/v1/jobs", versioned("1"))[0] == 200
+    old = [a["ID"] for a in agent.running("web", 2)]
+    # The first batch stops one old allocation, whose task waits its 8 s delay; its
+    # replacement turns healthy at once. The next batch waits for that stop (this agent's
+    # rule), and 3 s after the last progress the deployment fails.
+    assert agent.http("PUT", "/v1/jobs", versioned("2"))[0] == 200
+    deployment_id = latest(agent)["ID"]
+    failed = agent.wait_until(
+        "the deployment to fail",
+        lambda: (d := agent.get(f"/v1/deployment/{deployment_id}"))["Status"] == "failed" and d,
+        timeout=20,
+    )
+    assert failed["StatusDescription"] == "Failed due to progress deadline", failed
+    [replacement] = agent.get(f"/v1/deployment/allocations/{deployment_id}")
+    healthy_at = unix_ns(agent.get(f"/v1/allocation/{replacement['ID']}")["DeploymentStatus"]["Timestamp"])
+    waited = (failed["ModifyTime"] - healthy_at) / SECOND
+    assert 3.0 <= waited < 30, f"failed {waited:.2f}s after the last progress"
+
+    # The stop already begun goes on through its delay; the other old task is never
+    # signalled: a failed deployment replaces nothing more.
+    stopped = [alloc for alloc in old if signals(agent, alloc)]
+    assert len(stopped) <= 1, stopped
+    agent.wait_until("the first batch's stop to end", lambda: any(
+        agent.client_status(alloc) == "complete" for alloc in old), timeout=20)
+    [kept] = [alloc for alloc in old if agent.client_status(alloc) == "running"]
+    # Every evaluation since (the end of that stop asks for one) has been processed.
+    agent.wait_until("the job's evaluations to complete", lambda: all(
+        e["Status"] == "complete" for e in agent.get("/v1/job/web/evaluations")))
+    record = agent.get(f"/v1/allocation/{kept}")
+    assert record["DesiredStatus"] == "run", "the failed deployment stopped another allocation"
+    assert not signals(agent, kept)
+    assert latest(agent)["ID"] == deployment_id, "no auto_revert: no new deployment"

@@ -1451,3 +1451,66 @@ fn replacement_of(server: &Server, id: &str) -> String {
     let alloc = server.store.alloc(id).unwrap();
     alloc.next_allocation.clone().unwrap()
 }
+
+/// The test clock: Unix nanoseconds, set by the test.
+static CLOCK: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+fn test_clock() -> i64 {
+    CLOCK.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[test]
+fn a_deployment_without_progress_by_its_deadline_fails_and_progress_moves_the_deadline() {
+    const S: i64 = 1_000_000_000;
+    let update = UpdateStrategy {
+        max_parallel: Some(1),
+        progress_deadline_ns: Some(600 * S),
+        ..UpdateStrategy::default()
+    };
+    let mut first = job("service", 2);
+    first.update = Some(update.clone());
+    let mut server = server_with(first);
+    server.store.set_clock(test_clock);
+    CLOCK.store(1_000 * S, std::sync::atomic::Ordering::SeqCst);
+    for id in alloc_ids(&server) {
+        server.client_report(&id, report(ClientStatus::Running));
+    }
+    let mut changed = job("service", 2);
+    changed.update = Some(update);
+    changed.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
+    server.register_job(changed).unwrap();
+    while server.process_next_eval().unwrap().is_some() {}
+    let id = server.store.latest_deployment("web").unwrap().id.clone();
+    let by = |server: &Server| {
+        server.store.deployment(&id).unwrap().task_groups["web"].require_progress_by
+    };
+    assert_eq!(
+        by(&server),
+        1_600 * S,
+        "opened at 1,000 s with a 600 s deadline"
+    );
+    assert_eq!(server.next_progress_deadline(), Some(1_600 * S));
+
+    // A replacement turns healthy at 1,300 s: progress, the deadline moves to 1,900 s.
+    CLOCK.store(1_300 * S, std::sync::atomic::Ordering::SeqCst);
+    let replacement = alloc_ids(&server)
+        .into_iter()
+        .find(|a| !server.store.alloc(a).unwrap().deployment_id.is_empty())
+        .unwrap();
+    server.client_report(&replacement, healthy());
+    assert_eq!(by(&server), 1_900 * S);
+    assert_eq!(server.progress_deadlines(1_899 * S), 0, "not yet");
+    assert_eq!(server.store.deployment(&id).unwrap().status, "running");
+    assert_eq!(server.progress_deadlines(1_901 * S), 1);
+    let failed = server.store.deployment(&id).unwrap();
+    assert_eq!(
+        (failed.status.as_str(), failed.status_description.as_str()),
+        ("failed", "Failed due to progress deadline")
+    );
+    assert_eq!(
+        server.next_progress_deadline(),
+        None,
+        "a failed deployment has none"
+    );
+    assert_eq!(server.progress_deadlines(5_000 * S), 0, "failed once");
+}

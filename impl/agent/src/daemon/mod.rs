@@ -27,6 +27,7 @@ mod launch;
 mod node;
 pub mod peers;
 pub mod persist;
+mod progress;
 mod start;
 pub mod timers;
 mod workers;

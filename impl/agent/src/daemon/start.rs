@@ -204,6 +204,7 @@ impl Agent {
             ("scheduler", scheduler_loop as fn(Arc<Shared>)),
             ("client", client_loop),
             ("gc", gc::run),
+            ("deployments", super::progress::run),
         ] {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()

@@ -53,11 +53,20 @@ impl Server {
                     && alloc.job.as_run(&group.name) != job.as_run(&group.name)
             });
             if replaced {
+                // Without a clock (the simulator) there is no deadline: its states stay
+                // comparable, and the model has none.
+                let now = self.store.now();
+                let require_progress_by = if now > 0 && update.progress_deadline_ns > 0 {
+                    now.saturating_add(update.progress_deadline_ns)
+                } else {
+                    0
+                };
                 groups.insert(
                     group.name.clone(),
                     DeploymentState {
                         auto_revert: update.auto_revert,
                         progress_deadline: update.progress_deadline_ns,
+                        require_progress_by,
                         desired_total: group.count.map_or(1, |count| count.max(0) as u64),
                         ..DeploymentState::default()
                     },
@@ -146,12 +155,15 @@ impl Server {
                 ..health
             });
         });
+        let now = self.store.now();
         self.store.update_deployment(&deployment_id, index, |d| {
             if let Some(state) = d.task_groups.get_mut(&group) {
-                if healthy {
-                    state.healthy_allocs += 1;
-                } else {
-                    state.unhealthy_allocs += 1;
+                state.healthy_allocs += 1;
+                // Progress: the deadline moves to now plus `progress_deadline`.
+                if state.require_progress_by > 0 && now > 0 {
+                    state.require_progress_by = state
+                        .require_progress_by
+                        .max(now.saturating_add(state.progress_deadline));
                 }
             }
         });
@@ -293,6 +305,7 @@ impl Server {
             });
         }
         let index = self.store.next_index(WriteType::DeploymentStatusUpdate);
+        let now = self.store.now();
         self.store.update_deployment(id, index, |d| {
             if pause {
                 d.status = status::PAUSED.into();
@@ -300,6 +313,12 @@ impl Server {
             } else {
                 d.status = status::RUNNING.into();
                 d.status_description = status::DESC_RUNNING.into();
+                // The time paused is no lack of progress: each deadline starts again.
+                for state in d.task_groups.values_mut() {
+                    if state.require_progress_by > 0 && now > 0 {
+                        state.require_progress_by = now.saturating_add(state.progress_deadline);
+                    }
+                }
             }
         });
         let status = if pause {
@@ -327,21 +346,63 @@ impl Server {
     pub fn fail_deployment(&mut self, id: &str) -> Result<DeploymentUpdate, ServerError> {
         let deployment = self.active_deployment(id, "fail")?;
         let index = self.store.next_index(WriteType::DeploymentStatusUpdate);
+        Ok(self.failed(&deployment, status::DESC_FAILED_BY_USER, index))
+    }
+
+    /// Fails `deployment` in the write at `index`, described by `why` (and what its
+    /// auto-revert did); an evaluation follows.
+    fn failed(&mut self, deployment: &Deployment, why: &str, index: u64) -> DeploymentUpdate {
         self.notes.push(Note::Deployment {
             job: deployment.job_id.clone(),
             status: status::FAILED.into(),
         });
-        let (suffix, reverted) = self.revert_for(&deployment, index);
-        self.store.update_deployment(id, index, |d| {
+        let (suffix, reverted) = self.revert_for(deployment, index);
+        self.store.update_deployment(&deployment.id, index, |d| {
             d.status = status::FAILED.into();
-            d.status_description = format!("{}{suffix}", status::DESC_FAILED_BY_USER);
+            d.status_description = format!("{why}{suffix}");
         });
         let eval_id = self.watcher_eval(&deployment.job_id, index);
-        Ok(DeploymentUpdate {
+        DeploymentUpdate {
             eval_id,
             index,
             reverted_job_version: reverted,
-        })
+        }
+    }
+
+    /// The earliest `RequireProgressBy` of a running deployment (Unix nanoseconds): when
+    /// the host should call [`Server::progress_deadlines`] next.
+    pub fn next_progress_deadline(&self) -> Option<i64> {
+        self.store
+            .deployments()
+            .filter(|d| d.is_running())
+            .flat_map(|d| d.task_groups.values())
+            .map(|group| group.require_progress_by)
+            .filter(|by| *by > 0)
+            .min()
+    }
+
+    /// Fails, each in a write of its own, every running deployment with a group that has
+    /// made no progress by its `RequireProgressBy` (`now`, Unix nanoseconds), as Nomad's
+    /// deployment watcher does; returns how many. Progress is a placement's start (the
+    /// deadline set when the deployment opens) and each allocation turning healthy (it
+    /// moves to then plus `progress_deadline`). A paused deployment is not failed.
+    pub fn progress_deadlines(&mut self, now: i64) -> usize {
+        let late: Vec<Deployment> = self
+            .store
+            .deployments()
+            .filter(|d| {
+                d.is_running()
+                    && d.task_groups
+                        .values()
+                        .any(|g| g.require_progress_by > 0 && g.require_progress_by < now)
+            })
+            .cloned()
+            .collect();
+        for deployment in &late {
+            let index = self.store.next_index(WriteType::DeploymentStatusUpdate);
+            self.failed(deployment, status::DESC_PROGRESS_DEADLINE, index);
+        }
+        late.len()
     }
 
     /// `deployment promote`: this agent places no canaries, so there is nothing to wait

@@ -237,6 +237,7 @@ pub mod deployment_status {
     pub const DESC_FAILED_ALLOCATIONS: &str = "Failed due to unhealthy allocations";
     pub const DESC_FAILED_BY_USER: &str = "Deployment marked as failed";
     pub const DESC_PAUSED: &str = "Deployment is paused";
+    pub const DESC_PROGRESS_DEADLINE: &str = "Failed due to progress deadline";
 }
 
 /// A rollout of one job version: created by a registration that changes a group with an

@@ -11,7 +11,7 @@
 //! | | honoured | warned (accepted, not acted on) | refused |
 //! |---|---|---|---|
 //! | job | `ID`, `Name`, `Type`, `Priority`, `Namespace` (`default`), `Region`, `Datacenters` (globs, judged against the node), `NodePool` (`default`), `TaskGroups`, `Meta`, `Constraints`, `Update` (as the group's) | `AllAtOnce`, `Update`'s warned fields (as the group's), `Reschedule`, `Migrate`, `Affinities`, `Spreads`, `UI`, `ConsulToken`, `ConsulNamespace`, `VersionTag` | `Periodic`, `ParameterizedJob`, `Dispatched`, `Payload`, `ParentID`, `Multiregion`, `VaultToken`, `VaultNamespace` |
-//! | group | `Name`, `Count`, `ShutdownDelay`, `Services`, `Tasks`, `Meta`, `Networks` (host mode; ports), `Constraints`, `RestartPolicy` (`Attempts`, `Interval`, `Delay`, `Mode`), `Update` (`MaxParallel`, `HealthCheck`, `MinHealthyTime`, `HealthyDeadline`, `AutoRevert`) | `RestartPolicy.RenderTemplates`, `ReschedulePolicy`, `EphemeralDisk`, `Update`'s `Stagger`, `ProgressDeadline`, `AutoPromote`, `Canary`, `Migrate`, `Affinities`, `Spreads`, `Scaling`, `Disconnect` and its older fields, `Consul` | `Volumes` |
+//! | group | `Name`, `Count`, `ShutdownDelay`, `Services`, `Tasks`, `Meta`, `Networks` (host mode; ports), `Constraints`, `RestartPolicy` (`Attempts`, `Interval`, `Delay`, `Mode`), `Update` (`MaxParallel`, `HealthCheck`, `MinHealthyTime`, `HealthyDeadline`, `ProgressDeadline`, `AutoRevert`) | `RestartPolicy.RenderTemplates`, `ReschedulePolicy`, `EphemeralDisk`, `Update`'s `Stagger`, `AutoPromote`, `Canary`, `Migrate`, `Affinities`, `Spreads`, `Scaling`, `Disconnect` and its older fields, `Consul` | `Volumes` |
 //! | task | `Name`, `Driver`, `User`, `Lifecycle`, `Config`, `Env`, `Services`, `KillTimeout`, `KillSignal`, `Leader`, `ShutdownDelay`, `Meta`, `Resources` (recorded: `CPU`, `Cores`, `MemoryMB`, `MemoryMaxMB`), `Constraints`, `Templates` (inline data), `RestartPolicy` (over the group's) | `LogConfig`, `Affinities`, `Kind`, `Identity`/`Identities`, `Consul`, `ScalingPolicies` | `Artifacts`, `Vault`, `VolumeMounts`, `DispatchPayload`, `CSIPluginConfig`, `Actions`, `Schedule` |
 //! | service | `Name`, `Provider`, `Tags`, `PortLabel`, `TaskName`, `Meta` | `Checks` (not run), `CheckRestart`, `CanaryTags`, `CanaryMeta`, `EnableTagOverride`, `AddressMode`, `Address`, `TaggedAddresses`, `OnUpdate`, `Identity`, `Cluster`, `Kind`, `Weights` | `Connect` |
 //! | inside | ports: `Label`, `Value` (static), `To`, `HostNetwork` (`default`); constraints: `LTarget` (`${attr.*}`, `${node.*}`, `${meta.*}`), `Operand` (`=`, `==`, `is`, `!=`, `not`, `is_set`, `is_not_set`), `RTarget`; templates: `EmbeddedTmpl` (no `{{ }}` directives), `DestPath` (inside the task directory), `Perms` | resources `DiskMB`, `IOPS`, `SecretsMB`; network `MBits`, `IP`, `CIDR`, `Device`; template `ChangeMode`, `ChangeSignal`, `Splay`, `Wait`, delimiters | resources `Networks`, `Devices`, `NUMA`; network modes but host, `Hostname`, `DNS`, `CNI`; template `SourcePath`, `Envvars`, `Uid`, `Gid`; other constraint operands |
@@ -68,10 +68,7 @@ const UPDATE: &[Field] = &[
         W("accepted, not honoured: deprecated by Nomad; min_healthy_time paces a rollout"),
     ),
     ("HealthyDeadline", H(V)),
-    (
-        "ProgressDeadline",
-        W("accepted, not honoured yet: a deployment without progress is not failed"),
-    ),
+    ("ProgressDeadline", H(V)),
     ("AutoRevert", H(V)),
     (
         "AutoPromote",
