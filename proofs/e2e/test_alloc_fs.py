@@ -3,7 +3,8 @@
 `nobody` task owns and rearranges as it likes, never reads anything outside it.
 
 Tried as an attacker would: a `User = "nobody"` task puts a symbolic link to a root-only
-file, a FIFO and a subdirectory in its `local/`, and then, in a loop as fast as it can,
+file, a FIFO, a hard link and a subdirectory in its `local/` (and the test plants a
+root-only file there, as a task's hard link could), and then, in a loop as fast as it can,
 exchanges that subdirectory with a link to a root-only directory
 (`renameat2(RENAME_EXCHANGE)`) while the test reads a file inside it again and again. Each
 read must be the task's own file or a refusal — never root's secret, never a hang."""
@@ -112,10 +113,23 @@ def test_alloc_fs_lists_prints_and_stats_as_nomad_and_refuses_links_fifos_and_do
     # A FIFO is not opened (the read would hang on an empty one): refused at once.
     status, body = raw(agent, f"/v1/client/fs/cat/{alloc_id}?path=main/local/pipe")
     assert status == 400 and b"not a plain file" in body, (status, body)
+    refused = agent.cli("alloc", "fs", alloc_id, "main/local/pipe", check=False)
+    assert refused.returncode == 1 and "not a plain file (prw" in refused.stderr, refused
 
-    # A file with another hard link may be a host file linked in: not read.
+    # A hard link of the task's own file is its own to read; a file of the host its user
+    # cannot read — here linked in by root, as a task could with fs.protected_hardlinks
+    # off — is not read, whatever its link count.
     status, body = raw(agent, f"/v1/client/fs/cat/{alloc_id}?path=main/local/own.link")
-    assert status == 403 and b"2 hard links" in body, (status, body)
+    assert (status, body) == (200, b"linked\n"), (status, body)
+    planted = agent.task_dir(alloc_id, "main") / "local" / "planted"
+    try:
+        os.link(tmp_path / "victim" / "secret", planted)
+    except OSError:
+        planted.write_text(SECRET)
+        planted.chmod(0o600)
+    status, body = raw(agent, f"/v1/client/fs/cat/{alloc_id}?path=main/local/planted")
+    assert status == 403 and SECRET.encode() not in body, (status, body)
+    assert b"not readable by the task's user" in body, body
 
     # `..` never leaves the allocation, however it is spelled.
     for path in ["..", "/main/../..", "main/local/d/../../../..", "%2e%2e"]:

@@ -35,6 +35,17 @@ pub(super) fn fs_command(args: FsArgs) -> Result<(), String> {
         println!("{}", listing(&entries, args.machine));
         return Ok(());
     }
+    let mode = text(&info, "FileMode");
+    if !mode.starts_with('-') {
+        let what = if mode.starts_with('L') {
+            "a symbolic link, not followed"
+        } else {
+            "not a plain file"
+        };
+        return Err(format!(
+            "{path}: {what} ({mode}): only a file's contents are printed; -stat describes it"
+        ));
+    }
     let size = info["Size"].as_u64().unwrap_or(0);
     let read = |offset: u64, limit: u64| {
         api.get_bytes(&format!(
@@ -81,6 +92,9 @@ fn lines_start(
     size: u64,
     lines: u64,
 ) -> Result<u64, String> {
+    if lines == 0 {
+        return Ok(size);
+    }
     let mut end = size;
     let mut seen = 0u64;
     let mut skip_last = true;
@@ -174,6 +188,7 @@ mod tests {
         assert_eq!(lines_start(&read, size, 1).unwrap(), 8); // "three\n"
         assert_eq!(lines_start(&read, size, 2).unwrap(), 4); // "two\nthree\n"
         assert_eq!(lines_start(&read, size, 10).unwrap(), 0);
+        assert_eq!(lines_start(&read, size, 0).unwrap(), size, "-n 0: nothing");
         let unended = b"a\nb".to_vec();
         let read = |offset: u64, limit: u64| {
             Ok(unended[offset as usize..(offset + limit) as usize].to_vec())

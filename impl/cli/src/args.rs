@@ -588,7 +588,7 @@ pub struct StopArgs {
     pub address: Address,
 }
 
-/// `alloc logs` (and `logs`).
+/// `alloc fs` (and `fs`).
 #[derive(Args, Debug)]
 pub struct FsArgs {
     /// The allocation (an ID or a prefix of one); with -job, the job.
@@ -607,13 +607,14 @@ pub struct FsArgs {
     pub job: bool,
     #[command(flatten)]
     pub tail: TailArgs,
-    /// Display full allocation IDs.
+    /// Accepted as Nomad's is (it shows full IDs there); `alloc fs` prints no IDs.
     #[arg(long)]
     pub verbose: bool,
     #[command(flatten)]
     pub address: Address,
 }
 
+/// `alloc logs` (and `logs`).
 #[derive(Args, Debug)]
 pub struct LogsArgs {
     pub alloc: String,

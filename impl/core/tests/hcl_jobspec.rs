@@ -385,3 +385,59 @@ fn a_variable_named_many_times_cannot_expand_the_jobspec_past_its_bound() {
     );
     assert_eq!(start(&error).0, 4);
 }
+
+fn refused_with_n(text: &str) -> Error {
+    let inputs = VariableInputs {
+        flags: flags(&[("n", "3")]),
+        ..Default::default()
+    };
+    let text = format!("variable \"n\" {{\n  type = number\n}}\n{text}");
+    parse(
+        Input {
+            name: "web.hcl",
+            text: &text,
+        },
+        &inputs,
+    )
+    .unwrap_err()
+}
+
+#[test]
+fn division_and_remainder_are_refused_before_the_evaluator_can_panic() {
+    for op in ["%", "/"] {
+        let error = refused_with_n(&format!("job \"a\" {{\n  priority = var.n {op} 0\n}}\n"));
+        assert!(error.message.contains("division and remainder"), "{error}");
+        assert_eq!(start(&error), (5, 20), "{error}");
+    }
+}
+
+#[test]
+fn an_overflow_in_the_evaluator_is_an_error_not_a_crash() {
+    let error = refused_with_n("job \"a\" {\n  priority = var.n + 18446744073709551615\n}\n");
+    // Either hcl-rs refuses it, or its panic is caught: an error naming the place.
+    assert_eq!(start(&error).0, 5, "{error}");
+}
+
+#[test]
+fn expressions_of_literals_alone_are_not_evaluated() {
+    let error = refused("web.hcl", "job \"a\" {\n  priority = 1 % 0\n}\n");
+    assert!(error.message.contains("not evaluated"), "{error}");
+    assert_eq!(start(&error), (2, 14));
+}
+
+#[test]
+fn template_directives_in_an_evaluated_expression_are_refused_before_they_expand() {
+    // Eight nested loops of ten: 10^8 copies of the text, were it evaluated.
+    let mut template = "x".repeat(100);
+    for _ in 0..8 {
+        template = format!("%{{for a in [0,0,0,0,0,0,0,0,0,0]}}{template}%{{endfor}}");
+    }
+    let text =
+        format!("job \"a\" {{\n  meta {{\n    m = var.n > 0 ? \"{template}\" : \"\"\n  }}\n}}\n");
+    let error = refused_with_n(&text);
+    assert!(error.message.contains("template directives"), "{error}");
+    // A directive over a variable in a plain string, its collection included.
+    let text = "variable \"l\" {\n  default = [\"a\"]\n}\njob \"a\" {\n  meta {\n    m = \"%{ for s in var.l }${s}%{ endfor }\"\n  }\n}\n";
+    let error = refused("web.hcl", text);
+    assert!(error.message.contains("directives"), "{error}");
+}

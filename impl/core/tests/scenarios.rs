@@ -805,3 +805,27 @@ fn a_rollout_healthy_in_time_cancels_each_health_deadline() {
     assert_eq!(named("AllocHealthy"), 2);
     assert_eq!(named("AllocUnhealthy"), 0);
 }
+
+#[test]
+fn a_restored_runner_keeps_its_health_deadline_armed() {
+    use quiesce_core::client::{AllocRunner, Command, Timer};
+    let mut sim = running(web_job(2));
+    sim.apply(&Step::UpdateJob { job: "web".into() }).unwrap();
+    sim.run_until_idle(STEPS).unwrap();
+    let watched = allocs(&sim)
+        .into_iter()
+        .find(|a| sim.runner(a).is_some_and(|r| r.health.deadline))
+        .expect("a replacement whose deadline runs");
+    let stored = sim.runner(&watched).unwrap().clone();
+    let mut commands = Vec::new();
+    let restored = AllocRunner::restore(stored, sim.now_ns(), &mut commands);
+    assert!(restored.health.deadline);
+    // Nomad's default healthy_deadline; the host keeps the due time it stored.
+    assert!(
+        commands.contains(&Command::StartTimer {
+            timer: Timer::HealthyDeadline,
+            after_ns: 300_000_000_000,
+        }),
+        "{commands:?}"
+    );
+}

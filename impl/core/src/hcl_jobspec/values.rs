@@ -87,8 +87,19 @@ pub(super) fn value(scope: &Scope, expr: &Expression, at: &str) -> Result<Value,
         E::StringTemplate(template) => json!(text(scope, template, at)?),
         E::HeredocTemplate(heredoc) => json!(text(scope, &heredoc.template, at)?),
         E::Parenthesis(inner) => value(scope, inner.inner(), at)?,
-        E::Variable(_) | E::Traversal(_) | E::Conditional(_) | E::UnaryOp(_) | E::BinaryOp(_) => {
+        E::Variable(_) | E::Traversal(_) => evaluate(scope, expr, at)?,
+        // Only over variables: an expression of literals alone is a value to write out.
+        E::Conditional(_) | E::UnaryOp(_) | E::BinaryOp(_) if names_variables(expr) => {
             evaluate(scope, expr, at)?
+        }
+        E::Conditional(_) | E::UnaryOp(_) | E::BinaryOp(_) => {
+            return Err(Problem::at(
+                expr.span(),
+                format!(
+                    "{at}: an expression of literals is not evaluated (only those over var.* \
+                     and local.* are): write its value"
+                ),
+            ))
         }
         E::FuncCall(_) | E::ForExpr(_) => {
             return Err(refused(expr, at).unwrap_or_else(|| {
@@ -130,8 +141,11 @@ fn text(scope: &Scope, template: &Template, at: &str) -> Result<String, Problem>
                     }
                 }
             }
+            // (The syntax tree's walk skips a `for` directive's collection: its text is
+            // looked at too.)
             Element::Directive(directive)
-                if names_variables_in(|v| v.visit_directive(directive)) =>
+                if names_variables_in(|v| v.visit_directive(directive))
+                    || mentions_variables(source_of(scope, directive.span())) =>
             {
                 return Err(Problem::at(
                     directive.span(),
@@ -152,10 +166,38 @@ fn text(scope: &Scope, template: &Template, at: &str) -> Result<String, Problem>
     Ok(out)
 }
 
-/// What `var.*` or `local.*` names evaluated, over a context holding just those.
+/// The source text of `span`, if it has one.
+fn source_of<'s>(scope: &Scope<'s>, span: Option<Range<usize>>) -> &'s str {
+    span.and_then(|span| scope.source.get(span)).unwrap_or("")
+}
+
+/// Whether source text names `var.` or `local.` (what a syntax walk may not reach).
+fn mentions_variables(text: &str) -> bool {
+    text.contains("var.") || text.contains("local.")
+}
+
+/// What `var.*` or `local.*` names evaluated, over a context holding just those. Refused
+/// before: template directives (`%{for}` multiplies what it is given: a few hundred bytes
+/// can ask for gigabytes), division and remainder (by zero, hcl-rs panics); a panic of the
+/// evaluator all the same (an overflow) is an error naming the expression.
 fn evaluate(scope: &Scope, expr: &Expression, at: &str) -> Result<Value, Problem> {
     if let Some(problem) = refused(expr, at) {
         return Err(problem);
+    }
+    let written = source_of(scope, expr.span());
+    if written.contains("%{") {
+        return Err(Problem::at(
+            expr.span(),
+            format!("{at}: template directives (%{{…}}) are not evaluated: write the value"),
+        ));
+    }
+    let mut operators = Operators::default();
+    operators.visit_expr(expr);
+    if let Some(span) = operators.division {
+        return Err(Problem::at(
+            span,
+            format!("{at}: division and remainder (/, %) are not evaluated: write the value"),
+        ));
     }
     let mut names = Names::default();
     names.visit_expr(expr);
@@ -195,8 +237,16 @@ fn evaluate(scope: &Scope, expr: &Expression, at: &str) -> Result<Value, Problem
         context.declare_var(root, hcl::Value::Object(used));
     }
     let expression = hcl::Expression::from(expr.clone());
-    let result = hcl::eval::Evaluate::evaluate(&expression, &context)
-        .map_err(|e| Problem::at(expr.span(), format!("{at}: {e}")))?;
+    let evaluated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        hcl::eval::Evaluate::evaluate(&expression, &context)
+    }))
+    .map_err(|_| {
+        Problem::at(
+            expr.span(),
+            format!("{at}: the expression cannot be evaluated (a number out of range?)"),
+        )
+    })?;
+    let result = evaluated.map_err(|e| Problem::at(expr.span(), format!("{at}: {e}")))?;
     serde_json::to_value(&result)
         .map_err(|e| Problem::at(expr.span(), format!("{at}: the value: {e}")))
 }
@@ -330,6 +380,24 @@ impl Visit for Names {
     }
 
     // A `for` expression's own names (`[for x in var.l : x]`) are refused before this.
+}
+
+/// The first division or remainder in an expression.
+#[derive(Default)]
+struct Operators {
+    division: Option<Option<Range<usize>>>,
+}
+
+impl Visit for Operators {
+    fn visit_binary_operator(
+        &mut self,
+        operator: &hcl::edit::Decorated<hcl::edit::expr::BinaryOperator>,
+    ) {
+        use hcl::edit::expr::BinaryOperator::{Div, Mod};
+        if self.division.is_none() && matches!(operator.value(), Div | Mod) {
+            self.division = Some(operator.span());
+        }
+    }
 }
 
 /// Whether `expr` names `var` or `local` anywhere.

@@ -4,9 +4,16 @@
 //! directory in one walk that follows no symbolic link and admits no `..`
 //! ([`beneath::Dir::locate`]); what is found is told by `fstat` on that descriptor and read
 //! through it, never by its name again. Only plain files and directories are read: a FIFO,
-//! socket or device is listed and stat'ed but never opened, and a file with more than one
-//! hard link is refused (it may be a file of the host the task linked in). Every answer is
-//! bounded: [`MAX_READ`] bytes, [`MAX_ENTRIES`] entries.
+//! socket or device is listed and stat'ed but never opened.
+//!
+//! What a task with a `User` may put in its `local/` includes a hard link to a file of the
+//! host it cannot read (with `fs.protected_hardlinks` off): a check of the link count lost
+//! the race to a task unlinking its link in between (the review of issue 27). So a file
+//! under such a task's `local/` is read only if that user could read it anyway — it owns
+//! it, or anyone may read it — judged by `fstat` on the pinned inode, whose owner and mode
+//! the task cannot change for a file it does not own. (Its size and times can still be
+//! listed or stat'ed.) Every answer is bounded: [`MAX_READ`] bytes, [`MAX_ENTRIES`]
+//! entries.
 
 use super::*;
 use crate::raw_exec::beneath;
@@ -43,14 +50,23 @@ pub(super) fn alloc_fs(
         (Some(path), _) => path,
     };
     let path = relative(asked)?;
-    let root = {
+    let (root, task_users) = {
         let core = shared.core();
         let alloc = core
             .server
             .store
             .alloc(alloc_id)
             .ok_or_else(|| error(404, "Unknown allocation"))?;
-        shared.config.data_dir.join("alloc").join(&alloc.id)
+        let users: Vec<(String, String)> = alloc
+            .job
+            .task_groups
+            .iter()
+            .filter(|g| g.name == alloc.task_group)
+            .flat_map(|g| &g.tasks)
+            .filter(|t| !t.user.is_empty())
+            .map(|t| (t.name.clone(), t.user.clone()))
+            .collect();
+        (shared.config.data_dir.join("alloc").join(&alloc.id), users)
     };
     let dir =
         match beneath::Dir::open(&root) {
@@ -59,7 +75,12 @@ pub(super) fn alloc_fs(
                 404,
                 "the allocation has no directory here (not started on this client, or collected)",
             )),
-            Err(e) => return Err(error(500, format!("opening the allocation directory: {e}"))),
+            Err(e) => {
+                return Err(error(
+                    500,
+                    format!("opening the allocation directory: {}", e.kind()),
+                ))
+            }
         };
     let located = dir.locate(&path).map_err(|e| not_found_or(e, asked))?;
     let stat = rustix::fs::fstat(&located).map_err(|e| error(500, format!("{asked}: {e}")))?;
@@ -78,20 +99,21 @@ pub(super) fn alloc_fs(
                     format!("{asked}: not a plain file ({}), not read", kind_name(kind)),
                 ));
             }
-            if stat.st_nlink != 1 {
-                return Err(error(
-                    403,
-                    format!(
-                        "{asked}: a file with {} hard links is not read (it may be a file of \
-                         the host linked into the allocation)",
-                        stat.st_nlink
-                    ),
-                ));
+            if let Some(user) = owning_user(&path, &task_users) {
+                if !readable_by(&user, &stat) {
+                    return Err(error(
+                        403,
+                        format!(
+                            "{asked}: not readable by the task's user {user:?}, so not read \
+                             (a task's hard link to a file of the host is no way to read it)"
+                        ),
+                    ));
+                }
             }
             let size = stat.st_size.max(0) as u64;
             let (offset, limit) = match read {
                 FsRead::ReadAt => (
-                    whole_number(query, "offset")?,
+                    whole_number(query, "offset")?.min(size),
                     whole_number(query, "limit")?.min(MAX_READ),
                 ),
                 _ if size > MAX_READ => {
@@ -119,6 +141,30 @@ pub(super) fn alloc_fs(
             })
         }
     }
+}
+
+/// The user of the task whose `local/` holds `path`, if that task has one: the only place a
+/// task can make entries (its directory and the allocation's are the agent's).
+fn owning_user(path: &Path, task_users: &[(String, String)]) -> Option<String> {
+    let mut parts = path.components().map(|c| c.as_os_str());
+    let (task, local) = (parts.next()?, parts.next()?);
+    if local != crate::raw_exec::LOCAL_DIR {
+        return None;
+    }
+    task_users
+        .iter()
+        .find(|(name, _)| name.as_str() == task)
+        .map(|(_, user)| user.clone())
+}
+
+/// Whether `user` could read the file `stat` describes: it owns it, or anyone may read
+/// it. A user the host does not have reads nothing.
+fn readable_by(user: &str, stat: &rustix::fs::Stat) -> bool {
+    let owner = nix::unistd::User::from_name(user).ok().flatten();
+    owner.is_some_and(|owner| {
+        (stat.st_uid == owner.uid.as_raw() && stat.st_mode & 0o400 != 0)
+            || stat.st_mode & 0o004 != 0
+    })
 }
 
 /// The path asked for, relative to the allocation's directory: `/` and `.` parts dropped,
@@ -195,7 +241,7 @@ fn list(located: &OwnedFd, asked: &str) -> Result<Value, ApiError> {
         }
         if entries.len() == MAX_ENTRIES {
             return Err(error(
-                413,
+                400,
                 format!("{asked}: more than {MAX_ENTRIES} entries, not listed"),
             ));
         }

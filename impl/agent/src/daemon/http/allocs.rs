@@ -403,6 +403,9 @@ pub(super) fn deployment_allocs(
     id: &str,
     query: &Query,
 ) -> Result<Reply, ApiError> {
+    if id.is_empty() {
+        return Err(error(400, "missing deployment ID"));
+    }
     let core = blocking_table(shared, query, allocs_table)?;
     let chosen = stubs(
         &core,

@@ -24,6 +24,10 @@ pub const PARSE_CPU_SECONDS: u64 = 2;
 /// How long the agent waits for that child, and how many it runs at once.
 const PARSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 const PARSES_AT_ONCE: usize = 4;
+/// The most memory (address space) the child may map, and the most of its answer read: a
+/// job bigger than a request body may be is no job to register anyway.
+const PARSE_MEMORY: u64 = 1 << 30;
+const MAX_PARSE_ANSWER: u64 = 32 << 20;
 
 /// [`parse`] in a child process, `program parse-hcl` (the agent's own binary), with a CPU
 /// limit and a deadline: an input that would hold the parser for minutes is an error
@@ -63,6 +67,8 @@ pub fn parse_job_bounded(
             use nix::sys::resource::{setrlimit, Resource};
             let soft = PARSE_CPU_SECONDS as libc::rlim_t;
             setrlimit(Resource::RLIMIT_CPU, soft, soft + 1)?;
+            let memory = PARSE_MEMORY as libc::rlim_t;
+            setrlimit(Resource::RLIMIT_AS, memory, memory)?;
             Ok(())
         });
     }
@@ -76,8 +82,13 @@ pub fn parse_job_bounded(
         let _ = stdin.write_all(input.as_bytes());
     });
     let reader = std::thread::spawn(move || {
+        // One byte past the bound tells an answer too long from one that fits; the rest is
+        // drained (unread) so that the child is not stuck writing it.
         let mut out = Vec::new();
-        let _ = stdout.read_to_end(&mut out);
+        let _ = (&mut stdout)
+            .take(MAX_PARSE_ANSWER + 1)
+            .read_to_end(&mut out);
+        let _ = std::io::copy(&mut stdout, &mut std::io::sink());
         out
     });
     let deadline = std::time::Instant::now() + PARSE_WAIT;
@@ -97,6 +108,9 @@ pub fn parse_job_bounded(
     let _ = writer.join();
     let out = reader.join().unwrap_or_default();
     match status {
+        Some(status) if status.success() && out.len() as u64 > MAX_PARSE_ANSWER => Err(error(
+            format!("the parsed job is longer than {MAX_PARSE_ANSWER} bytes: refused"),
+        )),
         Some(status) if status.success() => {
             let answer: Result<Value, String> = serde_json::from_slice::<Value>(&out)
                 .map_err(|e| error(format!("the parser's answer: {e}")))
@@ -111,9 +125,14 @@ pub fn parse_job_bounded(
                 });
             answer
         }
+        Some(status) if status.code().is_some() => Err(error(format!(
+            "the parser failed on this jobspec (exit status {status}): refused"
+        ))),
         _ => Err(error(format!(
-            "the jobspec took the parser more than {PARSE_CPU_SECONDS} s of CPU or {} s: refused",
-            PARSE_WAIT.as_secs()
+            "the jobspec took the parser more than {PARSE_CPU_SECONDS} s of CPU or {} s, or \
+             more than {} MiB of memory: refused",
+            PARSE_WAIT.as_secs(),
+            PARSE_MEMORY >> 20
         ))),
     }
 }

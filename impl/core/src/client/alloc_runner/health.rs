@@ -123,6 +123,22 @@ impl AllocRunner {
         }
     }
 
+    /// A restored runner's health watch: the `min_healthy_time` timer starts again (the
+    /// tasks' running is watched anew), the `healthy_deadline` goes on where it was (the
+    /// host keeps its stored due time: one passed while the agent was down fires at once).
+    pub(super) fn rearm_health(&mut self, out: &mut Vec<Command>) {
+        self.health.timer = false;
+        if self.health.deadline {
+            if let Some((_, after_ns)) = self.health_times() {
+                out.push(Command::StartTimer {
+                    timer: Timer::HealthyDeadline,
+                    after_ns,
+                });
+            }
+        }
+        self.watch_health(out);
+    }
+
     /// The `min_healthy_time` timer fired while watched: healthy.
     pub(super) fn turn_healthy(&mut self, now: i64) {
         self.health.timer = false;

@@ -175,8 +175,7 @@ impl AllocRunner {
         {
             stored.cancel_delays(now, out);
         }
-        stored.health.timer = false;
-        stored.watch_health(out);
+        stored.rearm_health(out);
         stored
     }
 
