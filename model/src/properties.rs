@@ -158,8 +158,12 @@ pub const WITNESSES: [(&str, Condition); 20] = [
     (RESTART_POLICY_EXHAUSTED, |_, s| {
         s.allocs.iter().any(|a| a.failed)
     }),
+    // A rollout of an updated version, not the first registration's deployment.
     (ROLLOUT_COMPLETED, |_, s| {
         s.deployment == Deployment::Successful
+            && s.allocs
+                .iter()
+                .any(|a| !a.is_terminal() && a.spec.generation > 0)
     }),
     (ROLLOUT_WAITS_FULL_DELAY, |_, s| {
         s.allocs

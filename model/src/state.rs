@@ -253,14 +253,18 @@ pub struct Alloc {
     pub flagged_restart_done: bool,
 
     // --- deployments ---
-    /// Its client reported it healthy (`DeploymentStatus.Healthy`): its tasks ran for the
-    /// update block's `min_healthy_time`.
-    pub healthy: bool,
     /// A rollout stopped it to replace it with the new version (Nomad's desired description
     /// "alloc is being updated due to job update").
     pub rollout_stop: bool,
-    /// Placed by a running deployment (its `DeploymentID`): its client watches its health.
-    pub in_deployment: bool,
+    /// Placed by a running deployment (its `DeploymentID`) and not yet reported healthy:
+    /// its client watches its health (`min_healthy_time`). Once healthy it is no different,
+    /// for what follows, from an allocation placed without a deployment, so no bit tells
+    /// them apart (and the symmetry reduction can merge them).
+    pub watched: bool,
+    /// Watched, and placed by a deployment that failed: its client still watches its
+    /// health, but it holds no later rollout (a fix rolled out after a failure replaces it
+    /// at once, as Nomad's would).
+    pub abandoned: bool,
 }
 
 impl Alloc {
@@ -290,9 +294,9 @@ impl Alloc {
             self.placed_after_flagged_stop,
             self.failed,
             self.flagged_restart_done,
-            self.healthy,
             self.rollout_stop,
-            self.in_deployment,
+            self.watched,
+            self.abandoned,
         ];
         let flags = bits
             .iter()
@@ -378,8 +382,12 @@ pub enum Deployment {
     Running,
     /// Every allocation is of the new version and healthy.
     Successful,
-    /// The job was stopped (or purged) during the deployment.
+    /// The job was stopped (or purged) during the deployment, or a newer version
+    /// superseded it.
     Cancelled,
+    /// An allocation it placed failed before it was healthy (its restart policy gave up):
+    /// nothing more is rolled out.
+    Failed,
 }
 
 /// A job's status as the API shows it (Nomad's `Status`), derived from its allocations.

@@ -34,7 +34,7 @@ fn check_small_prints_a_verdict_per_property_and_succeeds() {
         .lines()
         .any(|l| l.starts_with("full_delay_waited") && l.ends_with("example found")));
     assert!(
-        text.contains("count1-budget2: 38,245 unique states, depth "),
+        text.contains("count1-budget2: 38,371 unique states, depth "),
         "{text}"
     );
 }

@@ -5,7 +5,7 @@ replacement, a closed pipe, and errors in the user's own spelling of a flag."""
 import json
 import subprocess
 
-from conftest import QUIESCE, clean_env, web_job
+from conftest import QUIESCE, SECOND, clean_env, web_job
 
 
 def signals(agent, alloc_id):
@@ -110,6 +110,8 @@ def test_a_purge_s_monitor_ends_when_the_tasks_are_dead(agent):
 def test_job_plan_shows_the_diff_and_changes_nothing_then_run_checks_the_index(agent, tmp_path):
     job = web_job(agent.address, count=1)
     job["Job"]["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] = "1"
+    # `job run` follows each version's deployment: healthy after 500 ms, not 10 s.
+    job["Job"]["TaskGroups"][0]["Update"] = {"MinHealthyTime": SECOND // 2}
     spec = tmp_path / "web.json"
     spec.write_text(json.dumps(job))
     agent.cli("job", "run", str(spec))
@@ -161,6 +163,9 @@ def test_a_followed_log_streams_until_the_allocation_ends(agent):
 
 COUNTER = """job "count" {
   group "g" {
+    update {
+      min_healthy_time = "500ms"
+    }
     task "t" {
       driver = "raw_exec"
       config {

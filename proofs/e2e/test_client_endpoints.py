@@ -190,7 +190,10 @@ def test_a_jobs_services_are_its_registrations_and_go_with_its_stop(agent):
 
 
 def test_the_read_only_endpoints_answer_as_nomads_do(agent):
-    agent.http("PUT", "/v1/jobs", sleeper("s", "0"))
+    # `max_parallel = 0`: no update strategy, so no deployment (the table stays empty).
+    job = sleeper("s", "0")
+    job["Job"]["TaskGroups"][0]["Update"] = {"MaxParallel": 0}
+    agent.http("PUT", "/v1/jobs", job)
     namespaces = agent.get("/v1/namespaces")
     assert [n["Name"] for n in namespaces] == ["default"], namespaces
     assert namespaces[0]["Description"] == "Default shared namespace"

@@ -20,8 +20,9 @@ job "fields" {
     value     = "linux"
   }
   update {
-    max_parallel = 2
-    canary       = 1
+    max_parallel     = 2
+    canary           = 1
+    min_healthy_time = "500ms"
   }
   group "web" {
     meta { tier = "front" }

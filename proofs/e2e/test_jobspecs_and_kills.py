@@ -14,6 +14,10 @@ job "hcl-web" {
   group "web" {
     count          = 1
     shutdown_delay = "30s"
+    # `job run` follows the registration's deployment: healthy after 500 ms, not 10 s.
+    update {
+      min_healthy_time = "500ms"
+    }
     service {
       name     = "hcl-web"
       provider = "nomad"

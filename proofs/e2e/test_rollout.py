@@ -52,7 +52,15 @@ def test_a_rollout_stops_one_old_allocation_at_a_time_each_after_its_delays_and_
     old = {a["ID"] for a in agent.running("web", 3)}
     for alloc_id in old:
         assert environ(start_record(agent, alloc_id)["pid"])[b"RELEASE"] == b"1"
-    assert agent.get("/v1/job/web/deployment") is None, "a first registration replaces nothing"
+    # The registration's own deployment: every allocation placed at once, healthy after
+    # 3 s; its success makes version 0 stable.
+    first = agent.wait_until(
+        "the first deployment to succeed",
+        lambda: (d := agent.get("/v1/job/web/deployment"))["Status"] == "successful" and d,
+        timeout=30,
+    )
+    assert (first["JobVersion"], first["TaskGroups"]["web"]["HealthyAllocs"]) == (0, 3), first
+    assert agent.get("/v1/job/web/versions")["Versions"][0]["Stable"] is True
 
     job["Job"]["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] = "2"
     asked = time.monotonic()
@@ -71,7 +79,8 @@ def test_a_rollout_stops_one_old_allocation_at_a_time_each_after_its_delays_and_
     state = deployment["TaskGroups"]["web"]
     assert (state["DesiredTotal"], state["PlacedAllocs"], state["HealthyAllocs"]) == (3, 3, 3), state
     assert agent.get(f"/v1/deployment/{deployment['ID']}")["ID"] == deployment["ID"]
-    assert [d["ID"] for d in agent.get("/v1/job/web/deployments")] == [deployment["ID"]]
+    # Newest first: the rollout's, then the registration's.
+    assert [d["ID"] for d in agent.get("/v1/job/web/deployments")] == [deployment["ID"], first["ID"]]
     assert deployment["ID"] in {d["ID"] for d in agent.get("/v1/deployments")}
 
     # What each old task got: one SIGINT, after its services were gone and 1.5 s of delays.

@@ -133,6 +133,17 @@ pub fn initial_sim(cfg: &ModelCfg) -> Result<(Simulator, Vec<AllocId>), String> 
     // Only what waits for nothing: a task that may crash must not have crashed yet.
     sim.run_until_idle(100_000)
         .map_err(|e| format!("the job does not start: {e}"))?;
+    // With an `update` block the registration opened a deployment: each allocation turns
+    // healthy and it succeeds, as in the model's initial state.
+    while let Some(healthy) = sim
+        .enabled_steps()
+        .into_iter()
+        .find(|step| matches!(step, quiesce_core::step::Step::AllocHealthy { .. }))
+    {
+        sim.apply(&healthy)
+            .and_then(|()| sim.run_until_idle(100_000).map(drop))
+            .map_err(|e| format!("the first deployment does not succeed: {e}"))?;
+    }
     let mut ids = Vec::new();
     extend_ids(&sim, &cfg.job, &mut ids);
     Ok((sim, ids))

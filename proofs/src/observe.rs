@@ -74,10 +74,10 @@ pub struct AllocObs {
     pub failed: bool,
     /// The generation of the version it runs.
     pub generation: u8,
-    /// Placed by a deployment (`DeploymentID` set).
-    pub in_deployment: bool,
-    /// Its client reported it healthy.
-    pub healthy: bool,
+    /// Placed by a deployment (`DeploymentID` set) whose health is not yet decided.
+    pub watched: bool,
+    /// Watched, and its deployment failed.
+    pub abandoned: bool,
     /// Stopped to be replaced by a new version (`alloc is being updated due to job update`).
     pub rollout_stop: bool,
 }
@@ -127,6 +127,7 @@ pub fn of_model(model: &StopPathModel, state: &State) -> Observation {
             Deployment::Running => Some(deployment_status::RUNNING),
             Deployment::Successful => Some(deployment_status::SUCCESSFUL),
             Deployment::Cancelled => Some(deployment_status::CANCELLED),
+            Deployment::Failed => Some(deployment_status::FAILED),
         },
     }
 }
@@ -166,8 +167,8 @@ fn alloc_of_model(alloc: &Alloc, tasks: usize) -> AllocObs {
             .collect(),
         failed: alloc.failed,
         generation: alloc.spec.generation,
-        in_deployment: alloc.in_deployment,
-        healthy: alloc.healthy,
+        watched: alloc.watched,
+        abandoned: alloc.abandoned,
         rollout_stop: alloc.rollout_stop,
     }
 }
@@ -197,6 +198,7 @@ pub fn of_sim(sim: &Simulator, job_id: &str, tasks: usize, ids: &[AllocId]) -> O
                 deployment_status::RUNNING => deployment_status::RUNNING,
                 deployment_status::SUCCESSFUL => deployment_status::SUCCESSFUL,
                 deployment_status::CANCELLED => deployment_status::CANCELLED,
+                deployment_status::FAILED => deployment_status::FAILED,
                 _ => "other",
             }),
     }
@@ -246,13 +248,26 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
                 .map(|(_, generation)| *generation)
         })
         .unwrap_or(0);
-    let in_deployment = record.is_some_and(|alloc| !alloc.deployment_id.is_empty());
-    let healthy = record.is_some_and(|alloc| {
-        alloc
-            .deployment_status
-            .as_ref()
-            .is_some_and(|status| status.healthy == Some(true))
-    });
+    // Placed by a deployment, its health not yet decided: as the server has it, or, once
+    // the record is gone (a purge), as its client does.
+    let watched = match store.alloc_for_client(id) {
+        Some(alloc) => {
+            !alloc.deployment_id.is_empty()
+                && alloc
+                    .deployment_status
+                    .as_ref()
+                    .is_none_or(|status| status.healthy.is_none())
+        }
+        None => sim.runner(id).is_some_and(|runner| {
+            !runner.alloc.deployment_id.is_empty() && runner.health.status().is_none()
+        }),
+    };
+    let abandoned = watched
+        && record.is_some_and(|alloc| {
+            store
+                .deployment(&alloc.deployment_id)
+                .is_some_and(|d| d.status == deployment_status::FAILED)
+        });
     let rollout_stop = record.is_some_and(|alloc| alloc.desired_description == DESC_UPDATING);
     let server = store.alloc_for_client(id).map(|alloc| ServerObs {
         stop: alloc.desired_status != DesiredStatus::Run || alloc.tombstone,
@@ -289,8 +304,8 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
             tasks: vec![not_started; tasks],
             failed: false,
             generation,
-            in_deployment,
-            healthy,
+            watched,
+            abandoned,
             rollout_stop,
         };
     };
@@ -338,8 +353,8 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
             .collect(),
         failed: runner.failed,
         generation,
-        in_deployment,
-        healthy,
+        watched,
+        abandoned,
         rollout_stop,
     }
 }

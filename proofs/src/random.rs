@@ -234,6 +234,7 @@ fn state_of(
             None => Deployment::None,
             Some("running") => Deployment::Running,
             Some("successful") => Deployment::Successful,
+            Some("failed") => Deployment::Failed,
             Some(_) => Deployment::Cancelled,
         },
         eval_pending: observation.eval_pending,
@@ -294,9 +295,9 @@ fn alloc_of(spec: SpecDigest, obs: &AllocObs, id: &AllocId, ghosts: &Ghosts) -> 
         placed_after_flagged_stop: false,
         failed: obs.failed,
         flagged_restart_done: false,
-        healthy: obs.healthy,
         rollout_stop: obs.rollout_stop,
-        in_deployment: obs.in_deployment,
+        watched: obs.watched,
+        abandoned: obs.abandoned,
     }
 }
 

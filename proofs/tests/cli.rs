@@ -27,7 +27,7 @@ fn small_conforms_and_says_how_much_was_checked() {
         "{text}"
     );
     assert!(
-        text.contains("lockstep: 91850 transitions checked, 38245 states, mismatches 0"),
+        text.contains("lockstep: 92098 transitions checked, 38371 states, mismatches 0"),
         "{text}"
     );
     assert!(text.contains("random: 8 runs (seed 3), "), "{text}");

@@ -492,8 +492,9 @@ fn rollouts_of_a_job_that_is_no_model_part_validate_in_full() {
     assert_eq!(parts, [("api", "front", 9), ("api", "back", 6)]);
     let healthy = log.iter().filter(|e| e.name() == "AllocHealthy").count();
     assert_eq!(
-        healthy, 10,
-        "every replacement turned healthy before the next batch"
+        healthy, 15,
+        "every allocation turned healthy: the registration's 5 (its own deployment), and \
+         each of the 10 replacements before the next batch"
     );
 }
 

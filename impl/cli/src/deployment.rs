@@ -115,6 +115,15 @@ pub(super) fn job_deployments(
 /// how it ended, as Nomad's.)
 pub(super) fn monitor_deployment(api: &Api, eval_id: &str, verbose: bool) -> Result<(), String> {
     let eval = api.get(&format!("/v1/evaluation/{}", segment(eval_id)))?;
+    // What could not be placed waits for capacity (said above): the deployment cannot
+    // progress before, and the command returns.
+    let blocked = !text(&eval, "BlockedEval").is_empty()
+        || eval["FailedTGAllocs"]
+            .as_object()
+            .is_some_and(|failed| !failed.is_empty());
+    if blocked {
+        return Ok(());
+    }
     let job_id = text(&eval, "JobID");
     let Some((job, _)) = api.call_found("GET", &format!("/v1/job/{}", segment(&job_id)), None)?
     else {

@@ -495,9 +495,17 @@ fn all_at_once() -> UpdateStrategy {
 fn a_service_job_without_an_update_block_rolls_out_one_at_a_time_each_after_health() {
     let mut server = server_with(job("service", 3));
     let old = alloc_ids(&server);
+    // The registration's own deployment placed them; healthy, it succeeds.
+    let first = server.store.latest_deployment("web").unwrap().id.clone();
     for id in &old {
-        server.client_report(id, report(ClientStatus::Running));
+        server.client_report(id, healthy());
     }
+    while server.process_next_eval().unwrap().is_some() {}
+    assert_eq!(
+        server.store.deployment(&first).unwrap().status,
+        "successful"
+    );
+    assert!(server.store.job_versions("web").unwrap()[0].stable);
     let mut changed = job("service", 3);
     changed.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
     server.register_job(changed).unwrap();
@@ -830,9 +838,16 @@ fn the_event_journal_keeps_each_write_as_it_ended() {
     assert_eq!(
         types,
         [
-            vec![("Job", "JobRegistered"), ("Evaluation", "JobRegistered")],
-            // The placement changes the job's status (pending to running): the job too.
+            // The registration opens its deployment in its own write.
             vec![
+                ("Job", "JobRegistered"),
+                ("Deployment", "DeploymentStatusUpdate"),
+                ("Evaluation", "JobRegistered")
+            ],
+            // The placement changes the job's status (pending to running): the job too;
+            // and the deployment counts it.
+            vec![
+                ("Deployment", "DeploymentStatusUpdate"),
                 ("Allocation", "PlanResult"),
                 ("Job", "PlanResult"),
                 ("Evaluation", "EvaluationUpdated")
@@ -881,7 +896,13 @@ fn the_event_journal_keeps_each_write_as_it_ended() {
         ("AllocationUpdated", ClientStatus::Complete)
     );
     // The placement, read after all of it: pending, to run, unflagged, as it was placed.
-    let placement = registered[1].events[0].snapshot.as_ref();
+    let placement = registered[1]
+        .events
+        .iter()
+        .find(|e| e.key == alloc)
+        .expect("the placement's event")
+        .snapshot
+        .as_ref();
     let Snapshot::Alloc(placed) = placement else {
         panic!("a copy, not {placement:?}");
     };
@@ -1198,15 +1219,7 @@ fn placement_goes_to_the_node_with_fewer_live_allocations() {
 // invariant: stop_completes
 #[test]
 fn a_replacement_that_fails_before_it_is_healthy_fails_the_deployment_and_stops_the_rollout() {
-    let mut server = server_with(job("service", 2));
-    let old = alloc_ids(&server);
-    for id in &old {
-        server.client_report(id, report(ClientStatus::Running));
-    }
-    let mut changed = job("service", 2);
-    changed.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
-    server.register_job(changed).unwrap();
-    server.process_next_eval().unwrap();
+    let (mut server, old) = rolling_out(2, None);
     let replacement = replacement_of(&server, &old[0]);
     server.client_report(&old[0], report(ClientStatus::Complete));
     server.client_report(&replacement, report(ClientStatus::Failed));
@@ -1239,9 +1252,11 @@ fn rolling_out(count: i64, update: Option<UpdateStrategy>) -> (Server, Vec<Strin
     first.update = update.clone();
     let mut server = server_with(first);
     let old = alloc_ids(&server);
+    // The first deployment succeeds: version 0 is stable.
     for id in &old {
-        server.client_report(id, report(ClientStatus::Running));
+        server.client_report(id, healthy());
     }
+    while server.process_next_eval().unwrap().is_some() {}
     let mut changed = job("service", count);
     changed.update = update;
     changed.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
@@ -1302,15 +1317,33 @@ fn a_failed_deployment_stops_the_rollout_and_with_auto_revert_goes_back_to_the_s
         auto_revert: Some(true),
         ..UpdateStrategy::default()
     };
+    // A first deployment failed: no version is stable yet, nothing to go back to.
+    let mut first = job("service", 2);
+    first.update = Some(update.clone());
+    let mut fresh = server_with(first);
+    let id = fresh.store.latest_deployment("web").unwrap().id.clone();
+    let failed = fresh.fail_deployment(&id).unwrap();
+    assert_eq!(failed.reverted_job_version, None);
+    assert_eq!(
+        fresh.store.deployment(&id).unwrap().status_description,
+        "Deployment marked as failed - no stable job version to auto revert to"
+    );
+
+    // Version 0's deployment succeeded (rolling_out): version 1's failure goes back to it.
     let (mut server, old) = rolling_out(2, Some(update.clone()));
-    // Version 0 was never rolled out by a deployment: nothing is stable yet.
     let id = server.store.latest_deployment("web").unwrap().id.clone();
     let failed = server.fail_deployment(&id).unwrap();
-    assert_eq!(failed.reverted_job_version, None);
+    assert_eq!(failed.reverted_job_version, Some(0));
     let deployment = server.store.deployment(&id).unwrap();
     assert_eq!(
         deployment.status_description,
-        "Deployment marked as failed - no stable job version to auto revert to"
+        "Deployment marked as failed - rolling back to job version 0"
+    );
+    let current = server.store.job("web").unwrap();
+    assert_eq!(current.version, 2);
+    assert_eq!(
+        current.spec_only(),
+        server.store.job_versions("web").unwrap()[0].spec_only()
     );
     assert_eq!(
         server.fail_deployment(&id),
@@ -1318,6 +1351,8 @@ fn a_failed_deployment_stops_the_rollout_and_with_auto_revert_goes_back_to_the_s
             "can't fail terminal deployment".into()
         ))
     );
+    // The revert rolls version 0's spec out again: the one replacement of version 1 is
+    // replaced, the old allocation not yet replaced is kept (it runs version 0's spec).
     while server.process_next_eval().unwrap().is_some() {}
     assert_eq!(
         stopped(&server, &old),
@@ -1325,7 +1360,7 @@ fn a_failed_deployment_stops_the_rollout_and_with_auto_revert_goes_back_to_the_s
         "a failed deployment replaces nothing more"
     );
 
-    // Roll version 2 out to success: it is stable. Then a bad version 3, failed: back to 2.
+    // Roll version 3 out to success: it is stable. Then a bad version 4, failed: back to 3.
     let mut second = job("service", 2);
     second.update = Some(update.clone());
     second.task_groups[0].tasks[0].env = Some([("V".to_string(), "3".to_string())].into());
@@ -1346,14 +1381,14 @@ fn a_failed_deployment_stops_the_rollout_and_with_auto_revert_goes_back_to_the_s
         }
     }
     let done = server.store.latest_deployment("web").unwrap().clone();
-    assert_eq!((done.status.as_str(), done.job_version), ("successful", 2));
+    assert_eq!((done.status.as_str(), done.job_version), ("successful", 3));
     let versions = server.store.job_versions("web").unwrap();
     let stable: Vec<u64> = versions
         .iter()
         .filter(|v| v.stable)
         .map(|v| v.version)
         .collect();
-    assert_eq!(stable, [2]);
+    assert_eq!(stable, [0, 3]);
     let mut bad = job("service", 2);
     bad.update = Some(update);
     bad.task_groups[0].tasks[0].env = Some([("V".to_string(), "4".to_string())].into());
@@ -1361,16 +1396,16 @@ fn a_failed_deployment_stops_the_rollout_and_with_auto_revert_goes_back_to_the_s
     while server.process_next_eval().unwrap().is_some() {}
     let id = server.store.latest_deployment("web").unwrap().id.clone();
     let failed = server.fail_deployment(&id).unwrap();
-    assert_eq!(failed.reverted_job_version, Some(2));
+    assert_eq!(failed.reverted_job_version, Some(3));
     assert_eq!(
         server.store.deployment(&id).unwrap().status_description,
-        "Deployment marked as failed - rolling back to job version 2"
+        "Deployment marked as failed - rolling back to job version 3"
     );
     let current = server.store.job("web").unwrap();
-    assert_eq!(current.version, 4);
+    assert_eq!(current.version, 5);
     assert_eq!(
         current.spec_only(),
-        server.store.job_versions("web").unwrap()[2].spec_only()
+        server.store.job_versions("web").unwrap()[3].spec_only()
     );
     assert!(
         !current.stable,
@@ -1417,6 +1452,17 @@ fn revert_registers_an_older_spec_again_and_refuses_what_nomad_refuses() {
 #[test]
 fn scale_changes_one_groups_count_and_is_refused_during_a_deployment() {
     let mut server = server_with(job("service", 1));
+    assert_eq!(
+        server.scale_job("web", "web", 3),
+        Err(ServerError::Refused(
+            "job scaling blocked due to active deployment".into()
+        )),
+        "the registration's own deployment runs"
+    );
+    for id in alloc_ids(&server) {
+        server.client_report(&id, healthy());
+    }
+    while server.process_next_eval().unwrap().is_some() {}
     let response = server.scale_job("web", "web", 3).unwrap();
     assert!(!response.eval_id.is_empty());
     while server.process_next_eval().unwrap().is_some() {}
@@ -1473,8 +1519,9 @@ fn a_deployment_without_progress_by_its_deadline_fails_and_progress_moves_the_de
     server.store.set_clock(test_clock);
     CLOCK.store(1_000 * S, std::sync::atomic::Ordering::SeqCst);
     for id in alloc_ids(&server) {
-        server.client_report(&id, report(ClientStatus::Running));
+        server.client_report(&id, healthy());
     }
+    while server.process_next_eval().unwrap().is_some() {}
     let mut changed = job("service", 2);
     changed.update = Some(update);
     changed.task_groups[0].tasks[0].env = Some([("V".to_string(), "2".to_string())].into());
@@ -1495,7 +1542,7 @@ fn a_deployment_without_progress_by_its_deadline_fails_and_progress_moves_the_de
     CLOCK.store(1_300 * S, std::sync::atomic::Ordering::SeqCst);
     let replacement = alloc_ids(&server)
         .into_iter()
-        .find(|a| !server.store.alloc(a).unwrap().deployment_id.is_empty())
+        .find(|a| server.store.alloc(a).unwrap().deployment_id == id)
         .unwrap();
     server.client_report(&replacement, healthy());
     assert_eq!(by(&server), 1_900 * S);

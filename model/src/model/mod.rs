@@ -142,9 +142,9 @@ impl StopPathModel {
             placed_after_flagged_stop: ghost.started_after_flagged_stop,
             failed: false,
             flagged_restart_done: false,
-            healthy: false,
             rollout_stop: false,
-            in_deployment: false,
+            watched: false,
+            abandoned: false,
         }
     }
 
@@ -389,7 +389,8 @@ impl Model for StopPathModel {
     type Action = Action;
 
     /// The job is registered and running: `count` allocations placed, pulled and running,
-    /// their services registered.
+    /// their services registered; with an `update` block, placed by the registration's
+    /// deployment, which has succeeded.
     fn init_states(&self) -> Vec<State> {
         let ghost = Ghost::default();
         let mut state = State {
@@ -407,6 +408,11 @@ impl Model for StopPathModel {
             ghost,
             violations: 0,
         };
+        // With an `update` block the registration's deployment placed them, and has
+        // succeeded: each was reported healthy (and is no longer watched).
+        if self.cfg.max_parallel > 0 {
+            state.deployment = Deployment::Successful;
+        }
         for _ in 0..self.cfg.count {
             let node = self.least_loaded_node(&state);
             let mut alloc = self.new_alloc(self.spec, node, &ghost);
@@ -505,6 +511,7 @@ impl Model for StopPathModel {
             }
         }
         self.rollout_stop_reported(last, &mut state);
+        self.watched_alloc_failed(last, &mut state);
         if self.cfg.history == History::Lean {
             self.erase_finished(&mut state);
         }

@@ -27,8 +27,12 @@ impl StopPathModel {
             state.deployment = Deployment::Cancelled;
         }
         if purge {
-            // A purge deletes the job's deployments with it.
+            // A purge deletes the job's deployments with it (and with them what a failed one
+            // left abandoned).
             state.deployment = Deployment::None;
+            for alloc in state.allocs.iter_mut() {
+                alloc.abandoned = false;
+            }
             // DESIGN.md: the job is deleted at once; each allocation becomes a tombstone
             // carrying desired stop and the flag, removed when the client reports it terminal.
             state.job = Job {
@@ -122,9 +126,11 @@ impl StopPathModel {
     }
 
     /// After a new running version is stored (an update, a start): a deployment still
-    /// running is superseded, and one opens if allocations of an older generation still run
-    /// and the group has an `update` block. (Fresh placements need none.)
-    fn open_deployment(&self, state: &mut State) {
+    /// running is superseded, and, when the group has an `update` block, one opens if the
+    /// version has allocations to replace (of an older generation, still running) or to
+    /// place (fewer than `count` of its own run), as Nomad's reconciler opens one for any
+    /// version with placements — a first registration's, a start's.
+    pub(crate) fn open_deployment(&self, state: &mut State) {
         if state.deployment == Deployment::Running {
             state.deployment = Deployment::Cancelled;
         }
@@ -136,15 +142,27 @@ impl StopPathModel {
             .allocs
             .iter()
             .any(|alloc| !alloc.is_terminal() && alloc.spec.generation < generation);
-        if self.cfg.max_parallel > 0 && older_running {
+        if self.cfg.max_parallel > 0
+            && (older_running || self.live_of(state, generation) < usize::from(self.cfg.count))
+        {
             state.deployment = Deployment::Running;
         }
+    }
+
+    /// The allocations of `generation` that run or will (not terminal).
+    fn live_of(&self, state: &State, generation: u8) -> usize {
+        state
+            .allocs
+            .iter()
+            .filter(|alloc| !alloc.is_terminal() && alloc.spec.generation == generation)
+            .count()
     }
 
     /// The client reports an allocation healthy; while the deployment runs, its watcher
     /// asks for an evaluation, which may start the next batch.
     pub(super) fn alloc_healthy(&self, state: &mut State, ix: usize) {
-        state.allocs[ix].healthy = true;
+        state.allocs[ix].watched = false;
+        state.allocs[ix].abandoned = false;
         if state.deployment == Deployment::Running {
             state.eval_pending = true;
         }
@@ -167,12 +185,34 @@ impl StopPathModel {
         }
     }
 
+    /// After a step: an allocation a deployment watches that failed on its own in it (its
+    /// restart policy gave up, the server still wanting it to run) is reported so — its
+    /// health decided, unhealthy — and a running deployment fails, as the implementation's
+    /// server fails it (`replacement_failed`). It stops no rollout already begun.
+    pub(super) fn watched_alloc_failed(&self, last: &State, state: &mut State) {
+        let mut failed = false;
+        for (now, before) in state.allocs.iter_mut().zip(&last.allocs) {
+            let ended =
+                now.runner == RunnerPhase::Terminal && before.runner != RunnerPhase::Terminal;
+            if ended && now.watched && now.failed && !now.desired_stop && !now.tombstone {
+                now.watched = false;
+                now.abandoned = false;
+                failed = true;
+            }
+        }
+        if failed && state.deployment == Deployment::Running {
+            state.deployment = Deployment::Failed;
+            for alloc in state.allocs.iter_mut().filter(|alloc| alloc.watched) {
+                alloc.abandoned = true;
+            }
+        }
+    }
+
     /// An allocation its client may report healthy, by what the client knows: placed by a
     /// deployment, no stop pulled, every task that is not poststop running (its
     /// `min_healthy_time` is abstracted: its timer may fire at any moment the tasks run).
     pub(super) fn may_turn_healthy(&self, alloc: &Alloc) -> bool {
-        alloc.in_deployment
-            && !alloc.healthy
+        alloc.watched
             && alloc.runner == RunnerPhase::Running
             && self.tasks().all(|(ix, kind)| {
                 kind == crate::config::TaskKind::Poststop
@@ -209,7 +249,7 @@ impl StopPathModel {
         let unhealthy = state
             .allocs
             .iter()
-            .filter(|alloc| !alloc.is_terminal() && alloc.in_deployment && !alloc.healthy)
+            .filter(|alloc| !alloc.is_terminal() && alloc.watched && !alloc.abandoned)
             .count();
         let busy = stopping + unhealthy;
         let room = if self.has(Fault::RolloutIgnoresMaxParallel) {
@@ -241,7 +281,12 @@ impl StopPathModel {
             }
             stopped += 1;
         }
-        let done = busy == 0 && stopped == 0 && !state.allocs.iter().any(older);
+        // Done when nothing is left to replace or to place: every allocation of this
+        // generation placed (those this evaluation places come after) and healthy.
+        let done = busy == 0
+            && stopped == 0
+            && !state.allocs.iter().any(older)
+            && self.live_of(state, generation) >= usize::from(self.cfg.count);
         if done {
             state.deployment = Deployment::Successful;
         }
@@ -278,7 +323,7 @@ impl StopPathModel {
             );
             let node = self.least_loaded_node(state);
             let mut alloc = self.new_alloc(latest.spec, node, &state.ghost);
-            alloc.in_deployment = state.deployment == Deployment::Running;
+            alloc.watched = state.deployment == Deployment::Running;
             state.allocs.push(alloc);
         }
     }

@@ -126,7 +126,13 @@ impl Instance {
                         }],
                         purged: false,
                     },
-                    deployment: quiesce_model::state::Deployment::None,
+                    // With an `update` block the registration's placements are a deployment
+                    // (the model's `open_deployment`).
+                    deployment: if model.cfg.max_parallel > 0 && model.cfg.count > 0 && !spec.stop {
+                        quiesce_model::state::Deployment::Running
+                    } else {
+                        quiesce_model::state::Deployment::None
+                    },
                     eval_pending: true,
                     allocs: Vec::new(),
                     requests_made: 0,

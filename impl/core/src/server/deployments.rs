@@ -1,11 +1,11 @@
-//! Deployments (`reference/nomad-stop-path.md` has none; DESIGN.md invariant 10b): a
-//! registration that changes a group with an update strategy while allocations of an older
-//! version run opens a deployment, which the reconciler follows (`scheduler.rs`); the
-//! clients report each new allocation's health; a stop cancels it, a purge deletes it.
+//! Deployments (`reference/nomad-stop-path.md` has none; DESIGN.md invariant 10b): a new
+//! version of a group with an update strategy that has allocations to replace (of an older
+//! version, still running) or to place (a first registration, a start) opens a deployment,
+//! which the reconciler follows (`scheduler.rs`); the clients report each new allocation's
+//! health; a stop cancels it, a purge deletes it. Its success makes the version stable.
 //!
 //! Where quiesce differs from Nomad: the deployment is opened in the registration's own
-//! write (Nomad's reconciler creates it when it processes the evaluation), and only by a
-//! version that replaces allocations (Nomad opens one for a first registration too).
+//! write (Nomad's reconciler creates it when it processes the evaluation).
 
 use super::events::WriteType;
 use super::structs::DeploymentState;
@@ -26,7 +26,8 @@ pub struct DeploymentUpdate {
 impl Server {
     /// After a write stored `job`'s new version at `index`: an active deployment of an older
     /// version is cancelled, and a new one opens for the groups whose running allocations
-    /// the version replaces.
+    /// the version replaces, or that have fewer than `count` allocations to keep (the model's
+    /// `open_deployment`).
     pub(super) fn open_deployment(&mut self, job: &Job, index: u64) {
         if let Some(active) = self
             .store
@@ -47,12 +48,16 @@ impl Server {
             let Some(update) = job.update_of(&group.name) else {
                 continue;
             };
-            let replaced = self.store.allocs_by_job(&job.id).any(|alloc| {
-                !alloc.is_terminal()
-                    && alloc.task_group == group.name
-                    && alloc.job.as_run(&group.name) != job.as_run(&group.name)
-            });
-            if replaced {
+            let live = || {
+                self.store
+                    .allocs_by_job(&job.id)
+                    .filter(|alloc| !alloc.is_terminal() && alloc.task_group == group.name)
+            };
+            let replaced =
+                live().any(|alloc| alloc.job.as_run(&group.name) != job.as_run(&group.name));
+            let desired = group.count.map_or(1, |count| count.max(0) as usize);
+            let to_place = live().count() < desired;
+            if replaced || to_place {
                 // Without a clock (the simulator) there is no deadline: its states stay
                 // comparable, and the model has none.
                 let now = self.store.now();

@@ -203,8 +203,8 @@ fn rollout_room(
     });
     // Any deployment's replacement whose health is not yet decided: one placed by a
     // deployment that a newer version cancelled still serves nothing until it is healthy
-    // (the model has one deployment bit: the same). One decided unhealthy, or placed by a
-    // deployment that failed, holds nothing: a fix rolled out after a failure replaces it.
+    // (the model's `watched`). One decided unhealthy, or placed by a deployment that failed
+    // (the model's `abandoned`), holds nothing: a fix rolled out after a failure replaces it.
     let unhealthy = in_group().any(|alloc| {
         let undecided = alloc
             .deployment_status
