@@ -330,7 +330,7 @@ fn alloc_changes(model: &StopPathModel, name: &str, old: &Alloc, new: &Alloc) ->
     if new.rollout_stop && !old.rollout_stop {
         server.push("replaced by the rollout".to_string());
     }
-    if old.watched && !new.watched {
+    if old.watched && !new.watched && !new.failed {
         server.push("healthy".to_string());
     }
     if !server.is_empty() {

@@ -122,8 +122,10 @@ def test_honoured_fields_reach_the_task_and_warned_ones_are_said(agent, tmp_path
     spec2 = tmp_path / "fields2.nomad.hcl"
     spec2.write_text((HCL % {"python": PYTHON, "admin": 28123, "witness": WITNESS}).replace('"fields"', '"fields2"')
                      .replace("fields-web", "fields2-web"))
-    out = agent.cli("job", "run", str(spec2)).stdout
+    blocked = agent.cli("job", "run", str(spec2), check=False)
+    out = blocked.stdout
     assert "failed to place all allocations" in out and "waiting for additional capacity" in out, out
+    assert blocked.returncode == 2, "Nomad's exit status for placement issues"
     assert agent.allocs("fields2") == []
     agent.cli("job", "stop", "-no-shutdown-delay", "fields")
     [second] = agent.running("fields2", 1)

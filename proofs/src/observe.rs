@@ -258,8 +258,14 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
                     .as_ref()
                     .is_none_or(|status| status.healthy.is_none())
         }
+        // A runner that failed while wanted to run was reported unhealthy by the server
+        // (its record gone now).
         None => sim.runner(id).is_some_and(|runner| {
-            !runner.alloc.deployment_id.is_empty() && runner.health.status().is_none()
+            !runner.alloc.deployment_id.is_empty()
+                && runner.health.status().is_none()
+                && !(runner.failed
+                    && runner.alloc.desired_status == DesiredStatus::Run
+                    && !runner.alloc.tombstone)
         }),
     };
     let abandoned = watched

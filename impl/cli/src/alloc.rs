@@ -407,7 +407,9 @@ pub(super) fn monitor_with(
             short(eval_id)
         );
     } else {
-        // Nomad's lines for placements that failed, and the evaluation left to retry them.
+        // Nomad's lines for placements that failed, and the evaluation left to retry them;
+        // the command then exits 2, as Nomad's does for placement issues.
+        super::PLACEMENT_FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
         println!(
             "==> {}: Evaluation {:?} finished with status {status:?} but failed to place all \
              allocations:",

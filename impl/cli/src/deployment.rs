@@ -115,8 +115,8 @@ pub(super) fn job_deployments(
 /// how it ended, as Nomad's.)
 pub(super) fn monitor_deployment(api: &Api, eval_id: &str, verbose: bool) -> Result<(), String> {
     let eval = api.get(&format!("/v1/evaluation/{}", segment(eval_id)))?;
-    // What could not be placed waits for capacity (said above): the deployment cannot
-    // progress before, and the command returns.
+    // What could not be placed waits for capacity (said above, and the command exits 2):
+    // the deployment cannot progress before, and the command returns.
     let blocked = !text(&eval, "BlockedEval").is_empty()
         || eval["FailedTGAllocs"]
             .as_object()

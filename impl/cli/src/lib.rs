@@ -189,6 +189,7 @@ pub fn main(args: Vec<String>) -> i32 {
         Top::Fs(args) => alloc_fs::fs_command(args),
     };
     match result {
+        Ok(()) if PLACEMENT_FAILED.load(std::sync::atomic::Ordering::Relaxed) => 2,
         Ok(()) => 0,
         Err(message) => {
             eprintln!("Error: {message}");
@@ -196,6 +197,10 @@ pub fn main(args: Vec<String>) -> i32 {
         }
     }
 }
+
+/// An evaluation the command monitored could not place everything: it exits 2, as Nomad's
+/// `job run` does for placement issues (0 submitted and scheduled, 1 any other error).
+static PLACEMENT_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 #[cfg(test)]
 mod tests {

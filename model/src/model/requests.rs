@@ -130,7 +130,7 @@ impl StopPathModel {
     /// version has allocations to replace (of an older generation, still running) or to
     /// place (fewer than `count` of its own run), as Nomad's reconciler opens one for any
     /// version with placements — a first registration's, a start's.
-    pub(crate) fn open_deployment(&self, state: &mut State) {
+    pub fn open_deployment(&self, state: &mut State) {
         if state.deployment == Deployment::Running {
             state.deployment = Deployment::Cancelled;
         }
@@ -228,7 +228,7 @@ impl StopPathModel {
     /// client has not started yet (it serves nothing), else the least by its packed record:
     /// a choice by position would break symmetry. (The implementation takes the oldest among
     /// the started ones; the parts that roll out keep those alike, and lockstep would tell.)
-    fn roll_out(&self, state: &mut State, generation: u8) {
+    fn roll_out(&self, state: &mut State, generation: u8, migrated: usize) {
         let older = |alloc: &Alloc| !alloc.is_terminal() && alloc.spec.generation < generation;
         if self.cfg.max_parallel == 0 {
             // No `update` block: every older allocation is replaced at once.
@@ -282,11 +282,13 @@ impl StopPathModel {
             stopped += 1;
         }
         // Done when nothing is left to replace or to place: every allocation of this
-        // generation placed (those this evaluation places come after) and healthy.
+        // generation placed (those this evaluation places come after, but for the
+        // replacements of the ones it migrates: their places are kept, as the
+        // implementation's reconciler keeps their indexes) and healthy.
         let done = busy == 0
             && stopped == 0
             && !state.allocs.iter().any(older)
-            && self.live_of(state, generation) >= usize::from(self.cfg.count);
+            && self.live_of(state, generation) + migrated >= usize::from(self.cfg.count);
         if done {
             state.deployment = Deployment::Successful;
         }
@@ -305,12 +307,14 @@ impl StopPathModel {
             }
             return;
         }
+        let mut migrated = 0;
         for alloc in state.allocs.iter_mut() {
             if alloc.migrate && !alloc.is_terminal() {
                 alloc.desired_stop = true;
+                migrated += 1;
             }
         }
-        self.roll_out(state, latest.spec.generation);
+        self.roll_out(state, latest.spec.generation, migrated);
         let live = state
             .allocs
             .iter()

@@ -244,6 +244,13 @@ impl Instance {
             }
             if new_version {
                 candidate.state.job.versions.push(latest);
+                // As the implementation's registration: a deployment opens if the version
+                // has allocations to place (fewer than count run).
+                if let Some(model) = &self.model {
+                    if !spec.stop {
+                        model.open_deployment(&mut candidate.state);
+                    }
+                }
             }
             candidate.state.eval_pending = true;
         }
