@@ -266,6 +266,7 @@ func TestEveryObjectHasNomadsFieldsAndNoOthers(t *testing.T) {
 		"Evaluation": reflect.TypeOf(api.Evaluation{}),
 		"Node":       reflect.TypeOf(api.Node{}),
 		"Service":    reflect.TypeOf(api.ServiceRegistration{}),
+		"Deployment": reflect.TypeOf(api.Deployment{}),
 	}
 	topics := map[string]int{}
 	for _, raw := range a.events(t, 2*time.Second) {
