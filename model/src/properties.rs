@@ -46,6 +46,8 @@ pub mod names {
     pub const ROLLOUT_WAITS_FULL_DELAY: &str = "rollout_waits_full_delay";
     pub const FLAGGED_STOP_DURING_ROLLOUT: &str = "flagged_stop_during_rollout";
     pub const ROLLOUT_AFTER_FLAGGED_STOP_WAITS: &str = "rollout_after_flagged_stop_waits";
+    pub const CANARIES_PROMOTED: &str = "canaries_promoted";
+    pub const CANARY_STOPPED_WITH_FLAG: &str = "canary_stopped_with_flag";
 
     /// The restart witnesses every part with restart requests under a budget of two reaches.
     pub const RESTART_WITNESSES: &[&str] = &[
@@ -96,7 +98,7 @@ pub const INVARIANTS: [(&str, Condition); 12] = [
 ];
 
 /// Every `sometimes` property; a part checks those its configuration lists as witnesses.
-pub const WITNESSES: [(&str, Condition); 20] = [
+pub const WITNESSES: [(&str, Condition); 22] = [
     (DELAY_SKIPPED, |_, s| any_delay(s, |d| d == Delay::Skipped)),
     (DELAY_CUT_SHORT, |_, s| {
         any_delay(s, |d| d == Delay::CutShort)
@@ -179,6 +181,13 @@ pub const WITNESSES: [(&str, Condition); 20] = [
         s.allocs.iter().any(|a| {
             a.rollout_stop && a.placed_after_flagged_stop && a.delays().any(|d| d == Delay::Elapsed)
         })
+    }),
+    (CANARIES_PROMOTED, |_, s| s.ghost.canaries_promoted),
+    // A flagged stop while the canaries wait for promotion skips their delays too.
+    (CANARY_STOPPED_WITH_FLAG, |_, s| {
+        s.allocs
+            .iter()
+            .any(|a| a.canary && a.flag_requested && a.delays().any(|d| d == Delay::Skipped))
     }),
 ];
 
@@ -439,7 +448,7 @@ pub fn stop_completes(model: &StopPathModel, state: &State) -> bool {
         return true;
     }
     // A rollout left running with nothing to wake it would never replace the rest.
-    if state.deployment == crate::state::Deployment::Running {
+    if state.deployment.is_running() {
         return false;
     }
     state
@@ -542,8 +551,9 @@ fn restarts_within_policy(model: &StopPathModel, alloc: &Alloc) -> bool {
 /// **rollout_bounded** (DESIGN.md invariant 10b; the `update` block). Forbids more than
 /// `max_parallel` allocations stopped by a rollout being still stopping at once, and a
 /// rollout stopping an old allocation while a replacement of the previous batch is not yet
-/// healthy or an allocation of the previous batch is still stopping (the ghost
-/// `rollout_ran_ahead`, set at that stop). Why: a rollout that takes every allocation down
+/// healthy or an allocation of the previous batch is still stopping, or before the
+/// deployment's canaries are promoted (the ghost `rollout_ran_ahead`, set at that stop).
+/// A canary's own stop is no rollout's. Why: a rollout that takes every allocation down
 /// together is a full outage, the one `shutdown_delay` exists to soften. (Without an
 /// `update` block, `max_parallel = 0`, there is no deployment and nothing to bound.)
 pub fn rollout_bounded(model: &StopPathModel, state: &State) -> bool {

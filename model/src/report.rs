@@ -295,7 +295,12 @@ fn changes(model: &StopPathModel, before: &State, after: &State) -> Vec<String> 
         out.push("job purged".to_string());
     }
     if after.deployment != before.deployment {
-        out.push(format!("deployment {:?}", after.deployment).to_lowercase());
+        out.push(match after.deployment {
+            crate::state::Deployment::Canaries => {
+                "deployment running, its canaries awaiting promotion".to_string()
+            }
+            other => format!("deployment {other:?}").to_lowercase(),
+        });
     }
     if after.allocs.len() > before.allocs.len() {
         let placed: Vec<_> = (before.allocs.len()..after.allocs.len())

@@ -265,6 +265,10 @@ pub struct Alloc {
     /// health, but it holds no later rollout (a fix rolled out after a failure replaces it
     /// at once, as Nomad's would).
     pub abandoned: bool,
+    /// A canary not yet promoted: placed beside the old allocations by a deployment whose
+    /// group has `update { canary }`, not counted toward `count` until its deployment is
+    /// promoted (which clears the bit), stopped if that deployment fails or is superseded.
+    pub canary: bool,
 }
 
 impl Alloc {
@@ -297,6 +301,7 @@ impl Alloc {
             self.rollout_stop,
             self.watched,
             self.abandoned,
+            self.canary,
         ];
         let flags = bits
             .iter()
@@ -308,7 +313,7 @@ impl Alloc {
             | (self.runner as u64) << 17
             | (self.group_delay as u64) << 20
             | flags << 23
-            | u64::from(self.spec.generation) << 39;
+            | u64::from(self.spec.generation) << 40;
         debug_assert!(self.spec.generation < 4, "a generation fits two bits");
         let tasks = self.tasks.iter().enumerate().fold(0u128, |acc, (i, task)| {
             acc | u128::from(task.pack()) << (18 * i)
@@ -370,6 +375,8 @@ pub struct Ghost {
     /// healthy, or while an allocation it stopped before was still stopping (invariant
     /// `rollout_bounded`). Never set in a correct model.
     pub rollout_ran_ahead: bool,
+    /// A deployment's canaries were all healthy and it promoted itself.
+    pub canaries_promoted: bool,
 }
 
 /// The job's latest deployment (Nomad's `Deployment.Status`), created by a registration that
@@ -380,6 +387,10 @@ pub enum Deployment {
     None,
     /// Replacing the older generations' allocations, `max_parallel` at a time.
     Running,
+    /// Running, its canaries placed beside the older allocations and not yet promoted:
+    /// nothing older is replaced until every canary is healthy and the deployment promotes
+    /// itself (`auto_promote`).
+    Canaries,
     /// Every allocation is of the new version and healthy.
     Successful,
     /// The job was stopped (or purged) during the deployment, or a newer version
@@ -388,6 +399,13 @@ pub enum Deployment {
     /// An allocation it placed failed before it was healthy (its restart policy gave up):
     /// nothing more is rolled out.
     Failed,
+}
+
+impl Deployment {
+    /// Still deploying (Nomad's status `running`), promoted or not.
+    pub fn is_running(self) -> bool {
+        matches!(self, Deployment::Running | Deployment::Canaries)
+    }
 }
 
 /// A job's status as the API shows it (Nomad's `Status`), derived from its allocations.

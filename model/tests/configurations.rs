@@ -71,6 +71,7 @@ fn standard_checks_clean_with_full_history() {
         ("restart-then-flagged-stop", 6_608),
         ("rollout-then-flagged-stop", 93_413),
         ("rollout-after-flagged-stop", 959),
+        ("canary-then-flagged-stop", 1_293),
     ]));
 }
 
@@ -94,6 +95,7 @@ fn standard_checks_clean_with_lean_history() {
         ("restart-then-flagged-stop", 3_347),
         ("rollout-then-flagged-stop", 14_021),
         ("rollout-after-flagged-stop", 705),
+        ("canary-then-flagged-stop", 805),
     ]));
 }
 

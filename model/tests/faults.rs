@@ -34,6 +34,8 @@ fn part_for(fault: Fault) -> ModelCfg {
         Fault::RolloutSkipsDelay
         | Fault::RolloutIgnoresMaxParallel
         | Fault::RolloutStopEndNotReported => named("rollout-then-flagged-stop"),
+        // Needs canaries.
+        Fault::RolloutIgnoresCanaries => named("canary-then-flagged-stop"),
         _ => config::small().remove(0),
     }
 }
@@ -128,6 +130,7 @@ fault_tests! {
     nomad_job_dead_at_desired_stop: NomadJobDeadAtDesiredStop,
     rollout_skips_delay: RolloutSkipsDelay,
     rollout_ignores_max_parallel: RolloutIgnoresMaxParallel,
+    rollout_ignores_canaries: RolloutIgnoresCanaries,
     rollout_stop_end_not_reported: RolloutStopEndNotReported,
 }
 

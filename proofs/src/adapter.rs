@@ -124,11 +124,14 @@ pub fn jobspec(cfg: &ModelCfg) -> Job {
             services: services(&cfg.group.name, cfg.group.service),
             tasks,
             restart_policy: Some(restart_policy),
-            // Rolled out `max_parallel` at a time, each replacement healthy after 10 s.
+            // Rolled out `max_parallel` at a time, each replacement healthy after 10 s,
+            // after its canaries, promoted by the deployment itself.
             update: Some(UpdateStrategy {
                 max_parallel: Some(i64::from(cfg.max_parallel)),
                 health_check: Some("task_states".into()),
                 min_healthy_time_ns: Some(10 * SECOND),
+                canary: (cfg.canary > 0).then_some(i64::from(cfg.canary)),
+                auto_promote: (cfg.canary > 0).then_some(true),
                 ..UpdateStrategy::default()
             }),
             ..TaskGroup::default()

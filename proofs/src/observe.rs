@@ -80,6 +80,8 @@ pub struct AllocObs {
     pub abandoned: bool,
     /// Stopped to be replaced by a new version (`alloc is being updated due to job update`).
     pub rollout_stop: bool,
+    /// A canary not yet promoted (`DeploymentStatus.Canary`).
+    pub canary: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,6 +98,10 @@ pub struct Observation {
     /// The job's latest deployment's status (`None`: none, or purged).
     pub deployment: Option<&'static str>,
 }
+
+/// A running deployment whose canaries wait for their promotion (the model's
+/// `Deployment::Canaries`).
+pub const AWAITING_PROMOTION: &str = "running, awaiting promotion";
 
 // ------------------------------------------------------------------ the model's side
 
@@ -125,6 +131,7 @@ pub fn of_model(model: &StopPathModel, state: &State) -> Observation {
         deployment: match state.deployment {
             Deployment::None => None,
             Deployment::Running => Some(deployment_status::RUNNING),
+            Deployment::Canaries => Some(AWAITING_PROMOTION),
             Deployment::Successful => Some(deployment_status::SUCCESSFUL),
             Deployment::Cancelled => Some(deployment_status::CANCELLED),
             Deployment::Failed => Some(deployment_status::FAILED),
@@ -170,6 +177,7 @@ fn alloc_of_model(alloc: &Alloc, tasks: usize) -> AllocObs {
         watched: alloc.watched,
         abandoned: alloc.abandoned,
         rollout_stop: alloc.rollout_stop,
+        canary: alloc.canary,
     }
 }
 
@@ -195,6 +203,7 @@ pub fn of_sim(sim: &Simulator, job_id: &str, tasks: usize, ids: &[AllocId]) -> O
         deployment: store
             .latest_deployment(job_id)
             .map(|d| match d.status.as_str() {
+                deployment_status::RUNNING if d.requires_promotion() => AWAITING_PROMOTION,
                 deployment_status::RUNNING => deployment_status::RUNNING,
                 deployment_status::SUCCESSFUL => deployment_status::SUCCESSFUL,
                 deployment_status::CANCELLED => deployment_status::CANCELLED,
@@ -275,6 +284,12 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
                 .is_some_and(|d| d.status == deployment_status::FAILED)
         });
     let rollout_stop = record.is_some_and(|alloc| alloc.desired_description == DESC_UPDATING);
+    let canary = record.is_some_and(|alloc| {
+        alloc
+            .deployment_status
+            .as_ref()
+            .is_some_and(|status| status.canary)
+    });
     let server = store.alloc_for_client(id).map(|alloc| ServerObs {
         stop: alloc.desired_status != DesiredStatus::Run || alloc.tombstone,
         migrate: alloc.desired_transition.should_migrate(),
@@ -313,6 +328,7 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
             watched,
             abandoned,
             rollout_stop,
+            canary,
         };
     };
     AllocObs {
@@ -362,6 +378,7 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
         watched,
         abandoned,
         rollout_stop,
+        canary,
     }
 }
 

@@ -233,6 +233,7 @@ fn state_of(
         deployment: match observation.deployment {
             None => Deployment::None,
             Some("running") => Deployment::Running,
+            Some(crate::observe::AWAITING_PROMOTION) => Deployment::Canaries,
             Some("successful") => Deployment::Successful,
             Some("failed") => Deployment::Failed,
             Some(_) => Deployment::Cancelled,
@@ -298,6 +299,7 @@ fn alloc_of(spec: SpecDigest, obs: &AllocObs, id: &AllocId, ghosts: &Ghosts) -> 
         rollout_stop: obs.rollout_stop,
         watched: obs.watched,
         abandoned: obs.abandoned,
+        canary: obs.canary,
     }
 }
 

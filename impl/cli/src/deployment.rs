@@ -224,8 +224,8 @@ fn print_list(deployments: &[Value], verbose: bool) {
 }
 
 /// `deployment status`: the deployment's fields, then its `Deployed` table, whose
-/// optional columns appear as Nomad's do (`Auto Revert` if a group reverts, `Progress
-/// Deadline` if a group has one).
+/// optional columns appear as Nomad's do (`Auto Revert` if a group reverts, `Promoted` and
+/// `Canaries` if a group wants canaries, `Progress Deadline` if a group has one).
 pub(super) fn status_text(deployment: &Value, verbose: bool) -> String {
     let id = text(deployment, "ID");
     let head = fields(&[
@@ -253,11 +253,21 @@ pub(super) fn status_text(deployment: &Value, verbose: bool) -> String {
     let deadline = groups
         .iter()
         .any(|(_, g)| g["ProgressDeadline"].as_i64().is_some_and(|ns| ns > 0));
+    let canaries = groups
+        .iter()
+        .any(|(_, g)| g["DesiredCanaries"].as_u64().is_some_and(|n| n > 0));
     let mut header = vec!["Task Group".to_string()];
     if auto_revert {
         header.push("Auto Revert".into());
     }
-    header.extend(["Desired", "Placed", "Healthy", "Unhealthy"].map(String::from));
+    if canaries {
+        header.push("Promoted".into());
+    }
+    header.push("Desired".into());
+    if canaries {
+        header.push("Canaries".into());
+    }
+    header.extend(["Placed", "Healthy", "Unhealthy"].map(String::from));
     if deadline {
         header.push("Progress Deadline".into());
     }
@@ -267,12 +277,19 @@ pub(super) fn status_text(deployment: &Value, verbose: bool) -> String {
         if auto_revert {
             row.push(text(group, "AutoRevert"));
         }
-        for key in [
-            "DesiredTotal",
-            "PlacedAllocs",
-            "HealthyAllocs",
-            "UnhealthyAllocs",
-        ] {
+        let wants_canaries = group["DesiredCanaries"].as_u64().is_some_and(|n| n > 0);
+        if canaries {
+            row.push(if wants_canaries {
+                text(group, "Promoted")
+            } else {
+                "N/A".into()
+            });
+        }
+        row.push(text(group, "DesiredTotal"));
+        if canaries {
+            row.push(text(group, "DesiredCanaries"));
+        }
+        for key in ["PlacedAllocs", "HealthyAllocs", "UnhealthyAllocs"] {
             row.push(text(group, key));
         }
         if deadline {
@@ -327,5 +344,46 @@ mod tests {
         );
         let row: Vec<&str> = lines[8].split_whitespace().collect();
         assert_eq!(row, ["web", "true", "3", "3", "3", "0", "N/A"]);
+    }
+
+    #[test]
+    fn canaries_add_nomads_promoted_and_canaries_columns() {
+        let deployment = json!({
+            "ID": "0b23b149-2f1c-4b59-b0ab-2f5e5a4c7c11", "JobID": "web", "JobVersion": 1,
+            "Status": "running",
+            "StatusDescription": "Deployment is running pending automatic promotion",
+            "TaskGroups": {
+                "api": {"DesiredTotal": 1, "DesiredCanaries": 0, "PlacedAllocs": 0,
+                    "HealthyAllocs": 0, "UnhealthyAllocs": 0},
+                "web": {"DesiredTotal": 2, "DesiredCanaries": 1, "Promoted": false,
+                    "PlacedAllocs": 1, "HealthyAllocs": 0, "UnhealthyAllocs": 0},
+            },
+        });
+        let shown = status_text(&deployment, false);
+        let lines: Vec<&str> = shown.lines().collect();
+        let header: Vec<&str> = lines[7].split("  ").filter(|c| !c.is_empty()).collect();
+        assert_eq!(
+            header,
+            [
+                "Task Group",
+                "Promoted",
+                "Desired",
+                "Canaries",
+                "Placed",
+                "Healthy",
+                "Unhealthy"
+            ]
+        );
+        let rows: Vec<Vec<&str>> = lines[8..]
+            .iter()
+            .map(|line| line.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                vec!["api", "N/A", "1", "0", "0", "0", "0"],
+                vec!["web", "false", "2", "1", "1", "0", "0"],
+            ]
+        );
     }
 }

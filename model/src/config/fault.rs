@@ -69,10 +69,13 @@ pub enum Fault {
     /// The end of a rollout's stop asks for no evaluation: when the replacement turned
     /// healthy first, nothing wakes the deployment again and the rest are never replaced.
     RolloutStopEndNotReported,
+    /// A rollout with canaries replaces the older allocations while the canaries are
+    /// still unproven (the `canary` count accepted, not honoured).
+    RolloutIgnoresCanaries,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 23] = [
+    pub const ALL: [Fault; 24] = [
         Fault::PreKillHooksSkippedWhenFlagged,
         Fault::FlagWrittenIntoJob,
         Fault::FlagHonouredAtGroupLevelOnly,
@@ -96,6 +99,7 @@ impl Fault {
         Fault::RolloutSkipsDelay,
         Fault::RolloutIgnoresMaxParallel,
         Fault::RolloutStopEndNotReported,
+        Fault::RolloutIgnoresCanaries,
     ];
 
     pub fn name(self) -> &'static str {
@@ -123,6 +127,7 @@ impl Fault {
             Fault::RolloutSkipsDelay => "rollout-skips-delay",
             Fault::RolloutIgnoresMaxParallel => "rollout-ignores-max-parallel",
             Fault::RolloutStopEndNotReported => "rollout-stop-end-not-reported",
+            Fault::RolloutIgnoresCanaries => "rollout-ignores-canaries",
         }
     }
 
@@ -153,6 +158,7 @@ impl Fault {
             Fault::RolloutSkipsDelay => DELAY_SKIPPED_ONLY_WHEN_FLAGGED,
             Fault::RolloutIgnoresMaxParallel => ROLLOUT_BOUNDED,
             Fault::RolloutStopEndNotReported => STOP_COMPLETES,
+            Fault::RolloutIgnoresCanaries => ROLLOUT_BOUNDED,
         }
     }
 

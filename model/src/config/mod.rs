@@ -252,6 +252,11 @@ pub struct ModelCfg {
     /// rollout replaces at a time. 0: no `update` block, so an update replaces every
     /// allocation at once, with no deployment (Nomad's behaviour too).
     pub max_parallel: u8,
+    /// The group's `update { canary, auto_promote = true }`: how many canaries an update of
+    /// running allocations places beside them before replacing any (0: none). The model
+    /// promotes a deployment once all its canaries are healthy; an operator's `deployment
+    /// promote` is not modelled.
+    pub canary: u8,
 }
 
 impl ModelCfg {

@@ -78,6 +78,7 @@ fn part(
         restart_attempts: 0,
         unrecoverable_crashes: false,
         max_parallel: 1,
+        canary: 0,
     }
 }
 
@@ -277,7 +278,27 @@ pub fn standard() -> Vec<ModelCfg> {
                 DELAY_SKIPPED,
             ],
         ),
+        // An update tried on one canary first (`canary = 1`, `auto_promote`), a flagged
+        // stop racing it: before, during and after the promotion.
+        canaries(rollout(
+            "canary-then-flagged-stop",
+            1,
+            vec![UpdateJob, stop(false, true)],
+            &[
+                CANARIES_PROMOTED,
+                CANARY_STOPPED_WITH_FLAG,
+                ROLLOUT_COMPLETED,
+                ROLLOUT_WAITS_FULL_DELAY,
+                FLAGGED_STOP_DURING_ROLLOUT,
+            ],
+        )),
     ]
+}
+
+/// The part with one canary per update, promoted once healthy.
+fn canaries(mut part: ModelCfg) -> ModelCfg {
+    part.canary = 1;
+    part
 }
 
 /// The part with `alloc restart` requests offered under its budget.

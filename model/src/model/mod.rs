@@ -145,6 +145,7 @@ impl StopPathModel {
             rollout_stop: false,
             watched: false,
             abandoned: false,
+            canary: false,
         }
     }
 

@@ -3,7 +3,7 @@
 
 use super::StopPathModel;
 use crate::config::{Fault, MAX_ALLOCS, MAX_TASKS};
-use crate::state::{Alloc, Deployment, Job, JobVersion, RunnerPhase, State};
+use crate::state::{Alloc, Deployment, Job, JobVersion, RunnerPhase, SpecDigest, State};
 
 impl StopPathModel {
     pub(super) fn stop_job(&self, state: &mut State, purge: bool, no_shutdown_delay: bool) {
@@ -23,7 +23,7 @@ impl StopPathModel {
             }
         }
         // Nomad's reconciler cancels the deployment of a stopped job.
-        if state.deployment == Deployment::Running {
+        if state.deployment.is_running() {
             state.deployment = Deployment::Cancelled;
         }
         if purge {
@@ -131,7 +131,7 @@ impl StopPathModel {
     /// place (fewer than `count` of its own run), as Nomad's reconciler opens one for any
     /// version with placements — a first registration's, a start's.
     pub fn open_deployment(&self, state: &mut State) {
-        if state.deployment == Deployment::Running {
+        if state.deployment.is_running() {
             state.deployment = Deployment::Cancelled;
         }
         let generation = state
@@ -145,7 +145,13 @@ impl StopPathModel {
         if self.cfg.max_parallel > 0
             && (older_running || self.live_of(state, generation) < usize::from(self.cfg.count))
         {
-            state.deployment = Deployment::Running;
+            // Canaries only for an update of running allocations (Nomad's
+            // `requiresCanaries`: destructive updates to make).
+            state.deployment = if self.cfg.canary > 0 && older_running {
+                Deployment::Canaries
+            } else {
+                Deployment::Running
+            };
         }
     }
 
@@ -160,11 +166,28 @@ impl StopPathModel {
 
     /// The client reports an allocation healthy; while the deployment runs, its watcher
     /// asks for an evaluation, which may start the next batch.
+    /// With canaries, the report that makes the last of them healthy promotes the
+    /// deployment (`auto_promote`): they count toward `count` from then on, and the older
+    /// allocations are replaced.
     pub(super) fn alloc_healthy(&self, state: &mut State, ix: usize) {
         state.allocs[ix].watched = false;
         state.allocs[ix].abandoned = false;
-        if state.deployment == Deployment::Running {
+        if state.deployment.is_running() {
             state.eval_pending = true;
+        }
+        let healthy_canaries = state
+            .allocs
+            .iter()
+            .filter(|alloc| alloc.canary && !alloc.is_terminal() && !alloc.watched)
+            .count();
+        if state.deployment == Deployment::Canaries
+            && healthy_canaries >= usize::from(self.cfg.canary)
+        {
+            state.deployment = Deployment::Running;
+            state.ghost.canaries_promoted = true;
+            for alloc in state.allocs.iter_mut() {
+                alloc.canary = false;
+            }
         }
     }
 
@@ -177,10 +200,7 @@ impl StopPathModel {
                 && now.runner == RunnerPhase::Terminal
                 && before.runner != RunnerPhase::Terminal
         });
-        if ended
-            && state.deployment == Deployment::Running
-            && !self.has(Fault::RolloutStopEndNotReported)
-        {
+        if ended && state.deployment.is_running() && !self.has(Fault::RolloutStopEndNotReported) {
             state.eval_pending = true;
         }
     }
@@ -188,7 +208,9 @@ impl StopPathModel {
     /// After a step: an allocation a deployment watches that failed on its own in it (its
     /// restart policy gave up, the server still wanting it to run) is reported so — its
     /// health decided, unhealthy — and a running deployment fails, as the implementation's
-    /// server fails it (`replacement_failed`). It stops no rollout already begun.
+    /// server fails it (`replacement_failed`). It stops no rollout already begun; a
+    /// deployment that fails with canaries not promoted asks for an evaluation, which stops
+    /// them (Nomad's `cancelUnneededCanaries`).
     pub(super) fn watched_alloc_failed(&self, last: &State, state: &mut State) {
         let mut failed = false;
         for (now, before) in state.allocs.iter_mut().zip(&last.allocs) {
@@ -200,7 +222,8 @@ impl StopPathModel {
                 failed = true;
             }
         }
-        if failed && state.deployment == Deployment::Running {
+        if failed && state.deployment.is_running() {
+            state.eval_pending |= state.deployment == Deployment::Canaries;
             state.deployment = Deployment::Failed;
             for alloc in state.allocs.iter_mut().filter(|alloc| alloc.watched) {
                 alloc.abandoned = true;
@@ -238,7 +261,12 @@ impl StopPathModel {
             }
             return;
         }
-        if state.deployment != Deployment::Running {
+        // Planted: the older allocations are replaced before the canaries are promoted.
+        let canarying = state.deployment == Deployment::Canaries;
+        if canarying && !self.has(Fault::RolloutIgnoresCanaries) {
+            return;
+        }
+        if !state.deployment.is_running() {
             return;
         }
         let stopping = state
@@ -270,7 +298,7 @@ impl StopPathModel {
             else {
                 break;
             };
-            if busy > 0 {
+            if busy > 0 || canarying {
                 state.ghost.rollout_ran_ahead = true;
             }
             let alloc = &mut state.allocs[next];
@@ -307,29 +335,72 @@ impl StopPathModel {
             }
             return;
         }
+        let generation = latest.spec.generation;
+        let canarying = state.deployment == Deployment::Canaries;
+        // A canary not of the deployment awaiting promotion (an older one's, a failed
+        // one's) is not needed (Nomad's `cancelUnneededCanaries`).
+        for alloc in state.allocs.iter_mut() {
+            if alloc.canary
+                && !alloc.is_terminal()
+                && !(canarying && alloc.spec.generation == generation)
+            {
+                alloc.desired_stop = true;
+            }
+        }
         let mut migrated = 0;
+        let mut downgraded = Vec::new();
         for alloc in state.allocs.iter_mut() {
             if alloc.migrate && !alloc.is_terminal() {
                 alloc.desired_stop = true;
+                if alloc.canary {
+                    // A migrating canary is stopped; a new canary takes its place below.
+                    continue;
+                }
                 migrated += 1;
+                // While canaries wait for promotion, a migrating older allocation is
+                // replaced at its own version (Nomad's `downgradeNonCanary`).
+                if canarying && alloc.spec.generation != generation {
+                    downgraded.push(alloc.spec);
+                }
             }
         }
-        self.roll_out(state, latest.spec.generation, migrated);
+        for spec in downgraded {
+            self.place(state, spec, false);
+        }
+        self.roll_out(state, generation, migrated);
+        if state.deployment == Deployment::Canaries {
+            let canaries = state
+                .allocs
+                .iter()
+                .filter(|alloc| alloc.canary && !alloc.is_terminal())
+                .count();
+            for _ in canaries..usize::from(self.cfg.canary) {
+                self.place(state, latest.spec, true);
+            }
+        }
+        // Canaries not yet promoted are beside the `count`, not part of it.
         let live = state
             .allocs
             .iter()
-            .filter(|alloc| !alloc.is_terminal())
+            .filter(|alloc| !alloc.is_terminal() && !alloc.canary)
             .count();
         for _ in live..usize::from(self.cfg.count) {
-            assert!(
-                state.allocs.len() < MAX_ALLOCS,
-                "more than {MAX_ALLOCS} allocations"
-            );
-            let node = self.least_loaded_node(state);
-            let mut alloc = self.new_alloc(latest.spec, node, &state.ghost);
-            alloc.watched = state.deployment == Deployment::Running;
-            state.allocs.push(alloc);
+            self.place(state, latest.spec, false);
         }
+    }
+
+    /// A new allocation of `spec` on the least loaded node, watched while a deployment
+    /// runs.
+    fn place(&self, state: &mut State, spec: SpecDigest, canary: bool) {
+        assert!(
+            state.allocs.len() < MAX_ALLOCS,
+            "more than {MAX_ALLOCS} allocations"
+        );
+        let node = self.least_loaded_node(state);
+        let mut alloc = self.new_alloc(spec, node, &state.ghost);
+        alloc.watched = state.deployment.is_running();
+        alloc.canary = canary;
+        state.allocs.push(alloc);
     }
 
     /// The node with the fewest non-terminal allocations, the lowest on a tie. It depends on

@@ -209,6 +209,7 @@ impl Instance {
                 new.cfg.group == old.cfg.group
                     && new.cfg.count == old.cfg.count
                     && new.cfg.max_parallel == old.cfg.max_parallel
+                    && new.cfg.canary == old.cfg.canary
                     && new.cfg.restart_attempts == old.cfg.restart_attempts
             }
             _ => false,
@@ -322,14 +323,18 @@ impl Instance {
         self.replayed += 1;
     }
 
-    /// The job's deployment turned `status` by a write that is no step: paused or failed,
-    /// which the model's deployments never are, so the judging stops there; running again
+    /// The job's deployment turned `status` by a write that is no step: paused, failed or
+    /// promoted by an operator, which the model's deployments never are, so the judging
+    /// stops there; running again
     /// (a resume) changes nothing the judging could follow from.
     pub fn deployment_changed(&mut self, status: &str, seq: u64) {
         if status != "running" {
             self.stop_judging(
                 seq,
-                format!("the job's deployment was {status}; the model's deployments neither pause nor fail"),
+                format!(
+                    "the job's deployment was {status}; the model has no step for that write \
+                     (its deployments are never paused, failed or promoted by an operator)"
+                ),
             );
         }
     }
@@ -492,6 +497,7 @@ fn model_of(spec: &Job, group: &str) -> Result<StopPathModel, String> {
         ));
     }
     let restart_attempts = restart_attempts(spec, group)?;
+    let canary = canary_of(spec, group)?;
     let cfg = ModelCfg {
         name: format!("{}/{group}", spec.id),
         job: spec.id.clone(),
@@ -511,8 +517,40 @@ fn model_of(spec: &Job, group: &str) -> Result<StopPathModel, String> {
         max_parallel: spec.update_of(group).map_or(0, |update| {
             u8::try_from(update.max_parallel).unwrap_or(u8::MAX)
         }),
+        canary,
     };
     Ok(cfg.into_model())
+}
+
+/// The group's canaries, as the model has them: promoted by the deployment itself once all
+/// are healthy (`auto_promote`), in the job's only group with canaries (the implementation
+/// promotes a job's groups together; the model follows one group).
+fn canary_of(spec: &Job, group: &str) -> Result<u8, String> {
+    let Some(update) = spec.update_of(group).filter(|update| update.canary > 0) else {
+        return Ok(0);
+    };
+    if !update.auto_promote {
+        return Err(
+            "canaries promoted by hand (auto_promote = false): the model's \
+                    deployments promote themselves"
+                .into(),
+        );
+    }
+    let with_canaries = spec
+        .task_groups
+        .iter()
+        .filter(|g| spec.update_of(&g.name).is_some_and(|u| u.canary > 0))
+        .count();
+    if with_canaries > 1 {
+        return Err(format!(
+            "{with_canaries} groups with canaries, promoted together: the model follows one \
+             group"
+        ));
+    }
+    u8::try_from(update.canary)
+        .ok()
+        .filter(|canary| usize::from(*canary) < MAX_ALLOCS)
+        .ok_or_else(|| format!("canary {} is past the model's bounds", update.canary))
 }
 
 /// The group's restart attempts, one for every task, as the model has them: `mode = "fail"`

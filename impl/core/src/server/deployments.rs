@@ -9,7 +9,7 @@
 
 use super::events::WriteType;
 use super::structs::DeploymentState;
-use super::structs::{deployment_status as status, AllocDeploymentStatus, Deployment};
+use super::structs::{deployment_status as status, AllocDeploymentStatus, Allocation, Deployment};
 use super::{Note, Server, ServerError, TRIGGER_DEPLOYMENT_WATCHER};
 use crate::spec::Job;
 
@@ -66,10 +66,15 @@ impl Server {
                 } else {
                     0
                 };
+                // Canaries for an update of running allocations only (Nomad's
+                // `requiresCanaries`: destructive updates to make).
+                let desired_canaries = if replaced { update.canary } else { 0 };
                 groups.insert(
                     group.name.clone(),
                     DeploymentState {
                         auto_revert: update.auto_revert,
+                        auto_promote: update.auto_promote,
+                        desired_canaries,
                         progress_deadline: update.progress_deadline_ns,
                         require_progress_by,
                         desired_total: group.count.map_or(1, |count| count.max(0) as u64),
@@ -81,7 +86,7 @@ impl Server {
         if groups.is_empty() {
             return;
         }
-        let deployment = Deployment {
+        let mut deployment = Deployment {
             id: self.ids.uuid(),
             namespace: job.namespace.clone(),
             job_id: job.id.clone(),
@@ -92,13 +97,14 @@ impl Server {
             is_multiregion: false,
             task_groups: groups,
             status: status::RUNNING.into(),
-            status_description: status::DESC_RUNNING.into(),
+            status_description: String::new(),
             eval_priority: job.priority,
             create_index: index,
             modify_index: index,
             create_time: 0,
             modify_time: 0,
         };
+        deployment.status_description = deployment.running_description().into();
         self.store.put_deployment(deployment);
     }
 
@@ -155,10 +161,7 @@ impl Server {
             return;
         }
         self.store.update_alloc(alloc_id, index, false, |alloc| {
-            alloc.deployment_status = Some(AllocDeploymentStatus {
-                modify_index: index,
-                ..health
-            });
+            record_health(alloc, &health, index);
         });
         let now = self.store.now();
         self.store.update_deployment(&deployment_id, index, |d| {
@@ -172,6 +175,7 @@ impl Server {
                 }
             }
         });
+        self.auto_promote(&deployment_id, index);
         // The job's running deployment, whichever placed this allocation: a newer one may
         // wait for an older one's replacement.
         self.wake_running_deployment(&job_id, index);
@@ -211,14 +215,14 @@ impl Server {
             .filter(|d| d.is_active())
             .cloned();
         self.store.update_alloc(alloc_id, index, false, |alloc| {
-            alloc.deployment_status = Some(AllocDeploymentStatus {
-                modify_index: index,
-                ..health
-            });
+            record_health(alloc, &health, index);
         });
         let Some(deployment) = deployment else {
             return;
         };
+        // Canaries not promoted are stopped by the evaluation this asks for (Nomad's
+        // `cancelUnneededCanaries`), as is a revert rolled out.
+        let canarying = deployment.requires_promotion();
         let id = deployment.id.clone();
         self.notes.push(Note::Deployment {
             job: job_id.clone(),
@@ -232,7 +236,7 @@ impl Server {
             d.status = status::FAILED.into();
             d.status_description = format!("{}{suffix}", status::DESC_FAILED_ALLOCATIONS);
         });
-        if reverted.is_some() {
+        if reverted.is_some() || canarying {
             self.watcher_eval(&job_id, index);
         }
     }
@@ -317,7 +321,7 @@ impl Server {
                 d.status_description = status::DESC_PAUSED.into();
             } else {
                 d.status = status::RUNNING.into();
-                d.status_description = status::DESC_RUNNING.into();
+                d.status_description = d.running_description().into();
                 // The time paused is no lack of progress: each deadline starts again.
                 for state in d.task_groups.values_mut() {
                     if state.require_progress_by > 0 && now > 0 {
@@ -410,8 +414,9 @@ impl Server {
         late.len()
     }
 
-    /// `deployment promote`: this agent places no canaries, so there is nothing to wait
-    /// for; the groups named (or all) are marked promoted, and an evaluation follows.
+    /// `deployment promote`: the groups named (or all) are promoted once each has as many
+    /// healthy canaries as it wants (Nomad's refusal names the first that has not), and an
+    /// evaluation follows, which replaces the older allocations.
     pub fn promote_deployment(
         &mut self,
         id: &str,
@@ -427,15 +432,20 @@ impl Server {
                 "Deployment does not include task group {unknown:?}"
             )));
         }
-        let index = self.store.next_index(WriteType::DeploymentStatusUpdate);
-        self.store.update_deployment(id, index, |d| {
-            for (name, state) in d.task_groups.iter_mut() {
-                if all || groups.contains(name) {
-                    state.promoted = true;
-                }
+        let chosen = |name: &str| all || groups.iter().any(|g| g == name);
+        for (name, state) in &deployment.task_groups {
+            let have = self.healthy_canaries(&deployment, name);
+            if chosen(name) && have < state.desired_canaries {
+                return Err(ServerError::Refused(format!(
+                    "Task group {name:?} has {have}/{} healthy allocations",
+                    state.desired_canaries
+                )));
             }
-        });
-        // The model has no promotion (nor the evaluation it asks for).
+        }
+        let index = self.store.next_index(WriteType::DeploymentStatusUpdate);
+        self.promote(&deployment, &chosen, index);
+        // The model promotes only by itself, in the health report that makes the last
+        // canary healthy: an operator's promotion is past what it judges.
         self.notes.push(Note::Deployment {
             job: deployment.job_id.clone(),
             status: "promoted".into(),
@@ -446,6 +456,99 @@ impl Server {
             index,
             reverted_job_version: None,
         })
+    }
+
+    /// How many of `group`'s canaries in `deployment` are healthy and not terminal.
+    fn healthy_canaries(&self, deployment: &Deployment, group: &str) -> u64 {
+        let placed = deployment
+            .task_groups
+            .get(group)
+            .and_then(|state| state.placed_canaries.as_deref())
+            .unwrap_or(&[]);
+        placed
+            .iter()
+            .filter_map(|id| self.store.alloc_for_client(id))
+            .filter(|alloc| {
+                !alloc.is_terminal()
+                    && alloc
+                        .deployment_status
+                        .as_ref()
+                        .is_some_and(|s| s.canary && s.healthy == Some(true))
+            })
+            .count() as u64
+    }
+
+    /// Promotes the groups of `deployment` that `chosen` names, in the write at `index`
+    /// (Nomad's `UpdateDeploymentPromotion`): each is marked promoted and its progress
+    /// deadline restarts; its healthy canaries are canaries no more (they count toward
+    /// `count` from now on); the deployment is described as running once no group waits.
+    fn promote(&mut self, deployment: &Deployment, chosen: &dyn Fn(&str) -> bool, index: u64) {
+        let now = self.store.now();
+        let mut promotable = Vec::new();
+        for (name, state) in &deployment.task_groups {
+            if !chosen(name) {
+                continue;
+            }
+            for id in state.placed_canaries.iter().flatten() {
+                let healthy = self.store.alloc_for_client(id).is_some_and(|alloc| {
+                    !alloc.is_terminal()
+                        && alloc
+                            .deployment_status
+                            .as_ref()
+                            .is_some_and(|s| s.healthy == Some(true))
+                });
+                if healthy {
+                    promotable.push(id.clone());
+                }
+            }
+        }
+        self.store.update_deployment(&deployment.id, index, |d| {
+            for (name, state) in d.task_groups.iter_mut() {
+                if !chosen(name) {
+                    continue;
+                }
+                state.promoted = true;
+                if state.progress_deadline > 0 && state.require_progress_by > 0 && now > 0 {
+                    state.require_progress_by = now.saturating_add(state.progress_deadline);
+                }
+            }
+            if d.status == status::RUNNING {
+                d.status_description = d.running_description().into();
+            }
+        });
+        for id in promotable {
+            self.store.update_alloc(&id, index, false, |alloc| {
+                if let Some(health) = alloc.deployment_status.as_mut() {
+                    health.canary = false;
+                    health.modify_index = index;
+                }
+            });
+        }
+    }
+
+    /// After a canary turned healthy in the write at `index`: its deployment promotes
+    /// itself if every group that wants canaries has `auto_promote` and all of them
+    /// healthy (Nomad's `autoPromoteDeployment`).
+    fn auto_promote(&mut self, deployment_id: &str, index: u64) {
+        let Some(deployment) = self
+            .store
+            .deployment(deployment_id)
+            .filter(|d| d.is_running() && d.requires_promotion())
+            .cloned()
+        else {
+            return;
+        };
+        let ready = deployment
+            .task_groups
+            .iter()
+            .filter(|(_, state)| state.desired_canaries > 0)
+            .all(|(name, state)| {
+                state.auto_promote
+                    && self.healthy_canaries(&deployment, name) >= state.desired_canaries
+            });
+        if ready {
+            self.promote(&deployment, &|_| true, index);
+        }
     }
 
     /// A failing deployment with `auto_revert`, in the write at `index`: the job's newest
@@ -497,12 +600,39 @@ impl Server {
         job
     }
 
-    /// A placement of the running deployment `id` in `group`.
-    pub(super) fn deployment_placed(&mut self, id: &str, group: &str, index: u64) {
+    /// A placement of the running deployment `id` in `group`; `canary`, its id if it is
+    /// one of the group's canaries (Nomad's `PlacedCanaries`).
+    pub(super) fn deployment_placed(
+        &mut self,
+        id: &str,
+        group: &str,
+        canary: Option<&str>,
+        index: u64,
+    ) {
         self.store.update_deployment(id, index, |d| {
             if let Some(state) = d.task_groups.get_mut(group) {
                 state.placed_allocs += 1;
+                if let Some(canary) = canary {
+                    state
+                        .placed_canaries
+                        .get_or_insert_with(Vec::new)
+                        .push(canary.into());
+                }
             }
         });
     }
+}
+
+/// The client's verdict on `alloc`'s health, recorded at `index`: whether it is a canary is
+/// the server's to say, not the report's.
+fn record_health(alloc: &mut Allocation, health: &AllocDeploymentStatus, index: u64) {
+    let canary = alloc
+        .deployment_status
+        .as_ref()
+        .is_some_and(|status| status.canary);
+    alloc.deployment_status = Some(AllocDeploymentStatus {
+        modify_index: index,
+        canary,
+        ..health.clone()
+    });
 }

@@ -266,7 +266,11 @@ impl Server {
                 ports,
                 tombstone: false,
                 deployment_id: placement.deployment.clone().unwrap_or_default(),
-                deployment_status: None,
+                // A canary says so from its placement (Nomad's `DeploymentStatus.Canary`).
+                deployment_status: placement.canary.then(|| AllocDeploymentStatus {
+                    canary: true,
+                    ..AllocDeploymentStatus::default()
+                }),
                 job: Arc::clone(&job),
             };
             if let Some(previous) = &placement.previous {
@@ -276,7 +280,8 @@ impl Server {
                 });
             }
             if let Some(deployment) = &placement.deployment {
-                self.deployment_placed(deployment, &placement.group, index);
+                let canary = placement.canary.then_some(alloc.id.as_str());
+                self.deployment_placed(deployment, &placement.group, canary, index);
             }
             placed.push(alloc.id.clone());
             self.store.put_alloc(alloc);

@@ -13,9 +13,15 @@
 //! `max_parallel` unhealthy replacements instead, so two batches' delays may overlap there.
 //! Without a running deployment nothing is replaced; without a strategy (`max_parallel =
 //! 0`, a batch job), everything at once.
+//!
+//! With `canary`, the deployment first places that many canaries of the new version beside
+//! the group's `count` (on the indexes of allocations they would replace) and replaces
+//! nothing until they are promoted; a promoted canary holds its index, so the older
+//! allocation on it is stopped in its turn with no placement. Canaries of another
+//! deployment, or of a failed one, are stopped (Nomad's `cancelUnneededCanaries`).
 
 use super::store::StateStore;
-use super::structs::{AllocId, ClientStatus, Deployment, DesiredStatus};
+use super::structs::{AllocId, Allocation, ClientStatus, Deployment, DesiredStatus};
 use crate::spec::Job;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -37,6 +43,23 @@ pub struct Placement {
     pub previous: Option<AllocId>,
     /// The deployment placing it, if one is running for the job's version.
     pub deployment: Option<String>,
+    /// One of that deployment's canaries: placed beside the group's `count` until promoted.
+    pub canary: bool,
+}
+
+impl Placement {
+    /// A placement of `job`'s `group` at `index` replacing nothing; the deployment is
+    /// decided once the plan is (see [`reconcile`]).
+    fn new(job: &Arc<Job>, group: &str, index: u64, canary: bool) -> Placement {
+        Placement {
+            job: Arc::clone(job),
+            group: group.to_string(),
+            index,
+            previous: None,
+            deployment: None,
+            canary,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -92,64 +115,126 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
     }
     let mut rollouts = Vec::new();
     for group in &job.task_groups {
+        let count = count_of(group.count);
+        // This deployment's canaries wait for a promotion: they stand beside the group's
+        // `count`, and nothing older is replaced meanwhile.
+        let canarying = deployment
+            .and_then(|d| d.task_groups.get(&group.name))
+            .is_some_and(|state| state.desired_canaries > 0 && !state.promoted);
         let in_group: Vec<_> = live.iter().filter(|a| a.task_group == group.name).collect();
+        let mut canaries = BTreeSet::new();
+        let mut others = Vec::new();
+        for alloc in in_group {
+            if !is_canary(alloc) {
+                others.push(alloc);
+                continue;
+            }
+            let waiting = canarying && deployment.is_some_and(|d| d.id == alloc.deployment_id);
+            if !waiting {
+                // Another deployment's, or a failed one's (Nomad's `cancelUnneededCanaries`).
+                plan.stop.push((alloc.id.clone(), DESC_JOB_UPDATE));
+            } else if alloc.desired_transition.should_migrate() {
+                // Stopped; a new canary takes its place below.
+                plan.stop.push((alloc.id.clone(), DESC_MIGRATING));
+            } else {
+                canaries.insert(index_of(&alloc.name));
+            }
+        }
+        // The job's version first, so that a promoted canary keeps its index and the older
+        // allocation beside it is the one replaced.
+        others.sort_by_key(|alloc| alloc.job_version != job.version);
+        // Older allocations to replace, and whether each needs a new one placed.
         let mut replaced = Vec::new();
         let mut kept: BTreeSet<u64> = completed
             .iter()
             .filter(|(g, _)| g == &group.name)
             .map(|(_, index)| *index)
             .collect();
-        for alloc in &in_group {
+        for alloc in others {
             let index = index_of(&alloc.name);
+            let destructive = alloc.job_version != job.version
+                && alloc.job.as_run(&group.name) != job.as_run(&group.name);
             if alloc.desired_transition.should_migrate() {
                 plan.stop.push((alloc.id.clone(), DESC_MIGRATING));
-                // A replacement in the same plan, never carrying the flag.
-                plan.place.push(Placement {
-                    job: Arc::clone(&shared),
-                    group: group.name.clone(),
-                    index,
-                    previous: Some(alloc.id.clone()),
-                    deployment: None,
-                });
-                kept.insert(index);
-            } else if !kept.insert(index) || index >= count_of(group.count) {
+                if kept.insert(index) {
+                    // A replacement in the same plan, never carrying the flag; while
+                    // canaries wait, at the allocation's own version (Nomad's
+                    // `downgradeNonCanary`).
+                    let version = if canarying && alloc.job_version != job.version {
+                        Arc::clone(&alloc.job)
+                    } else {
+                        Arc::clone(&shared)
+                    };
+                    plan.place.push(Placement {
+                        job: version,
+                        group: group.name.clone(),
+                        index,
+                        previous: Some(alloc.id.clone()),
+                        deployment: None,
+                        canary: false,
+                    });
+                }
+            } else if index >= count {
                 plan.stop.push((alloc.id.clone(), DESC_NOT_NEEDED));
-            } else if alloc.job_version != job.version
-                && alloc.job.as_run(&group.name) != job.as_run(&group.name)
-            {
-                replaced.push(*alloc);
+            } else if !kept.insert(index) {
+                // A promoted canary holds its index: it is this one's replacement already.
+                if destructive {
+                    replaced.push((alloc, false));
+                } else {
+                    plan.stop.push((alloc.id.clone(), DESC_NOT_NEEDED));
+                }
+            } else if destructive {
+                replaced.push((alloc, true));
             } else if alloc.job_version != job.version {
                 plan.in_place.push(alloc.id.clone());
             }
         }
         // An index with no allocation (a replacement that could not be placed): the batch
         // before is not done, so nothing more is stopped until it is placed and healthy.
-        let unplaced = (0..count_of(group.count)).any(|index| !kept.contains(&index));
-        let room = if unplaced && deployment.is_some() && job.update_of(&group.name).is_some() {
+        let unplaced = (0..count).any(|index| !kept.contains(&index));
+        let room = if canarying
+            || (unplaced && deployment.is_some() && job.update_of(&group.name).is_some())
+        {
             0
         } else {
             rollout_room(store, job, &group.name, deployment)
         };
         // One its client has not started first (it serves nothing), then the oldest.
-        replaced.sort_by_key(|alloc| {
+        replaced.sort_by_key(|(alloc, _)| {
             let started = alloc.client_status != ClientStatus::Pending;
             (started, alloc.create_index, index_of(&alloc.name))
         });
         if !replaced.is_empty() || room == 0 {
             rolled_out = false;
         }
-        for alloc in replaced.iter().take(room) {
+        for (alloc, place) in replaced.iter().take(room) {
             plan.stop.push((alloc.id.clone(), DESC_UPDATING));
-            rollouts.push((group.name.clone(), index_of(&alloc.name), alloc.id.clone()));
+            if *place {
+                rollouts.push((group.name.clone(), index_of(&alloc.name), alloc.id.clone()));
+            }
         }
-        for index in (0..count_of(group.count)).filter(|index| !kept.contains(index)) {
-            plan.place.push(Placement {
-                job: Arc::clone(&shared),
-                group: group.name.clone(),
-                index,
-                previous: None,
-                deployment: None,
-            });
+        for index in (0..count).filter(|index| !kept.contains(index)) {
+            plan.place
+                .push(Placement::new(&shared, &group.name, index, false));
+        }
+        // The canaries still missing, while the deployment runs (not paused), on the
+        // indexes of the allocations they would replace first (Nomad's `NextCanaries`).
+        let wanted = deployment
+            .filter(|d| canarying && d.is_running())
+            .and_then(|d| d.task_groups.get(&group.name))
+            .map_or(0, |state| state.desired_canaries);
+        let missing = usize::try_from(wanted)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(canaries.len());
+        if missing > 0 && !replaced.is_empty() {
+            let mut indexes: Vec<u64> = replaced.iter().map(|(a, _)| index_of(&a.name)).collect();
+            indexes.sort_unstable();
+            indexes.extend(0..count);
+            let free = indexes.into_iter().filter(|index| canaries.insert(*index));
+            for index in free.take(missing) {
+                plan.place
+                    .push(Placement::new(&shared, &group.name, index, true));
+            }
         }
     }
     // Nothing replaced, nothing left to replace, every replacement healthy and every stop
@@ -161,11 +246,8 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
     }
     for (group, index, previous) in rollouts {
         plan.place.push(Placement {
-            job: Arc::clone(&shared),
-            group,
-            index,
             previous: Some(previous),
-            deployment: None,
+            ..Placement::new(&shared, &group, index, false)
         });
     }
     for placement in &mut plan.place {
@@ -220,6 +302,14 @@ fn rollout_room(
     } else {
         usize::try_from(update.max_parallel).unwrap_or(usize::MAX)
     }
+}
+
+/// A canary not yet promoted (Nomad clears the mark at the promotion).
+fn is_canary(alloc: &Allocation) -> bool {
+    alloc
+        .deployment_status
+        .as_ref()
+        .is_some_and(|status| status.canary)
 }
 
 /// The index in an allocation's name, `job.group[index]`.

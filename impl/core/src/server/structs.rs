@@ -231,6 +231,8 @@ pub mod deployment_status {
     pub const FAILED: &str = "failed";
     pub const PAUSED: &str = "paused";
     pub const DESC_RUNNING: &str = "Deployment is running";
+    pub const DESC_NEEDS_PROMOTION: &str = "Deployment is running but requires manual promotion";
+    pub const DESC_AUTO_PROMOTION: &str = "Deployment is running pending automatic promotion";
     pub const DESC_SUCCESSFUL: &str = "Deployment completed successfully";
     pub const DESC_STOPPED: &str = "Cancelled because job is stopped";
     pub const DESC_NEWER_JOB: &str = "Cancelled due to newer version of job";
@@ -276,6 +278,30 @@ impl Deployment {
     /// Rolling out: not paused, not ended.
     pub fn is_running(&self) -> bool {
         self.status == deployment_status::RUNNING
+    }
+
+    /// Some group's canaries wait for a promotion (Nomad's `RequiresPromotion`).
+    pub fn requires_promotion(&self) -> bool {
+        self.task_groups
+            .values()
+            .any(|group| group.desired_canaries > 0 && !group.promoted)
+    }
+
+    /// How a running deployment is described: waiting for a promotion, automatic if every
+    /// group that wants canaries has `auto_promote`, or simply running.
+    pub fn running_description(&self) -> &'static str {
+        let mut waiting = self
+            .task_groups
+            .values()
+            .filter(|group| group.desired_canaries > 0 && !group.promoted)
+            .peekable();
+        if waiting.peek().is_none() {
+            deployment_status::DESC_RUNNING
+        } else if waiting.all(|group| group.auto_promote) {
+            deployment_status::DESC_AUTO_PROMOTION
+        } else {
+            deployment_status::DESC_NEEDS_PROMOTION
+        }
     }
 
     /// Some group rolls back to the last stable version when this deployment fails.

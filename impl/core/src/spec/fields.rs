@@ -11,7 +11,7 @@
 //! | | honoured | warned (accepted, not acted on) | refused |
 //! |---|---|---|---|
 //! | job | `ID`, `Name`, `Type`, `Priority`, `Namespace` (`default`), `Region`, `Datacenters` (globs, judged against the node), `NodePool` (`default`), `TaskGroups`, `Meta`, `Constraints`, `Update` (as the group's) | `AllAtOnce`, `Update`'s warned fields (as the group's), `Reschedule`, `Migrate`, `Affinities`, `Spreads`, `UI`, `ConsulToken`, `ConsulNamespace`, `VersionTag` | `Periodic`, `ParameterizedJob`, `Dispatched`, `Payload`, `ParentID`, `Multiregion`, `VaultToken`, `VaultNamespace` |
-//! | group | `Name`, `Count`, `ShutdownDelay`, `Services`, `Tasks`, `Meta`, `Networks` (host mode; ports), `Constraints`, `RestartPolicy` (`Attempts`, `Interval`, `Delay`, `Mode`), `Update` (`MaxParallel`, `HealthCheck`, `MinHealthyTime`, `HealthyDeadline`, `ProgressDeadline`, `AutoRevert`) | `RestartPolicy.RenderTemplates`, `ReschedulePolicy`, `EphemeralDisk`, `Update`'s `Stagger`, `AutoPromote`, `Canary`, `Migrate`, `Affinities`, `Spreads`, `Scaling`, `Disconnect` and its older fields, `Consul` | `Volumes` |
+//! | group | `Name`, `Count`, `ShutdownDelay`, `Services`, `Tasks`, `Meta`, `Networks` (host mode; ports), `Constraints`, `RestartPolicy` (`Attempts`, `Interval`, `Delay`, `Mode`), `Update` (`MaxParallel`, `HealthCheck`, `MinHealthyTime`, `HealthyDeadline`, `ProgressDeadline`, `AutoRevert`, `Canary`, `AutoPromote`) | `RestartPolicy.RenderTemplates`, `ReschedulePolicy`, `EphemeralDisk`, `Update`'s `Stagger`, `Migrate`, `Affinities`, `Spreads`, `Scaling`, `Disconnect` and its older fields, `Consul` | `Volumes` |
 //! | task | `Name`, `Driver`, `User`, `Lifecycle`, `Config`, `Env`, `Services`, `KillTimeout`, `KillSignal`, `Leader`, `ShutdownDelay`, `Meta`, `Resources` (recorded: `CPU`, `Cores`, `MemoryMB`, `MemoryMaxMB`), `Constraints`, `Templates` (inline data), `RestartPolicy` (over the group's) | `LogConfig`, `Affinities`, `Kind`, `Identity`/`Identities`, `Consul`, `ScalingPolicies` | `Artifacts`, `Vault`, `VolumeMounts`, `DispatchPayload`, `CSIPluginConfig`, `Actions`, `Schedule` |
 //! | service | `Name`, `Provider`, `Tags`, `PortLabel`, `TaskName`, `Meta` | `Checks` (not run), `CheckRestart`, `CanaryTags`, `CanaryMeta`, `EnableTagOverride`, `AddressMode`, `Address`, `TaggedAddresses`, `OnUpdate`, `Identity`, `Cluster`, `Kind`, `Weights` | `Connect` |
 //! | inside | ports: `Label`, `Value` (static), `To`, `HostNetwork` (`default`); constraints: `LTarget` (`${attr.*}`, `${node.*}`, `${meta.*}`), `Operand` (`=`, `==`, `is`, `!=`, `not`, `is_set`, `is_not_set`), `RTarget`; templates: `EmbeddedTmpl` (no `{{ }}` directives), `DestPath` (inside the task directory), `Perms` | resources `DiskMB`, `IOPS`, `SecretsMB`; network `MBits`, `IP`, `CIDR`, `Device`; template `ChangeMode`, `ChangeSignal`, `Splay`, `Wait`, delimiters | resources `Networks`, `Devices`, `NUMA`; network modes but host, `Hostname`, `DNS`, `CNI`; template `SourcePath`, `Envvars`, `Uid`, `Gid`; other constraint operands |
@@ -70,14 +70,8 @@ const UPDATE: &[Field] = &[
     ("HealthyDeadline", H(V)),
     ("ProgressDeadline", H(V)),
     ("AutoRevert", H(V)),
-    (
-        "AutoPromote",
-        W("accepted, not honoured yet: no canaries are placed"),
-    ),
-    (
-        "Canary",
-        W("accepted, not honoured yet: no canaries are placed; the update rolls out max_parallel at a time"),
-    ),
+    ("AutoPromote", H(V)),
+    ("Canary", H(V)),
 ];
 const NO_RESCHEDULE: &str = "accepted, not honoured: a failed allocation is not rescheduled";
 const NO_SCORING: &str = "accepted, not honoured: the agent has one node, so there is nothing \
@@ -260,8 +254,8 @@ pub const SERVICE: &[Field] = &[
         W("accepted, not honoured: health checks are not run; the service is registered while its task runs"),
     ),
     ("CheckRestart", W("accepted, not honoured: health checks are not run")),
-    ("CanaryTags", W("accepted, not honoured: there are no canaries")),
-    ("CanaryMeta", W("accepted, not honoured: there are no canaries")),
+    ("CanaryTags", W("accepted, not honoured: a canary registers the service's own tags")),
+    ("CanaryMeta", W("accepted, not honoured: a canary registers the service's own meta")),
     ("EnableTagOverride", W(NO_CONSUL)),
     ("AddressMode", W("accepted, not honoured: services have the host's address")),
     ("Address", W("accepted, not honoured: services have the host's address")),
@@ -552,7 +546,7 @@ mod tests {
     #[test]
     fn unset_fields_are_absent_and_set_ones_are_classified_by_name() {
         let job = json!({
-            "ID": "web", "Periodic": null, "Update": {"MaxParallel": 1, "Canary": 1},
+            "ID": "web", "Periodic": null, "Update": {"MaxParallel": 1, "Stagger": 1},
             "Dispatched": false,
             "VaultToken": "", "Meta": {}, "Frobnicate": null,
             "TaskGroups": [{"Name": "g", "EphemeralDisk": {"SizeMB": 300},
@@ -567,8 +561,8 @@ mod tests {
                     "TaskGroups[0].EphemeralDisk: {}",
                     "accepted, not honoured: the task directories are not size-limited"
                 ),
-                "Update.Canary: accepted, not honoured yet: no canaries are placed; the update \
-                 rolls out max_parallel at a time"
+                "Update.Stagger: accepted, not honoured: deprecated by Nomad; min_healthy_time \
+                 paces a rollout"
                     .to_string(),
             ]
         );

@@ -211,6 +211,12 @@ pub struct EffectiveUpdate {
     pub healthy_deadline_ns: i64,
     pub progress_deadline_ns: i64,
     pub auto_revert: bool,
+    /// Canaries an update of running allocations places first (0: none).
+    #[serde(default)]
+    pub canary: u64,
+    /// The deployment promotes itself once every canary is healthy.
+    #[serde(default)]
+    pub auto_promote: bool,
 }
 
 impl UpdateStrategy {
@@ -255,6 +261,11 @@ impl UpdateStrategy {
             auto_revert: group
                 .and_then(|u| u.auto_revert)
                 .or_else(|| job.and_then(|u| u.auto_revert))
+                .unwrap_or(false),
+            canary: pick(|u| u.canary, 0).max(0) as u64,
+            auto_promote: group
+                .and_then(|u| u.auto_promote)
+                .or_else(|| job.and_then(|u| u.auto_promote))
                 .unwrap_or(false),
         })
     }

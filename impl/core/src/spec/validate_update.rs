@@ -33,6 +33,15 @@ pub(super) fn check(job: &Job, fail: &mut dyn FnMut(String, String)) {
                 said_of_job.insert(name.clone()).then_some(name)
             }
         };
+        if effective.auto_promote && effective.canary == 0 {
+            let owns = group_sets(|u| u.auto_promote.is_some());
+            if let Some(name) = place("AutoPromote", owns) {
+                fail(
+                    name,
+                    "Auto Promote requires a Canary count greater than zero".into(),
+                );
+            }
+        }
         if effective.min_healthy_time_ns >= effective.healthy_deadline_ns {
             let owns = group_sets(|u| u.min_healthy_time_ns.is_some())
                 || group_sets(|u| u.healthy_deadline_ns.is_some());

@@ -272,6 +272,9 @@ fn describe_part(part: &ModelCfg, symmetry: bool, bfs: bool) -> String {
     if part.nodes > 1 {
         words.insert(1, format!("{} nodes", part.nodes));
     }
+    if part.canary > 0 {
+        words.insert(2, format!("canary {} (auto_promote)", part.canary));
+    }
     if let Some(fault) = part.fault {
         words.push(format!("fault {fault}"));
     }
