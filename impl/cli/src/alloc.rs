@@ -1,9 +1,9 @@
-//! The `alloc` commands (`status`, `stop`, `signal`), `eval status`, and Nomad's evaluation monitor,
+//! The `alloc` commands (`stop`, `signal`, `logs`; `status` is `alloc_status.rs`), and Nomad's
+//! evaluation monitor,
 //! which after a stop goes on until every stopped allocation is client-terminal.
 
-use super::api::{fields, now, resolve, rfc3339, short, table, text, Api};
+use super::api::{now, resolve, short, text, Api};
 use super::{AllocCommand, LogsArgs, Tail};
-use serde_json::Value;
 use std::time::Instant;
 
 pub(super) fn alloc(command: AllocCommand) -> Result<(), String> {
@@ -21,7 +21,7 @@ pub(super) fn alloc(command: AllocCommand) -> Result<(), String> {
                 println!("{}", serde_json::to_string_pretty(&full).expect("JSON"));
                 return Ok(());
             }
-            alloc_status_of(&api, &text(&stub, "ID"), verbose)
+            super::alloc_status::alloc_status_of(&api, &text(&stub, "ID"), verbose)
         }
         AllocCommand::Logs(args) => logs_command(args),
         AllocCommand::Fs(args) => super::alloc_fs::fs_command(args),
@@ -240,119 +240,7 @@ fn logs(
     }
 }
 
-pub(super) fn alloc_status_of(api: &Api, id: &str, verbose: bool) -> Result<(), String> {
-    let alloc = api.get(&format!("/v1/allocation/{id}"))?;
-    let flag = alloc["DesiredTransition"]["NoShutdownDelay"] == Value::Bool(true);
-    println!(
-        "{}",
-        fields(&[
-            ("ID", text(&alloc, "ID")),
-            (
-                "Eval ID",
-                if verbose {
-                    text(&alloc, "EvalID")
-                } else {
-                    short(&text(&alloc, "EvalID")).to_string()
-                },
-            ),
-            ("Name", text(&alloc, "Name")),
-            ("Node ID", text(&alloc, "NodeID")),
-            ("Job ID", text(&alloc, "JobID")),
-            ("Job Version", text(&alloc["Job"], "Version")),
-            ("Client Status", text(&alloc, "ClientStatus")),
-            ("Client Description", text(&alloc, "ClientDescription")),
-            ("Desired Status", text(&alloc, "DesiredStatus")),
-            ("Desired Description", text(&alloc, "DesiredDescription")),
-            ("No Shutdown Delay", flag.to_string()),
-        ])
-    );
-    print_addresses(&alloc);
-    if let Some(states) = alloc["TaskStates"].as_object() {
-        for (task, state) in states {
-            println!("\nTask {task:?} is {:?}", text(state, "State"));
-            let mut rows = vec![vec![
-                "Time".to_string(),
-                "Type".into(),
-                "Description".into(),
-            ]];
-            let events = state["Events"].as_array().cloned().unwrap_or_default();
-            for event in events.iter().rev() {
-                rows.push(vec![
-                    rfc3339(event["Time"].as_i64().unwrap_or(0)),
-                    text(event, "Type"),
-                    text(event, "DisplayMessage"),
-                ]);
-            }
-            println!("Recent Events:\n{}", table(&rows));
-        }
-    }
-    Ok(())
-}
-
-/// Nomad's "Allocation Addresses": each port of the allocation on the host, a static one
-/// (`ReservedPorts` in its group) marked not dynamic.
-fn print_addresses(alloc: &Value) {
-    let ports = alloc["AllocatedResources"]["Shared"]["Ports"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    if ports.is_empty() {
-        return;
-    }
-    let ip = text(&alloc["Resources"]["Networks"][0], "IP");
-    let group = text(alloc, "TaskGroup");
-    let reserved: Vec<String> = alloc["Job"]["TaskGroups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|g| text(g, "Name") == group)
-        .flat_map(|g| g["Networks"].as_array().cloned().unwrap_or_default())
-        .flat_map(|n| n["ReservedPorts"].as_array().cloned().unwrap_or_default())
-        .map(|p| text(&p, "Label"))
-        .collect();
-    let mut rows = vec![vec![
-        "Label".to_string(),
-        "Dynamic".into(),
-        "Address".into(),
-    ]];
-    for port in &ports {
-        let label = text(port, "Label");
-        let dynamic = if reserved.contains(&label) {
-            "no"
-        } else {
-            "yes"
-        };
-        rows.push(vec![
-            format!("*{label}"),
-            dynamic.into(),
-            format!("{ip}:{}", text(port, "Value")),
-        ]);
-    }
-    println!(
-        "\nAllocation Addresses (mode = \"host\"):\n{}",
-        table(&rows)
-    );
-}
-
 // ---------------------------------------------------------------------------- evaluations
-
-pub(super) fn eval_status(api: &Api, prefix: &str) -> Result<(), String> {
-    let stub = resolve(api, "Eval", "evaluations", prefix)?;
-    let eval = api.get(&format!("/v1/evaluation/{}", text(&stub, "ID")))?;
-    println!(
-        "{}",
-        fields(&[
-            ("ID", text(&eval, "ID")),
-            ("Status", text(&eval, "Status")),
-            ("Status Description", text(&eval, "StatusDescription")),
-            ("Type", text(&eval, "Type")),
-            ("TriggeredBy", text(&eval, "TriggeredBy")),
-            ("Job ID", text(&eval, "JobID")),
-            ("Priority", text(&eval, "Priority")),
-        ])
-    );
-    Ok(())
-}
 
 /// Nomad's evaluation monitor. With `stopped`, it then waits until each of those
 /// allocations is client-terminal (its tasks dead), reporting each as it ends.

@@ -42,6 +42,61 @@ pub(super) fn text(value: &Value, key: &str) -> String {
     }
 }
 
+/// How long ago `ns` (Unix nanoseconds) was, as Nomad's CLI says it (`1m5s ago`).
+pub(super) fn ago(ns: i64) -> String {
+    let seconds = (quiesce_core::gotime::unix_now_ns() - ns).max(0) / 1_000_000_000;
+    let (days, hours, minutes, seconds) = (
+        seconds / 86_400,
+        seconds % 86_400 / 3600,
+        seconds % 3600 / 60,
+        seconds % 60,
+    );
+    match (days, hours, minutes) {
+        (0, 0, 0) => format!("{seconds}s ago"),
+        (0, 0, _) => format!("{minutes}m{seconds}s ago"),
+        (0, _, _) => format!("{hours}h{minutes}m ago"),
+        _ => format!("{days}d{hours}h ago"),
+    }
+}
+
+pub(super) fn alloc_rows(allocs: &[Value], verbose: bool) -> String {
+    let id = |value: &str| {
+        if verbose {
+            value.to_string()
+        } else {
+            short(value).to_string()
+        }
+    };
+    let mut rows = vec![vec![
+        "ID".to_string(),
+        "Node ID".into(),
+        "Task Group".into(),
+        "Version".into(),
+        "Desired".into(),
+        "Status".into(),
+        "Created".into(),
+        "Modified".into(),
+    ]];
+    let time = |alloc: &Value, key: &str| alloc[key].as_i64().map(ago).unwrap_or_default();
+    for alloc in allocs {
+        rows.push(vec![
+            id(&text(alloc, "ID")),
+            id(&text(alloc, "NodeID")),
+            text(alloc, "TaskGroup"),
+            // A full allocation (a node's list) carries its version in its job.
+            match text(alloc, "JobVersion") {
+                none if none.is_empty() => text(&alloc["Job"], "Version"),
+                version => version,
+            },
+            text(alloc, "DesiredStatus"),
+            text(alloc, "ClientStatus"),
+            time(alloc, "CreateTime"),
+            time(alloc, "ModifyTime"),
+        ]);
+    }
+    table(&rows)
+}
+
 /// Columns padded to their widest cell, as Nomad's tables are.
 pub(super) fn table(rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<String>> = rows

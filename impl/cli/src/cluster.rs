@@ -5,10 +5,11 @@ use super::api::{short, table, text, Api};
 use serde_json::Value;
 use std::path::Path;
 
-/// `version`: this CLI's version, and the Nomad API it speaks.
+/// `version`: this CLI's version, in the shape of Nomad's first line (`Nomad v1.10.0`).
+/// Nomad's `BuildDate` and `Revision` lines follow only when its build recorded them;
+/// quiesce's build records neither.
 pub(super) fn version() {
     println!("Quiesce v{}", env!("CARGO_PKG_VERSION"));
-    println!("A Nomad-compatible agent and CLI (Nomad's HTTP API, 1.9)");
 }
 
 /// The example `job init` writes: a service job whose fields are the stop path's.

@@ -94,18 +94,18 @@ pub(super) fn job_deployments(
     verbose: bool,
 ) -> Result<(), String> {
     let id = resolve_job(api, job)?;
-    let listed = if latest {
+    if latest {
+        // As Nomad's: the latest deployment as `deployment status` shows it.
         let newest = api.get(&format!("/v1/job/{}/deployment", segment(&id)))?;
         if newest.is_null() {
-            Vec::new()
+            println!("No deployments found");
         } else {
-            vec![newest]
+            println!("{}", status_text(&newest, verbose));
         }
-    } else {
-        let all = api.get(&format!("/v1/job/{}/deployments", segment(&id)))?;
-        all.as_array().cloned().unwrap_or_default()
-    };
-    print_list(&listed, verbose);
+        return Ok(());
+    }
+    let all = api.get(&format!("/v1/job/{}/deployments", segment(&id)))?;
+    print_list(&all.as_array().cloned().unwrap_or_default(), verbose);
     Ok(())
 }
 

@@ -14,6 +14,7 @@ mod agent;
 mod agent_config;
 mod alloc;
 mod alloc_fs;
+mod alloc_status;
 mod api;
 mod args;
 mod cluster;
@@ -25,7 +26,8 @@ mod unsupported;
 
 use acl::acl;
 use agent::agent;
-use alloc::{alloc, eval_status};
+use alloc::alloc;
+use alloc_status::eval_status;
 pub use args::*;
 use clap::Parser;
 use job::job;

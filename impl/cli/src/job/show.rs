@@ -1,10 +1,9 @@
 //! `job status`, `job inspect`, `job history`, and the top-level `status`: what is stored,
 //! as Nomad's CLI prints it.
 
-use super::super::alloc::{alloc_status_of, eval_status};
-use super::super::api::{fields, resolve_job, segment, short, table, text, Api};
+use super::super::alloc_status::{alloc_status_of, eval_status};
+use super::super::api::{alloc_rows, fields, resolve_job, segment, table, text, Api};
 use super::super::StatusArgs;
-use serde_json::Value;
 
 /// `job status` (and, with `any_object`, the top-level `status`, whose ID may also name an
 /// allocation, an evaluation or a node, as Nomad's).
@@ -114,13 +113,16 @@ pub(crate) fn list_jobs(api: &Api) -> Result<(), String> {
         "Type".into(),
         "Priority".into(),
         "Status".into(),
+        "Submit Date".into(),
     ]];
     for job in &jobs {
+        let submitted = job["SubmitTime"].as_i64().unwrap_or(0);
         rows.push(vec![
             text(job, "ID"),
             text(job, "Type"),
             text(job, "Priority"),
             text(job, "Status"),
+            quiesce_core::gotime::rfc3339(submitted),
         ]);
     }
     println!("{}", table(&rows));
@@ -138,57 +140,6 @@ pub(super) fn job_allocs(api: &Api, job: &str, verbose: bool) -> Result<(), Stri
         println!("{}", alloc_rows(&allocs, verbose));
     }
     Ok(())
-}
-
-/// How long ago `ns` (Unix nanoseconds) was, as Nomad's CLI says it (`1m5s ago`).
-fn ago(ns: i64) -> String {
-    let seconds = (quiesce_core::gotime::unix_now_ns() - ns).max(0) / 1_000_000_000;
-    let (days, hours, minutes, seconds) = (
-        seconds / 86_400,
-        seconds % 86_400 / 3600,
-        seconds % 3600 / 60,
-        seconds % 60,
-    );
-    match (days, hours, minutes) {
-        (0, 0, 0) => format!("{seconds}s ago"),
-        (0, 0, _) => format!("{minutes}m{seconds}s ago"),
-        (0, _, _) => format!("{hours}h{minutes}m ago"),
-        _ => format!("{days}d{hours}h ago"),
-    }
-}
-
-fn alloc_rows(allocs: &[Value], verbose: bool) -> String {
-    let id = |value: &str| {
-        if verbose {
-            value.to_string()
-        } else {
-            short(value).to_string()
-        }
-    };
-    let mut rows = vec![vec![
-        "ID".to_string(),
-        "Node ID".into(),
-        "Task Group".into(),
-        "Version".into(),
-        "Desired".into(),
-        "Status".into(),
-        "Created".into(),
-        "Modified".into(),
-    ]];
-    let time = |alloc: &Value, key: &str| alloc[key].as_i64().map(ago).unwrap_or_default();
-    for alloc in allocs {
-        rows.push(vec![
-            id(&text(alloc, "ID")),
-            id(&text(alloc, "NodeID")),
-            text(alloc, "TaskGroup"),
-            text(alloc, "JobVersion"),
-            text(alloc, "DesiredStatus"),
-            text(alloc, "ClientStatus"),
-            time(alloc, "CreateTime"),
-            time(alloc, "ModifyTime"),
-        ]);
-    }
-    table(&rows)
 }
 
 fn job_status(api: &Api, id: &str, verbose: bool, short_output: bool) -> Result<(), String> {
