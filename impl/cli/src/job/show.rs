@@ -162,7 +162,7 @@ pub(super) fn scaling_events(api: &Api, job: &str, verbose: bool) -> Result<(), 
         return Ok(());
     }
     let order = |event: &Value| (event["Time"].as_u64(), event["CreateIndex"].as_u64());
-    events.sort_by(|(_, a), (_, b)| order(b).cmp(&order(a)));
+    events.sort_by_key(|(_, event)| std::cmp::Reverse(order(event)));
     let mut header = vec!["Task Group", "Count", "PrevCount"];
     if verbose {
         header.extend(["Error", "Message", "Eval ID"]);

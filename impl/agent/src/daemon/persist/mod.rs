@@ -1,6 +1,7 @@
 //! The daemon's durable state: one redb database under the data dir holding the server's
 //! records (jobs with every version, allocations with their tombstone bit, evaluations,
-//! service registrations, deployments, each job's scaling events, the index), each runner's progress, and the event log.
+//! service registrations, deployments, each job's scaling events, the index), each
+//! runner's progress, and the event log.
 //!
 //! Writes are batches, committed in the order they were submitted by one committer thread
 //! ([`Committer`]), which merges whatever is queued into one redb transaction (group
