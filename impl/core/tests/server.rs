@@ -1,5 +1,6 @@
 //! The server on its own: versions, evaluations, the broker and the reconciler.
 
+use quiesce_core::server::scaling::ScaleRequest;
 use quiesce_core::server::structs::NodeEvent;
 use quiesce_core::server::structs::{
     AllocDeploymentStatus, ClientStatus, DesiredStatus, EvalStatus,
@@ -1449,11 +1450,20 @@ fn revert_registers_an_older_spec_again_and_refuses_what_nomad_refuses() {
     assert_eq!(versions[2].spec_only(), versions[0].spec_only());
 }
 
+/// A scale request of `group` to `count`.
+fn scale(group: &str, count: i64) -> ScaleRequest {
+    ScaleRequest {
+        group: group.into(),
+        count: Some(count),
+        ..ScaleRequest::default()
+    }
+}
+
 #[test]
 fn scale_changes_one_groups_count_and_is_refused_during_a_deployment() {
     let mut server = server_with(job("service", 1));
     assert_eq!(
-        server.scale_job("web", "web", 3),
+        server.scale_job("web", scale("web", 3)),
         Err(ServerError::Refused(
             "job scaling blocked due to active deployment".into()
         )),
@@ -1463,7 +1473,7 @@ fn scale_changes_one_groups_count_and_is_refused_during_a_deployment() {
         server.client_report(&id, healthy());
     }
     while server.process_next_eval().unwrap().is_some() {}
-    let response = server.scale_job("web", "web", 3).unwrap();
+    let response = server.scale_job("web", scale("web", 3)).unwrap();
     assert!(!response.eval_id.is_empty());
     while server.process_next_eval().unwrap().is_some() {}
     assert_eq!(
@@ -1472,20 +1482,20 @@ fn scale_changes_one_groups_count_and_is_refused_during_a_deployment() {
     );
     assert_eq!(alloc_ids(&server).len(), 3);
     assert_eq!(
-        server.scale_job("web", "api", 1),
+        server.scale_job("web", scale("api", 1)),
         Err(ServerError::Refused(
             "task group \"api\" specified for scaling does not exist in job".into()
         ))
     );
     assert_eq!(
-        server.scale_job("web", "web", -1),
+        server.scale_job("web", scale("web", -1)),
         Err(ServerError::Refused(
             "scaling action count can't be negative".into()
         ))
     );
     let (mut rolling, _) = rolling_out(2, None);
     assert_eq!(
-        rolling.scale_job("web", "web", 5),
+        rolling.scale_job("web", scale("web", 5)),
         Err(ServerError::Refused(
             "job scaling blocked due to active deployment".into()
         ))

@@ -215,6 +215,13 @@ func TestEveryObjectHasNomadsFieldsAndNoOthers(t *testing.T) {
 	}
 	a.waitTerminal(otherAlloc)
 
+	// A scaling event (an error report: no count, which the running deployment would
+	// refuse), so the scale status has one to compare.
+	if _, _, err := a.client.Jobs().Scale("web", "web", nil, "a report", true,
+		map[string]any{"by": "fields"}, nil); err != nil {
+		t.Fatal(err)
+	}
+
 	var evalID string
 	{
 		var evals []struct{ ID string }
@@ -236,6 +243,7 @@ func TestEveryObjectHasNomadsFieldsAndNoOthers(t *testing.T) {
 		{"/v1/job/other", api.Job{}},
 		{"/v1/job/web/summary", api.JobSummary{}},
 		{"/v1/job/web/versions", versions{}},
+		{"/v1/job/web/scale", api.JobScaleStatusResponse{}},
 		{"/v1/job/web/allocations", []api.AllocationListStub{}},
 		{"/v1/job/web/evaluations", []api.Evaluation{}},
 		{"/v1/job/web/services", []api.ServiceRegistration{}},

@@ -286,6 +286,13 @@ impl Core {
                         .deployment(id)
                         .map(|d| Payload::Deployment(Box::new(d.clone()))),
                 ),
+                Record::ScalingEvents(id) => (
+                    Table::ScalingEvents,
+                    id.clone(),
+                    store
+                        .scaling_events(id)
+                        .map(|events| Payload::ScalingEvents(Box::new(events.clone()))),
+                ),
                 Record::Node(id) => (
                     Table::Nodes,
                     id.clone(),

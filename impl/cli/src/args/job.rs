@@ -169,6 +169,17 @@ pub enum JobCommand {
         #[command(flatten)]
         address: Address,
     },
+    /// Display the most recent scaling events for a job, newest first (the agent keeps
+    /// 20 per group).
+    ScalingEvents {
+        /// The job's ID, or a prefix of it.
+        job: String,
+        /// Display full information: each event's error flag, message and evaluation ID.
+        #[arg(long)]
+        verbose: bool,
+        #[command(flatten)]
+        address: Address,
+    },
     /// Change a group's count: `job scale JOB [GROUP] COUNT` (the group may be left out when
     /// the job has one).
     Scale {

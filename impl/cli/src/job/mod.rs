@@ -1,6 +1,7 @@
 //! The `job` commands: `run`, `plan` and `validate` read a jobspec file (`run.rs`);
-//! `status`, `inspect` and `history` show what is stored (`show.rs`); `stop`, `start` and
-//! `restart` act on a stored job, asking for confirmation when a job is named by a prefix.
+//! `status`, `inspect`, `allocs` and `scaling-events` show what is stored (`show.rs`),
+//! `history` its versions; `stop`, `start` and `restart` act on a stored job, asking for
+//! confirmation when a job is named by a prefix.
 
 mod run;
 mod show;
@@ -56,6 +57,11 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             detach,
             address,
         } => scale(&address.api()?, &job, &group_and_count, detach),
+        JobCommand::ScalingEvents {
+            job,
+            verbose,
+            address,
+        } => show::scaling_events(&address.api()?, &job, verbose),
         JobCommand::Plan {
             file,
             variables,

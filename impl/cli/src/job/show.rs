@@ -1,5 +1,5 @@
-//! `job status`, `job inspect`, `job history`, and the top-level `status`: what is stored,
-//! as Nomad's CLI prints it.
+//! `job status`, `job inspect`, `job allocs`, `job scaling-events`, and the top-level
+//! `status`: what is stored, as Nomad's CLI prints it.
 
 use super::super::alloc_status::{alloc_status_of, eval_status};
 use super::super::api::{alloc_rows, fields, resolve_job, segment, table, text, Api};
@@ -139,6 +139,62 @@ pub(super) fn job_allocs(api: &Api, job: &str, verbose: bool) -> Result<(), Stri
     } else {
         println!("{}", alloc_rows(&allocs, verbose));
     }
+    Ok(())
+}
+
+/// `job scaling-events JOB`: every group's scaling events in one table, newest first, as
+/// Nomad's (`command/job_scaling_events.go`): `-verbose` adds each event's error flag,
+/// message and evaluation ID; an empty cell reads `<none>`, as Nomad's lists do.
+pub(super) fn scaling_events(api: &Api, job: &str, verbose: bool) -> Result<(), String> {
+    let id = resolve_job(api, job)?;
+    let status = api
+        .get(&format!("/v1/job/{}/scale", segment(&id)))
+        .map_err(|e| format!("Error listing scaling events: {e}"))?;
+    let mut events: Vec<(&str, &serde_json::Value)> = status["TaskGroups"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .flat_map(|(group, state)| {
+            let events = state["Events"].as_array().into_iter().flatten();
+            events.map(move |event| (group.as_str(), event))
+        })
+        .collect();
+    if events.is_empty() {
+        println!("No events found");
+        return Ok(());
+    }
+    let order = |event: &serde_json::Value| (event["Time"].as_u64(), event["CreateIndex"].as_u64());
+    events.sort_by_key(|(_, event)| std::cmp::Reverse(order(event)));
+    let mut header = vec!["Task Group", "Count", "PrevCount"];
+    if verbose {
+        header.extend(["Error", "Message", "Eval ID"]);
+    }
+    header.push("Date");
+    let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
+    for (group, event) in events {
+        let mut row = vec![
+            group.to_string(),
+            text(event, "Count"),
+            text(event, "PreviousCount"),
+        ];
+        if verbose {
+            row.extend([
+                text(event, "Error"),
+                text(event, "Message"),
+                text(event, "EvalID"),
+            ]);
+        }
+        // Nomad's `formatTime` shows nothing for a time before 1970-01-01T00:00:01Z.
+        let time_ns = event["Time"].as_i64().filter(|&ns| ns >= 1_000_000_000);
+        row.push(time_ns.map(super::super::api::rfc3339).unwrap_or_default());
+        for cell in &mut row {
+            if cell.is_empty() {
+                *cell = "<none>".into();
+            }
+        }
+        rows.push(row);
+    }
+    println!("{}", table(&rows));
     Ok(())
 }
 

@@ -57,6 +57,8 @@ pub enum WriteType {
     /// An operator's write to a deployment (pause, resume, fail, promote), with the
     /// evaluation it asks for and an auto-revert's job version.
     DeploymentStatusUpdate,
+    /// A scaling event recorded (`job scale`): no topic carries it, as none of Nomad's does.
+    ScalingEvent,
 }
 
 impl WriteType {
@@ -79,6 +81,7 @@ impl WriteType {
             (WriteType::GarbageCollect, _) => "",
             (WriteType::DeploymentStatusUpdate, Topic::Job) => "JobRegistered",
             (WriteType::DeploymentStatusUpdate, _) => "EvaluationUpdated",
+            (WriteType::ScalingEvent, _) => "",
         }
     }
 }

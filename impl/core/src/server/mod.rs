@@ -9,6 +9,7 @@ pub mod events;
 pub mod gc;
 pub mod placement;
 mod plan;
+pub mod scaling;
 pub mod scheduler;
 pub mod store;
 pub mod structs;

@@ -59,6 +59,8 @@ impl Server {
             services: Vec::new(),
             nodes: store.nodes().cloned().collect(),
             deployments: store.deployments_of_job(job_id).cloned().collect(),
+            // A plan records no scaling event.
+            scaling_events: Vec::new(),
         };
         let copy = StateStore::restore(store.index(), tables, store.table_indexes());
         Server::restore(copy, self.nodes.clone(), 0)

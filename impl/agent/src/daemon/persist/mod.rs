@@ -1,6 +1,7 @@
 //! The daemon's durable state: one redb database under the data dir holding the server's
 //! records (jobs with every version, allocations with their tombstone bit, evaluations,
-//! service registrations, the index), each runner's progress, and the event log.
+//! service registrations, deployments, each job's scaling events, the index), each
+//! runner's progress, and the event log.
 //!
 //! Writes are batches, committed in the order they were submitted by one committer thread
 //! ([`Committer`]), which merges whatever is queued into one redb transaction (group
@@ -63,6 +64,7 @@ const PULLS: TableDefinition<&str, &[u8]> = TableDefinition::new("logged_pulls")
 const ACL: TableDefinition<&str, &[u8]> = TableDefinition::new("acl");
 const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
 const DEPLOYMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("deployments");
+const SCALING_EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("scaling_events");
 const INDEXES: TableDefinition<&str, &[u8]> = TableDefinition::new("indexes");
 const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("keys");
 const LOG: TableDefinition<u64, &str> = TableDefinition::new("log");
@@ -93,6 +95,8 @@ pub enum Table {
     /// The agent's signing keys, by key ID.
     Keys,
     Deployments,
+    /// Each job's scaling events, by job ID.
+    ScalingEvents,
 }
 
 /// The key of the table indexes' record in [`Table::Indexes`].
@@ -112,6 +116,7 @@ impl Table {
             Table::Indexes => INDEXES,
             Table::Keys => KEYS,
             Table::Deployments => DEPLOYMENTS,
+            Table::ScalingEvents => SCALING_EVENTS,
         }
     }
 }
@@ -140,6 +145,7 @@ pub enum Payload {
     Acl(AclRecord),
     Node(Box<quiesce_core::server::structs::Node>),
     Deployment(Box<quiesce_core::server::structs::Deployment>),
+    ScalingEvents(Box<quiesce_core::server::scaling::JobScalingEvents>),
     Indexes(quiesce_core::server::store::TableIndexes),
     Key(crate::daemon::keyring::StoredKey),
 }
@@ -211,6 +217,7 @@ impl Payload {
             Payload::Acl(record) => serde_json::to_vec(record),
             Payload::Node(node) => serde_json::to_vec(node),
             Payload::Deployment(deployment) => serde_json::to_vec(deployment),
+            Payload::ScalingEvents(events) => serde_json::to_vec(events),
             Payload::Indexes(indexes) => serde_json::to_vec(indexes),
             Payload::Key(key) => serde_json::to_vec(key),
         };
@@ -476,6 +483,7 @@ impl Persist {
                 Table::Indexes,
                 Table::Keys,
                 Table::Deployments,
+                Table::ScalingEvents,
             ] {
                 setup
                     .open_table(table.definition())
@@ -560,6 +568,9 @@ impl Persist {
         each(&read, Table::Nodes, |node| tables.nodes.push(node))?;
         each(&read, Table::Deployments, |deployment| {
             tables.deployments.push(deployment)
+        })?;
+        each(&read, Table::ScalingEvents, |events| {
+            tables.scaling_events.push(events)
         })?;
         each(&read, Table::Indexes, |indexes| {
             loaded.table_indexes = indexes

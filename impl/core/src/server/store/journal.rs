@@ -62,7 +62,8 @@ impl StateStore {
     /// A record as it is now, as an event shows it (`None` if it is gone).
     pub fn snapshot_of(&self, record: &Record) -> Option<Snapshot> {
         match record {
-            Record::Index => None,
+            // No topic carries them (nor any of Nomad's).
+            Record::Index | Record::ScalingEvents(_) => None,
             Record::Job(id) => self.job(id).map(|job| Snapshot::Job {
                 status: self.job_status(job),
                 job: Box::new(job.clone()),

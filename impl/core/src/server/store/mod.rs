@@ -1,5 +1,5 @@
-//! The state store: tables for jobs (every version kept), allocations, evaluations, nodes and
-//! service registrations, and one monotonically increasing index. Every server write is one
+//! The state store: tables for jobs (every version kept), allocations, evaluations, nodes,
+//! service registrations, deployments and scaling events, and one monotonically increasing index. Every server write is one
 //! call that takes the next index once and changes the tables together, as Nomad's FSM
 //! applies one raft entry. Each table also keeps the index of its last write (Nomad's
 //! `index` table): a list answers, and blocks on, its own table's index, so a write to one
@@ -14,9 +14,11 @@
 
 mod deployments;
 mod journal;
+mod scaling;
 mod status;
 
 use super::events::{EventJournal, Snapshot, WriteType};
+use super::scaling::JobScalingEvents;
 use super::structs::{
     AllocId, Allocation, Deployment, EvalId, Evaluation, JobId, Node, NodeId, ServiceRegistration,
 };
@@ -34,6 +36,7 @@ pub struct Tables {
     pub services: Vec<ServiceRegistration>,
     pub nodes: Vec<Node>,
     pub deployments: Vec<Deployment>,
+    pub scaling_events: Vec<JobScalingEvents>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -55,6 +58,8 @@ pub struct StateStore {
     deployments: BTreeMap<String, Deployment>,
     /// The IDs of each job's deployments, oldest first.
     deployments_by_job: BTreeMap<JobId, Vec<String>>,
+    /// Each job's scaling events (`scaling.rs`), deleted with the job.
+    scaling_events: BTreeMap<JobId, JobScalingEvents>,
     /// The index of each table's last write.
     table_indexes: TableIndexes,
     /// Allocations whose `AllocModifyIndex` changed since the last drain: what clients will
@@ -97,6 +102,8 @@ pub struct TableIndexes {
     pub nodes: u64,
     #[serde(default)]
     pub deployments: u64,
+    #[serde(default)]
+    pub scaling_events: u64,
 }
 
 /// A record of the store, as a durable copy names it.
@@ -110,6 +117,8 @@ pub enum Record {
     Service(String),
     Node(NodeId),
     Deployment(String),
+    /// A job's scaling events.
+    ScalingEvents(JobId),
 }
 
 impl StateStore {
@@ -123,6 +132,7 @@ impl StateStore {
             services,
             nodes,
             deployments,
+            scaling_events,
         } = tables;
         let newest = |indexes: &mut dyn Iterator<Item = u64>| indexes.max().unwrap_or(0);
         let table_indexes = TableIndexes {
@@ -144,6 +154,9 @@ impl StateStore {
             deployments: indexes
                 .deployments
                 .max(newest(&mut deployments.iter().map(|d| d.modify_index))),
+            scaling_events: indexes
+                .scaling_events
+                .max(newest(&mut scaling_events.iter().map(|e| e.modify_index))),
         };
         let mut store = StateStore {
             index,
@@ -166,6 +179,7 @@ impl StateStore {
         for deployment in deployments {
             store.put_deployment(deployment);
         }
+        store.restore_scaling_events(scaling_events);
         store.table_indexes = table_indexes;
         // Journalled from now on: what was restored is stored already.
         store.written = Some(BTreeSet::new());
@@ -192,6 +206,7 @@ impl StateStore {
             Record::Service(_) => tables.services = index,
             Record::Node(_) => tables.nodes = index,
             Record::Deployment(_) => tables.deployments = index,
+            Record::ScalingEvents(_) => tables.scaling_events = index,
         }
         if self.events.is_some() && record != Record::Index {
             let open = self
@@ -414,6 +429,7 @@ impl StateStore {
         });
         self.wrote(Record::Job(id.to_string()));
         self.jobs.remove(id);
+        self.delete_scaling_events(id);
         if self.counts.get(id).is_some_and(|counts| counts.is_empty()) {
             self.counts.remove(id);
         }

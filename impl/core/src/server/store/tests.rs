@@ -62,6 +62,7 @@ fn tables(store: &StateStore) -> Tables {
         services: store.services().cloned().collect(),
         deployments: store.deployments().cloned().collect(),
         nodes: store.nodes().cloned().collect(),
+        scaling_events: store.scaling_events.values().cloned().collect(),
     }
 }
 
