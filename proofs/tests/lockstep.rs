@@ -79,6 +79,8 @@ fn the_rollout_parts_walk_in_lockstep_without_a_mismatch() {
         "rollout-then-flagged-stop",
         "rollout-after-flagged-stop",
         "canary-then-flagged-stop",
+        "canary-updated-twice",
+        "canary-with-alloc-stop",
     ];
     let mut walked = 0;
     for part in config::standard()

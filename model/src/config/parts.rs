@@ -292,6 +292,20 @@ pub fn standard() -> Vec<ModelCfg> {
                 FLAGGED_STOP_DURING_ROLLOUT,
             ],
         )),
+        // A canary superseded by a second update, or stopped by an operator (its
+        // replacement a canary again, an old allocation's at its own version).
+        canaries(rollout(
+            "canary-updated-twice",
+            1,
+            vec![UpdateJob, UpdateJob],
+            &[CANARIES_PROMOTED, ROLLOUT_COMPLETED],
+        )),
+        canaries(rollout(
+            "canary-with-alloc-stop",
+            1,
+            vec![UpdateJob, alloc(false)],
+            &[CANARIES_PROMOTED, ROLLOUT_COMPLETED],
+        )),
     ]
 }
 

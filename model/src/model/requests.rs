@@ -175,17 +175,25 @@ impl StopPathModel {
         if state.deployment.is_running() {
             state.eval_pending = true;
         }
-        let healthy_canaries = state
-            .allocs
-            .iter()
-            .filter(|alloc| alloc.canary && !alloc.is_terminal() && !alloc.watched)
-            .count();
+        // The running deployment's own canaries: a superseded one's are stopped instead.
+        let generation = state
+            .job
+            .latest()
+            .map_or(0, |latest| latest.spec.generation);
+        // Those healthy and not stopped lose the mark at the promotion (Nomad's).
+        let promotable = |alloc: &Alloc| {
+            alloc.canary
+                && alloc.spec.generation == generation
+                && !alloc.is_terminal()
+                && !alloc.watched
+        };
+        let healthy_canaries = state.allocs.iter().filter(|a| promotable(a)).count();
         if state.deployment == Deployment::Canaries
             && healthy_canaries >= usize::from(self.cfg.canary)
         {
             state.deployment = Deployment::Running;
             state.ghost.canaries_promoted = true;
-            for alloc in state.allocs.iter_mut() {
+            for alloc in state.allocs.iter_mut().filter(|alloc| promotable(alloc)) {
                 alloc.canary = false;
             }
         }
@@ -364,11 +372,16 @@ impl StopPathModel {
                 }
             }
         }
+        // Canaries only while older allocations remain to replace (Nomad's
+        // `requiresCanaries`): a migrating one's replacement is not yet placed.
+        let to_replace = state.allocs.iter().any(|alloc| {
+            !alloc.is_terminal() && !alloc.canary && alloc.spec.generation < generation
+        });
         for spec in downgraded {
             self.place(state, spec, false);
         }
         self.roll_out(state, generation, migrated);
-        if state.deployment == Deployment::Canaries {
+        if state.deployment == Deployment::Canaries && to_replace {
             let canaries = state
                 .allocs
                 .iter()

@@ -53,8 +53,11 @@ impl Server {
                     .allocs_by_job(&job.id)
                     .filter(|alloc| !alloc.is_terminal() && alloc.task_group == group.name)
             };
-            let replaced =
-                live().any(|alloc| alloc.job.as_run(&group.name) != job.as_run(&group.name));
+            // Another deployment's canaries are stopped, not replaced.
+            let replaced = live().any(|alloc| {
+                !super::scheduler::is_canary(alloc)
+                    && alloc.job.as_run(&group.name) != job.as_run(&group.name)
+            });
             let desired = group.count.map_or(1, |count| count.max(0) as usize);
             let to_place = live().count() < desired;
             if replaced || to_place {
@@ -339,6 +342,10 @@ impl Server {
             job: deployment.job_id.clone(),
             status: status.into(),
         });
+        if !pause {
+            // Canaries that turned healthy while it was paused promote it now.
+            self.auto_promote(id, index);
+        }
         let eval_id = (!pause)
             .then(|| self.watcher_eval(&deployment.job_id, index))
             .flatten();
@@ -469,11 +476,12 @@ impl Server {
             .iter()
             .filter_map(|id| self.store.alloc_for_client(id))
             .filter(|alloc| {
+                // Promoted or not: a group promoted already counts its canaries still.
                 !alloc.is_terminal()
                     && alloc
                         .deployment_status
                         .as_ref()
-                        .is_some_and(|s| s.canary && s.healthy == Some(true))
+                        .is_some_and(|s| s.healthy == Some(true))
             })
             .count() as u64
     }
@@ -526,9 +534,10 @@ impl Server {
         }
     }
 
-    /// After a canary turned healthy in the write at `index`: its deployment promotes
-    /// itself if every group that wants canaries has `auto_promote` and all of them
-    /// healthy (Nomad's `autoPromoteDeployment`).
+    /// After a canary turned healthy, or its deployment was resumed, in the write at
+    /// `index`: the deployment promotes itself if every group that wants canaries has
+    /// `auto_promote` and all of them healthy (Nomad's `autoPromoteDeployment`). A paused
+    /// one waits for its resume.
     fn auto_promote(&mut self, deployment_id: &str, index: u64) {
         let Some(deployment) = self
             .store

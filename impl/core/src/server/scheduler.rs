@@ -122,6 +122,14 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
             .and_then(|d| d.task_groups.get(&group.name))
             .is_some_and(|state| state.desired_canaries > 0 && !state.promoted);
         let in_group: Vec<_> = live.iter().filter(|a| a.task_group == group.name).collect();
+        // Nothing to replace and no canary of its own waiting: no canary is needed (Nomad
+        // wants canaries only for destructive updates).
+        let canarying = canarying
+            && in_group.iter().any(|alloc| {
+                (is_canary(alloc) && deployment.is_some_and(|d| d.id == alloc.deployment_id))
+                    || (alloc.job_version != job.version
+                        && alloc.job.as_run(&group.name) != job.as_run(&group.name))
+            });
         let mut canaries = BTreeSet::new();
         let mut others = Vec::new();
         for alloc in in_group {
@@ -199,10 +207,11 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         } else {
             rollout_room(store, job, &group.name, deployment)
         };
-        // One its client has not started first (it serves nothing), then the oldest.
-        replaced.sort_by_key(|(alloc, _)| {
+        // One a promoted canary replaces already first (it needs no placement), then one
+        // its client has not started (it serves nothing), then the oldest.
+        replaced.sort_by_key(|(alloc, place)| {
             let started = alloc.client_status != ClientStatus::Pending;
-            (started, alloc.create_index, index_of(&alloc.name))
+            (*place, started, alloc.create_index, index_of(&alloc.name))
         });
         if !replaced.is_empty() || room == 0 {
             rolled_out = false;
@@ -229,7 +238,8 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         if missing > 0 && !replaced.is_empty() {
             let mut indexes: Vec<u64> = replaced.iter().map(|(a, _)| index_of(&a.name)).collect();
             indexes.sort_unstable();
-            indexes.extend(0..count);
+            // More canaries than `count`: the rest on the indexes past it (Nomad's).
+            indexes.extend(0..count.saturating_add(wanted));
             let free = indexes.into_iter().filter(|index| canaries.insert(*index));
             for index in free.take(missing) {
                 plan.place
@@ -305,7 +315,7 @@ fn rollout_room(
 }
 
 /// A canary not yet promoted (Nomad clears the mark at the promotion).
-fn is_canary(alloc: &Allocation) -> bool {
+pub(super) fn is_canary(alloc: &Allocation) -> bool {
     alloc
         .deployment_status
         .as_ref()
