@@ -106,10 +106,14 @@ def test_an_operator_promotes_healthy_canaries_only_and_a_failed_deployment_stop
     while time.monotonic() - waited < 3.0:
         assert all(agent.get(f"/v1/allocation/{a}")["DesiredStatus"] == "run" for a in old)
         time.sleep(0.2)
+    promoted_at = time.time_ns()
     out = agent.cli("deployment", "promote", short).stdout
-    assert "Monitoring evaluation" in out or "promoted" in out.lower(), out
+    assert "Monitoring evaluation" in out, out
     settled(agent, "successful")
     agent.wait_terminal(old)
+    killing = sorted((task_event_ns(agent, a, "Killing"), a) for a in old)
+    assert killing[0][0] >= promoted_at, "an old task was stopped before the promotion"
+    assert killing[1][0] >= task_event_ns(agent, killing[0][1], "Killed"), "two stopped at once"
     for alloc_id in old:
         [(_, name, _, services)] = signals(agent, alloc_id)
         assert name == "INT" and services == {"web-group": 0, "server-web": 0}, services

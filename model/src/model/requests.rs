@@ -215,19 +215,25 @@ impl StopPathModel {
 
     /// After a step: an allocation a deployment watches that failed on its own in it (its
     /// restart policy gave up, the server still wanting it to run) is reported so — its
-    /// health decided, unhealthy — and a running deployment fails, as the implementation's
+    /// health decided, unhealthy — and a running deployment of its version fails, as the implementation's
     /// server fails it (`replacement_failed`). It stops no rollout already begun; a
     /// deployment that fails with canaries not promoted asks for an evaluation, which stops
     /// them (Nomad's `cancelUnneededCanaries`).
     pub(super) fn watched_alloc_failed(&self, last: &State, state: &mut State) {
+        let generation = state
+            .job
+            .latest()
+            .map_or(0, |latest| latest.spec.generation);
         let mut failed = false;
         for (now, before) in state.allocs.iter_mut().zip(&last.allocs) {
             let ended =
                 now.runner == RunnerPhase::Terminal && before.runner != RunnerPhase::Terminal;
             if ended && now.watched && now.failed && !now.desired_stop && !now.tombstone {
+                // Its own deployment fails, if it still runs: one of an older version was
+                // superseded already (the implementation's `fail_for`).
+                failed |= now.spec.generation == generation;
                 now.watched = false;
                 now.abandoned = false;
-                failed = true;
             }
         }
         if failed && state.deployment.is_running() {

@@ -107,7 +107,12 @@ impl Server {
             }
         }
         for placement in plan.place.iter().filter(|p| p.previous.is_none()) {
-            updates.entry(placement.group.clone()).or_default().place += 1;
+            let entry = updates.entry(placement.group.clone()).or_default();
+            if placement.canary {
+                entry.canary += 1;
+            } else {
+                entry.place += 1;
+            }
         }
         for id in &plan.in_place {
             touched.insert(id.clone());
