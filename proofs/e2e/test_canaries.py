@@ -107,7 +107,7 @@ def test_an_operator_promotes_healthy_canaries_only_and_a_failed_deployment_stop
         assert all(agent.get(f"/v1/allocation/{a}")["DesiredStatus"] == "run" for a in old)
         time.sleep(0.2)
     promoted_at = time.time_ns()
-    out = agent.cli("deployment", "promote", short).stdout
+    out = agent.cli("job", "promote", "web").stdout  # Nomad's other way to the same write
     assert "Monitoring evaluation" in out, out
     settled(agent, "successful")
     agent.wait_terminal(old)

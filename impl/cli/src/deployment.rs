@@ -75,15 +75,41 @@ pub(super) fn deployment(command: DeploymentCommand) -> Result<(), String> {
         } => {
             let api = address.api()?;
             let id = resolve_deployment(&api, &deployment)?;
-            let body = json!({"DeploymentID": id, "All": groups.is_empty(), "Groups": groups});
-            let answer = put_json(
-                &api,
-                &format!("/v1/deployment/promote/{}", segment(&id)),
-                &body,
-            )?;
+            let answer = promote(&api, &id, &groups)?;
             follow(&api, &answer, detach)
         }
     }
+}
+
+/// Promotes the deployment `id`'s `groups` (all when none is named).
+fn promote(api: &Api, id: &str, groups: &[String]) -> Result<Value, String> {
+    let body = json!({"DeploymentID": id, "All": groups.is_empty(), "Groups": groups});
+    put_json(
+        api,
+        &format!("/v1/deployment/promote/{}", segment(id)),
+        &body,
+    )
+}
+
+/// `job promote JOB`: promotes the job's most recent deployment, as Nomad's does (with
+/// its errors' words).
+pub(super) fn job_promote(
+    api: &Api,
+    job: &str,
+    groups: &[String],
+    detach: bool,
+) -> Result<(), String> {
+    let job_id = resolve_job(api, job)?;
+    let latest = api
+        .get(&format!("/v1/job/{}/deployment", segment(&job_id)))
+        .map_err(|e| format!("Error retrieving deployment: {e}"))?;
+    if latest.is_null() {
+        return Err(format!("Job {job_id:?} has no deployment to promote"));
+    }
+    let id = text(&latest, "ID");
+    let answer = promote(api, &id, groups)
+        .map_err(|e| format!("Error promoting deployment {id:?} for job {job_id:?}: {e}"))?;
+    follow(api, &answer, detach)
 }
 
 /// `job deployments JOB`: the job's deployments, newest first (`-latest`: the newest).

@@ -55,8 +55,8 @@ pub enum DeploymentCommand {
         #[command(flatten)]
         address: Address,
     },
-    /// Promote a deployment's canaries (this agent places none: the groups are marked
-    /// promoted).
+    /// Promote a deployment's canaries once they are healthy, which unblocks the rolling
+    /// update of the remaining allocations.
     Promote {
         /// The deployment's ID, or a prefix of it.
         deployment: String,

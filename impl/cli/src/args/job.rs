@@ -169,6 +169,22 @@ pub enum JobCommand {
         #[command(flatten)]
         address: Address,
     },
+    /// Promote the canaries of the job's most recent deployment once they are healthy,
+    /// which unblocks the rolling update of the remaining allocations.
+    Promote {
+        /// The job's ID, or a prefix of it.
+        job: String,
+        /// Promote this group; may be given many times. If no group is given, all groups
+        /// are promoted.
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// Return immediately instead of entering monitor mode: the evaluation's ID is
+        /// printed, for `eval status`.
+        #[arg(long)]
+        detach: bool,
+        #[command(flatten)]
+        address: Address,
+    },
     /// Display the most recent scaling events for a job, newest first (the agent keeps
     /// 20 per group).
     ScalingEvents {

@@ -57,6 +57,12 @@ pub(super) fn job(command: JobCommand) -> Result<(), String> {
             detach,
             address,
         } => scale(&address.api()?, &job, &group_and_count, detach),
+        JobCommand::Promote {
+            job,
+            groups,
+            detach,
+            address,
+        } => super::deployment::job_promote(&address.api()?, &job, &groups, detach),
         JobCommand::ScalingEvents {
             job,
             verbose,
