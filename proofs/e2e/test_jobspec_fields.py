@@ -79,9 +79,8 @@ def test_honoured_fields_reach_the_task_and_warned_ones_are_said(agent, tmp_path
     spec.write_text(HCL % {"python": PYTHON, "admin": 28123, "witness": WITNESS})
     out = agent.cli("job", "run", str(spec)).stdout
     assert "Job Warnings:" in out, out
-    # `max_parallel` is honoured; canaries are not placed, and that is said.
-    assert "Update.Canary: accepted, not honoured yet" in out, out
-    assert "Update.MaxParallel" not in out, out
+    # `max_parallel` and `canary` are honoured: neither is warned of.
+    assert "Update.Canary" not in out and "Update.MaxParallel" not in out, out
     assert "TaskGroups[0].Tasks[0].LogConfig: accepted, not honoured" in out, out
     assert 'task "server" in group "web" defines services, but has no shutdown_delay set' in out, out
     [alloc] = agent.running("fields", 1)
