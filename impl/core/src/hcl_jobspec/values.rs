@@ -227,7 +227,7 @@ fn evaluate(scope: &Scope, expr: &Expression, at: &str) -> Result<Value, Problem
                 let what = if root == "var" {
                     format!("there is no variable {name:?} (declare it: variable {name:?} {{}})")
                 } else {
-                    format!("there is no local {name:?} (a locals block defines it before use)")
+                    format!("there is no local {name:?} (define it in a locals block)")
                 };
                 return Err(Problem::at(span.clone(), format!("{at}: {what}")));
             };
@@ -380,6 +380,19 @@ impl Visit for Names {
     }
 
     // A `for` expression's own names (`[for x in var.l : x]`) are refused before this.
+}
+
+/// The `local.<name>` references of an expression, in the order written, each with the
+/// byte range of the reference: what a local depends on (`variables.rs` orders locals so).
+pub(super) fn local_references(expr: &Expression) -> Vec<(String, Option<Range<usize>>)> {
+    let mut names = Names::default();
+    names.visit_expr(expr);
+    names
+        .used
+        .into_iter()
+        .filter(|(root, _, _)| root == "local")
+        .map(|(_, name, span)| (name, span))
+        .collect()
 }
 
 /// The first division or remainder in an expression.
