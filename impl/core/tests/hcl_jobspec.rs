@@ -1,7 +1,9 @@
 //! HCL jobspecs: every error names its file, line and column; variables take their values
 //! from defaults, the environment, var-files and `-var` flags, in Nomad's precedence.
 
-use quiesce_core::hcl_jobspec::{parse, parse_job, Error, Input, LineColumn, VariableInputs};
+use quiesce_core::hcl_jobspec::{
+    parse, parse_job, parse_placed, Error, Input, LineColumn, VariableInputs,
+};
 use serde_json::Value;
 
 fn refused(name: &str, text: &str) -> Error {
@@ -574,4 +576,124 @@ fn template_directives_in_an_evaluated_expression_are_refused_before_they_expand
     let text = "variable \"l\" {\n  default = [\"a\"]\n}\njob \"a\" {\n  meta {\n    m = \"%{ for s in var.l }${s}%{ endfor }\"\n  }\n}\n";
     let error = refused("web.hcl", text);
     assert!(error.message.contains("directives"), "{error}");
+}
+
+// Validation errors of a converted jobspec, placed in its text.
+
+/// A valid job, with `group` and `task` lines added to its group and its task.
+fn job_with(group: &str, task: &str) -> String {
+    format!(
+        "job \"web\" {{\n  group \"g\" {{\n{group}\n    task \"t\" {{\n      driver = \"raw_exec\"\n\
+         {task}\n      config {{ command = \"/bin/sleep\" }}\n    }}\n  }}\n}}\n"
+    )
+}
+
+/// The validation errors of `text`, each as `file:line:column: path: problem`.
+fn validation_errors(text: &str) -> Vec<String> {
+    let placed = parse_placed(
+        Input {
+            name: "web.nomad.hcl",
+            text,
+        },
+        &VariableInputs::default(),
+    )
+    .unwrap();
+    let errors = placed.check().expect_err("an invalid job");
+    errors.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn a_valid_jobspec_checks_clean() {
+    let text = job_with("    count = 2", "      kill_timeout = \"10s\"");
+    let placed = parse_placed(
+        Input {
+            name: "web.nomad.hcl",
+            text: &text,
+        },
+        &VariableInputs::default(),
+    )
+    .unwrap();
+    assert_eq!(placed.check(), Ok(()));
+    assert!(!placed.places.is_empty());
+}
+
+#[test]
+fn each_validation_error_names_the_line_and_column_of_its_attribute_or_block() {
+    let cases = [
+        (
+            job_with("    count = -1", ""),
+            "web.nomad.hcl:3:5: TaskGroups[0].Count: must not be negative (got -1)",
+        ),
+        (
+            job_with("", "      kill_timeout = \"200h\""),
+            "web.nomad.hcl:6:7: TaskGroups[0].Tasks[0].KillTimeout: ",
+        ),
+        (
+            job_with(
+                "    update {\n      min_healthy_time = \"5m\"\n      healthy_deadline = \"1m\"\n    }",
+                "",
+            ),
+            "web.nomad.hcl:4:7: TaskGroups[0].Update.MinHealthyTime: Minimum healthy time must \
+             be less than healthy deadline",
+        ),
+        (
+            job_with(
+                "    restart {\n      attempts = 1\n      mode     = \"bogus\"\n    }",
+                "",
+            ),
+            "web.nomad.hcl:5:7: TaskGroups[0].RestartPolicy.Mode: Unsupported restart mode: \
+             \"bogus\"",
+        ),
+    ];
+    for (text, expected) in cases {
+        let errors = validation_errors(&text);
+        assert!(
+            errors.iter().any(|e| e.starts_with(expected)),
+            "{text}\nexpected {expected}\ngot {errors:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_duplicate_task_name_is_placed_at_the_second_task_s_label() {
+    let text =
+        "job \"web\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n    }\n\
+                \x20   task \"t\" {\n      driver = \"raw_exec\"\n    }\n  }\n}\n";
+    assert_eq!(
+        validation_errors(text),
+        ["web.nomad.hcl:6:10: TaskGroups[0].Tasks[1].Name: duplicate task name \"t\""]
+    );
+}
+
+#[test]
+fn a_field_the_jobspec_did_not_write_is_placed_at_its_block() {
+    // A task without a driver: the task block's header is the place.
+    let text =
+        "job \"web\" {\n  group \"g\" {\n    task \"t\" {\n      user = \"root\"\n    }\n  }\n}\n";
+    let errors = validation_errors(text);
+    assert!(
+        errors.contains(&"web.nomad.hcl:3:5: TaskGroups[0].Tasks[0].Driver: is required".into()),
+        "{errors:#?}"
+    );
+    // A task directly under the job is its own group, placed at the task.
+    let text =
+        "job \"web\" {\n  type = \"service\"\n  task \"t\" {\n    kill_signal = \"SIGNOPE\"\n\
+                \x20   driver = \"raw_exec\"\n  }\n}\n";
+    assert_eq!(
+        validation_errors(text),
+        ["web.nomad.hcl:4:5: TaskGroups[0].Tasks[0].KillSignal: unknown signal \"SIGNOPE\""]
+    );
+}
+
+#[test]
+fn a_field_set_through_a_variable_is_placed_where_the_attribute_is() {
+    let text = format!(
+        "variable \"n\" {{\n  default = -3\n}}\n{}",
+        job_with("    count = var.n", "")
+    );
+    let errors = validation_errors(&text);
+    assert_eq!(
+        errors,
+        ["web.nomad.hcl:6:5: TaskGroups[0].Count: must not be negative (got -3)"]
+    );
 }

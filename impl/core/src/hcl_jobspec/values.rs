@@ -11,6 +11,7 @@
 //! error, not a gigabyte.
 
 use super::error::Problem;
+use super::places::Recorder;
 use hcl::edit::expr::{Expression, ObjectKey, TraversalOperator};
 use hcl::edit::template::{Element, Template};
 use hcl::edit::visit::{self, Visit};
@@ -31,6 +32,8 @@ pub(super) struct Scope<'a> {
     variables: Option<&'a Map<String, Value>>,
     pub locals: Map<String, Value>,
     expanded_bytes: Cell<usize>,
+    /// Where each JSON field read from the text was written (`places.rs`).
+    pub places: Recorder,
 }
 
 impl<'a> Scope<'a> {
@@ -41,6 +44,7 @@ impl<'a> Scope<'a> {
             variables: Some(variables),
             locals: Map::new(),
             expanded_bytes: Cell::new(0),
+            places: Recorder::default(),
         }
     }
 
@@ -51,6 +55,7 @@ impl<'a> Scope<'a> {
             variables: None,
             locals: Map::new(),
             expanded_bytes: Cell::new(0),
+            places: Recorder::default(),
         }
     }
 }
