@@ -25,7 +25,9 @@
 //! Nomad's form `input.hcl:3,5-16: …` for the HTTP API, see [`Error`]), and the block path
 //! (`job "web".group "g".task "t"`). The text is parsed with hcl-edit, the parser hcl-rs
 //! itself builds on, because it keeps each item's byte range (`error.rs`). What is checked
-//! later, on the JSON (`spec::parse_register_body`), names the JSON field instead.
+//! later, on the JSON (`spec::parse_register_body`), names the JSON field; [`parse_placed`]
+//! also records where each field was written, so that [`Placed::check`] names both
+//! (`web.hcl:3:5: TaskGroups[0].Count: …`, `places.rs`).
 
 mod blocks;
 mod error;
