@@ -287,3 +287,39 @@ def test_job_run_reads_a_jobspec_from_standard_input(agent):
     assert done.returncode == 0 and "Job registration successful" in done.stdout, done
     agent.running("count", 1)
     assert agent.cli("job", "inspect", "-hcl", "count").stdout == COUNTER
+
+
+BAD_COUNT = """job "bad" {
+  group "g" {
+    count = -1
+    task "t" {
+      driver       = "raw_exec"
+      kill_timeout = "200h"
+      config { command = "/bin/sleep" }
+    }
+  }
+}
+"""
+
+
+def test_an_hcl_jobspec_s_validation_errors_name_the_file_line_and_column(agent, tmp_path):
+    """Issue 27, build 4: each validation error of an HCL file names where its field was
+    written, for job validate, run and plan alike; nothing is registered."""
+    spec = tmp_path / "bad.nomad.hcl"
+    spec.write_text(BAD_COUNT)
+    count = f"{spec}:3:5: TaskGroups[0].Count: must not be negative (got -1)"
+    kill_timeout = f"{spec}:6:7: TaskGroups[0].Tasks[0].KillTimeout: "
+    done = agent.cli("job", "validate", str(spec), check=False)
+    assert done.returncode == 1, done
+    assert f"* {count}" in done.stderr and f"* {kill_timeout}" in done.stderr, done.stderr
+    for command, code in [("run", 1), ("plan", 255)]:
+        done = agent.cli("job", command, str(spec), check=False)
+        assert done.returncode == code and count in done.stderr, (command, done)
+        assert kill_timeout in done.stderr, (command, done.stderr)
+    assert agent.get("/v1/jobs") == [], "nothing registered"
+    assert agent.http("GET", "/v1/job/bad")[0] == 404
+    # A JSON file's errors name the field only, as the agent's do.
+    as_json = tmp_path / "bad.json"
+    as_json.write_text(agent.cli("run", "-output", str(spec)).stdout)
+    done = agent.cli("job", "validate", str(as_json), check=False)
+    assert done.returncode == 1 and "* TaskGroups[0].Count: must not be" in done.stderr, done

@@ -1,7 +1,9 @@
 //! HCL jobspecs: every error names its file, line and column; variables take their values
 //! from defaults, the environment, var-files and `-var` flags, in Nomad's precedence.
 
-use quiesce_core::hcl_jobspec::{parse, parse_job, Error, Input, LineColumn, VariableInputs};
+use quiesce_core::hcl_jobspec::{
+    parse, parse_job, parse_placed, Error, Input, LineColumn, VariableInputs,
+};
 use serde_json::Value;
 
 fn refused(name: &str, text: &str) -> Error {
@@ -296,7 +298,7 @@ fn variables_inside_strings_are_evaluated_and_the_agent_s_interpolations_kept() 
 }
 
 #[test]
-fn locals_see_variables_and_the_locals_before_them() {
+fn locals_see_variables_and_other_locals() {
     let text = r#"
 variable "env" { default = "prod" }
 locals {
@@ -323,6 +325,140 @@ job "web" {
     .unwrap();
     assert_eq!(job["TaskGroups"][0]["Count"], 3);
     assert_eq!(job["TaskGroups"][0]["Meta"]["tag"], "web-prod-v1");
+}
+
+fn parsed(text: &str) -> Value {
+    parse(
+        Input {
+            name: "web.hcl",
+            text,
+        },
+        &VariableInputs::default(),
+    )
+    .unwrap()
+}
+
+/// A job whose group's count and meta tag are `local.count` and `local.tag`.
+const USES_LOCALS: &str = "job \"web\" {\n  group \"g\" {\n    count = local.count\n    \
+                           meta { tag = local.tag }\n  }\n}\n";
+
+#[test]
+fn a_local_may_name_one_defined_after_it_in_the_same_block() {
+    let text =
+        format!("locals {{\n  tag   = \"v${{local.count}}\"\n  count = 2\n}}\n{USES_LOCALS}");
+    let job = parsed(&text);
+    assert_eq!(job["TaskGroups"][0]["Count"], 2);
+    assert_eq!(job["TaskGroups"][0]["Meta"]["tag"], "v2");
+}
+
+#[test]
+fn a_local_may_name_one_defined_in_a_later_block() {
+    let text = format!(
+        "locals {{\n  tag = \"${{local.name}}-v1\"\n}}\n{USES_LOCALS}\
+         locals {{\n  name  = \"web\"\n  count = 1\n}}\n"
+    );
+    let job = parsed(&text);
+    assert_eq!(job["TaskGroups"][0]["Meta"]["tag"], "web-v1");
+}
+
+#[test]
+fn a_chain_of_locals_written_backwards_is_evaluated_from_its_end() {
+    // local.l0 names l1, which names l2, … l49 = 1: each adds one.
+    let mut text = String::from("locals {\n");
+    for i in 0..49 {
+        text.push_str(&format!("  l{i} = local.l{} + 1\n", i + 1));
+    }
+    text.push_str("  l49 = 1\n  count = local.l0\n  tag = \"${local.l10}\"\n}\n");
+    text.push_str(USES_LOCALS);
+    let job = parsed(&text);
+    assert_eq!(job["TaskGroups"][0]["Count"], 50);
+    assert_eq!(job["TaskGroups"][0]["Meta"]["tag"], "40");
+}
+
+#[test]
+fn locals_that_refer_to_each_other_in_a_cycle_are_named_with_a_place() {
+    let text = format!(
+        "locals {{\n  count = 1\n  a = local.b\n}}\nlocals {{\n  b = \"${{local.c}}\"\n  \
+         c = local.a\n  tag = local.a\n}}\n{USES_LOCALS}"
+    );
+    let error = refused("web.hcl", &text);
+    let message = error.to_string();
+    assert!(
+        message.contains("local.a -> local.b -> local.c -> local.a"),
+        "{message}"
+    );
+    assert!(message.contains("cycle"), "{message}");
+    // Placed at local.a's definition: line 3, column 3.
+    assert!(message.starts_with("web.hcl:3:3: local.a:"), "{message}");
+    assert_eq!(start(&error), (3, 3));
+}
+
+#[test]
+fn a_local_that_refers_to_itself_is_refused_where_it_is_defined() {
+    let text = format!("locals {{\n  count = 1\n  tag = \"x${{local.tag}}\"\n}}\n{USES_LOCALS}");
+    let error = refused("web.hcl", &text);
+    assert_eq!(
+        error.to_string(),
+        "web.hcl:3:3: local.tag refers to itself (local.tag -> local.tag): no order \
+         evaluates them"
+    );
+}
+
+#[test]
+fn a_reference_to_a_local_no_block_defines_is_named_where_it_is_written() {
+    let text = format!("locals {{\n  count = 1\n  tag   = local.missing\n}}\n{USES_LOCALS}");
+    let error = refused("web.hcl", &text);
+    assert_eq!(
+        error.to_string(),
+        "web.hcl:3:11: local.tag: there is no local \"missing\" (define it in a locals block)"
+    );
+    // Outside locals, too.
+    let error = refused(
+        "web.hcl",
+        &format!("locals {{\n  count = 1\n}}\n{USES_LOCALS}"),
+    );
+    assert!(
+        error.to_string().starts_with("web.hcl:7:18:")
+            && error.to_string().contains("there is no local \"tag\""),
+        "{error}"
+    );
+}
+
+#[test]
+fn locals_doubling_each_other_in_any_order_stop_at_the_expansion_bound() {
+    // d0 is 1 KiB; each later one doubles the one before: d30 would be a terabyte.
+    let mut text = String::from("locals {\n  count = 1\n  tag = local.d30\n");
+    for i in (1..=30).rev() {
+        text.push_str(&format!(
+            "  d{i} = \"${{local.d{0}}}${{local.d{0}}}\"\n",
+            i - 1
+        ));
+    }
+    text.push_str(&format!(
+        "  d0 = \"{}\"\n}}\n{USES_LOCALS}",
+        "x".repeat(1024)
+    ));
+    let error = refused("web.hcl", &text);
+    assert!(
+        error
+            .to_string()
+            .contains("expand the jobspec by more than"),
+        "{error}"
+    );
+}
+
+#[test]
+fn more_locals_than_the_bound_are_refused() {
+    let mut text = String::from("locals {\n");
+    for i in 0..=quiesce_core::hcl_jobspec::MAX_VARIABLES {
+        text.push_str(&format!("  l{i} = {i}\n"));
+    }
+    text.push_str("}\njob \"web\" {}\n");
+    let error = refused("web.hcl", &text);
+    assert!(
+        error.to_string().contains("more than 256 locals"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -440,4 +576,124 @@ fn template_directives_in_an_evaluated_expression_are_refused_before_they_expand
     let text = "variable \"l\" {\n  default = [\"a\"]\n}\njob \"a\" {\n  meta {\n    m = \"%{ for s in var.l }${s}%{ endfor }\"\n  }\n}\n";
     let error = refused("web.hcl", text);
     assert!(error.message.contains("directives"), "{error}");
+}
+
+// Validation errors of a converted jobspec, placed in its text.
+
+/// A valid job, with `group` and `task` lines added to its group and its task.
+fn job_with(group: &str, task: &str) -> String {
+    format!(
+        "job \"web\" {{\n  group \"g\" {{\n{group}\n    task \"t\" {{\n      driver = \"raw_exec\"\n\
+         {task}\n      config {{ command = \"/bin/sleep\" }}\n    }}\n  }}\n}}\n"
+    )
+}
+
+/// The validation errors of `text`, each as `file:line:column: path: problem`.
+fn validation_errors(text: &str) -> Vec<String> {
+    let placed = parse_placed(
+        Input {
+            name: "web.nomad.hcl",
+            text,
+        },
+        &VariableInputs::default(),
+    )
+    .unwrap();
+    let errors = placed.check().expect_err("an invalid job");
+    errors.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn a_valid_jobspec_checks_clean() {
+    let text = job_with("    count = 2", "      kill_timeout = \"10s\"");
+    let placed = parse_placed(
+        Input {
+            name: "web.nomad.hcl",
+            text: &text,
+        },
+        &VariableInputs::default(),
+    )
+    .unwrap();
+    assert_eq!(placed.check(), Ok(()));
+    assert!(!placed.places.is_empty());
+}
+
+#[test]
+fn each_validation_error_names_the_line_and_column_of_its_attribute_or_block() {
+    let cases = [
+        (
+            job_with("    count = -1", ""),
+            "web.nomad.hcl:3:5: TaskGroups[0].Count: must not be negative (got -1)",
+        ),
+        (
+            job_with("", "      kill_timeout = \"200h\""),
+            "web.nomad.hcl:6:7: TaskGroups[0].Tasks[0].KillTimeout: ",
+        ),
+        (
+            job_with(
+                "    update {\n      min_healthy_time = \"5m\"\n      healthy_deadline = \"1m\"\n    }",
+                "",
+            ),
+            "web.nomad.hcl:4:7: TaskGroups[0].Update.MinHealthyTime: Minimum healthy time must \
+             be less than healthy deadline",
+        ),
+        (
+            job_with(
+                "    restart {\n      attempts = 1\n      mode     = \"bogus\"\n    }",
+                "",
+            ),
+            "web.nomad.hcl:5:7: TaskGroups[0].RestartPolicy.Mode: Unsupported restart mode: \
+             \"bogus\"",
+        ),
+    ];
+    for (text, expected) in cases {
+        let errors = validation_errors(&text);
+        assert!(
+            errors.iter().any(|e| e.starts_with(expected)),
+            "{text}\nexpected {expected}\ngot {errors:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_duplicate_task_name_is_placed_at_the_second_task_s_label() {
+    let text =
+        "job \"web\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n    }\n\
+                \x20   task \"t\" {\n      driver = \"raw_exec\"\n    }\n  }\n}\n";
+    assert_eq!(
+        validation_errors(text),
+        ["web.nomad.hcl:6:10: TaskGroups[0].Tasks[1].Name: duplicate task name \"t\""]
+    );
+}
+
+#[test]
+fn a_field_the_jobspec_did_not_write_is_placed_at_its_block() {
+    // A task without a driver: the task block's header is the place.
+    let text =
+        "job \"web\" {\n  group \"g\" {\n    task \"t\" {\n      user = \"root\"\n    }\n  }\n}\n";
+    let errors = validation_errors(text);
+    assert!(
+        errors.contains(&"web.nomad.hcl:3:5: TaskGroups[0].Tasks[0].Driver: is required".into()),
+        "{errors:#?}"
+    );
+    // A task directly under the job is its own group, placed at the task.
+    let text =
+        "job \"web\" {\n  type = \"service\"\n  task \"t\" {\n    kill_signal = \"SIGNOPE\"\n\
+                \x20   driver = \"raw_exec\"\n  }\n}\n";
+    assert_eq!(
+        validation_errors(text),
+        ["web.nomad.hcl:4:5: TaskGroups[0].Tasks[0].KillSignal: unknown signal \"SIGNOPE\""]
+    );
+}
+
+#[test]
+fn a_field_set_through_a_variable_is_placed_where_the_attribute_is() {
+    let text = format!(
+        "variable \"n\" {{\n  default = -3\n}}\n{}",
+        job_with("    count = var.n", "")
+    );
+    let errors = validation_errors(&text);
+    assert_eq!(
+        errors,
+        ["web.nomad.hcl:6:5: TaskGroups[0].Count: must not be negative (got -3)"]
+    );
 }

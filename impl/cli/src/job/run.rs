@@ -1,17 +1,42 @@
 //! `job run`, `job plan`, `job validate`: a jobspec file (JSON, or HCL parsed here as
 //! Nomad's CLI does) as the register body the agent takes, with the source it was
-//! submitted as.
+//! submitted as. An HCL file's validation errors name the file, line and column of the
+//! field (`run` and `plan` check it here before sending it; `validate` places the agent's
+//! answer); a JSON file's name the field, as the agent's do.
 
 use super::super::alloc::monitor_with;
 use super::super::api::{segment, text};
 use super::super::{Address, RunArgs, VariableArgs};
-use quiesce_core::hcl_jobspec::{Input, VariableInputs};
+use quiesce_core::hcl_jobspec::{Input, Placed, Places, VariableInputs};
 use serde_json::{json, Value};
 use std::path::Path;
 
-/// A jobspec file read: the register body (`{"Job": …, "Submission": …}`).
+/// A jobspec file read: the register body (`{"Job": …, "Submission": …}`), and for an HCL
+/// file the job as converted with the places its fields were written at.
 pub(super) struct Jobspec {
     pub body: Vec<u8>,
+    pub placed: Option<Placed>,
+}
+
+impl Jobspec {
+    /// An HCL jobspec checked here as the agent will check it, so that each problem names
+    /// the file, line and column its field was written at (the agent's answer names only
+    /// the JSON field); nothing is sent for a job with problems. A JSON jobspec is left to
+    /// the agent, whose errors name the field.
+    fn check(&self) -> Result<(), String> {
+        let Some(placed) = &self.placed else {
+            return Ok(());
+        };
+        placed.check().map_err(|errors| {
+            let lines: Vec<String> = errors.iter().map(|e| format!("* {e}")).collect();
+            format!("Job validation errors:\n{}", lines.join("\n"))
+        })
+    }
+
+    /// The places of an HCL jobspec's fields, for the agent's answers.
+    fn places(&self) -> Option<&Places> {
+        self.placed.as_ref().map(|placed| &placed.places)
+    }
 }
 
 /// The text of a jobspec file, or of standard input for `-` (as Nomad's CLI reads it), at
@@ -120,6 +145,7 @@ pub(super) fn read_jobspec(file: &Path, variable_args: &VariableArgs) -> Result<
     let is_json =
         file.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
     let mut submitted = (Value::Null, String::new());
+    let mut placed = None;
     let value: Value = if is_json {
         if Variables::is_given(variable_args) {
             return Err(format!(
@@ -143,8 +169,11 @@ pub(super) fn read_jobspec(file: &Path, variable_args: &VariableArgs) -> Result<
         };
         submitted = variables.submitted();
         // The place first on its own line, as compilers (and Nomad's CLI) write it.
-        quiesce_core::hcl_jobspec::parse(jobspec, &variables.inputs())
-            .map_err(|e| format!("Error parsing job file {}:\n{e}", file.display()))?
+        let converted = quiesce_core::hcl_jobspec::parse_placed(jobspec, &variables.inputs())
+            .map_err(|e| format!("Error parsing job file {}:\n{e}", file.display()))?;
+        let job = converted.job.clone();
+        placed = Some(converted);
+        job
     };
     let mut wrapped = match value.as_object() {
         Some(object) if object.keys().any(|k| k.eq_ignore_ascii_case("job")) => value,
@@ -163,12 +192,18 @@ pub(super) fn read_jobspec(file: &Path, variable_args: &VariableArgs) -> Result<
     }
     Ok(Jobspec {
         body: serde_json::to_vec(&wrapped).expect("JSON values serialize"),
+        placed,
     })
 }
 
 /// `job run` (and `run`).
 pub(crate) fn run(args: RunArgs) -> Result<(), String> {
-    let mut body = read_jobspec(&args.file, &args.variables)?.body;
+    let jobspec = read_jobspec(&args.file, &args.variables)?;
+    if !args.output {
+        // `-output` prints the job as converted, checked or not (as Nomad's does).
+        jobspec.check()?;
+    }
+    let mut body = jobspec.body;
     if args.output {
         // What would be registered, as Nomad's `-output`: the job, without its source.
         let mut value: Value = serde_json::from_slice(&body).expect("our own JSON");
@@ -206,8 +241,9 @@ pub(super) fn plan(file: &Path, variables: &VariableArgs, address: &Address) -> 
     // Nomad's exit codes: 0 no change to allocations, 1 some, 255 an error.
     let planned = (|| {
         let api = address.api()?;
-        let body = read_jobspec(file, variables)?.body;
-        let mut value: Value = serde_json::from_slice(&body).expect("our own JSON");
+        let jobspec = read_jobspec(file, variables)?;
+        jobspec.check()?;
+        let mut value: Value = serde_json::from_slice(&jobspec.body).expect("our own JSON");
         let member = |object: &Value, name: &str| {
             object
                 .as_object()
@@ -248,14 +284,19 @@ pub(super) fn validate(
     address: &Address,
 ) -> Result<(), String> {
     let api = address.api()?;
-    let body = read_jobspec(file, variables)?.body;
-    let answer = api.call("PUT", "/v1/validate/job", Some(&body))?;
+    let jobspec = read_jobspec(file, variables)?;
+    let answer = api.call("PUT", "/v1/validate/job", Some(&jobspec.body))?;
     print_warnings(&answer);
     match answer["ValidationErrors"].as_array() {
         Some(errors) if !errors.is_empty() => {
+            // The agent's errors name the field; an HCL file's also name where it is.
+            let placed = |error: &str| match jobspec.places() {
+                Some(places) => places.locate_text(error),
+                None => error.to_string(),
+            };
             let lines: Vec<String> = errors
                 .iter()
-                .map(|e| format!("* {}", e.as_str().unwrap_or_default()))
+                .map(|e| format!("* {}", placed(e.as_str().unwrap_or_default())))
                 .collect();
             Err(format!("Job validation errors:\n{}", lines.join("\n")))
         }
@@ -444,5 +485,47 @@ mod tests {
         );
         assert!(refused.contains(&place), "{refused}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_hcl_file_s_validation_errors_name_their_place_and_a_json_file_s_are_the_agent_s() {
+        let dir = std::env::temp_dir().join(format!("quiesce-places-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = dir.join("bad.nomad.hcl");
+        std::fs::write(
+            &spec,
+            "job \"bad\" {\n  group \"g\" {\n    count = -1\n    task \"t\" {\n      \
+             driver = \"raw_exec\"\n    }\n  }\n}\n",
+        )
+        .unwrap();
+        let jobspec = read_jobspec(&spec, &VariableArgs::default()).unwrap();
+        let refused = jobspec.check().unwrap_err();
+        assert_eq!(
+            refused,
+            format!(
+                "Job validation errors:\n* {}:3:5: TaskGroups[0].Count: must not be negative \
+                 (got -1)",
+                spec.display()
+            )
+        );
+        // The agent's answer, placed the same way.
+        let places = jobspec.places().unwrap();
+        assert_eq!(
+            places.locate_text("TaskGroups[0].Tasks[0].Driver: no such driver"),
+            format!(
+                "{}:5:7: TaskGroups[0].Tasks[0].Driver: no such driver",
+                spec.display()
+            )
+        );
+        let as_json = dir.join("bad.json");
+        std::fs::write(&as_json, serde_json::to_vec(&placed_job(&jobspec)).unwrap()).unwrap();
+        let jobspec = read_jobspec(&as_json, &VariableArgs::default()).unwrap();
+        assert!(jobspec.places().is_none());
+        assert_eq!(jobspec.check(), Ok(()), "a JSON file is left to the agent");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn placed_job(jobspec: &Jobspec) -> Value {
+        json!({ "Job": jobspec.placed.as_ref().unwrap().job })
     }
 }

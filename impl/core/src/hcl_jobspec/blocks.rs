@@ -5,8 +5,8 @@
 //! dropped here.
 
 use super::{
-    attribute_duration, attribute_value, free_map, single_label, unknown_attribute, unknown_block,
-    Problem, Scope,
+    attribute_duration, attribute_value, free_map, header, label_span, put, single_label,
+    unknown_attribute, unknown_block, At, Problem, Scope,
 };
 use hcl::edit::structure::{Block, Body};
 use hcl::edit::Span;
@@ -115,43 +115,65 @@ fn pascal(name: &str) -> String {
 }
 
 /// A block's attributes and blocks under their API names.
-fn generic(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
+fn generic(scope: &Scope, body: &Body, at: &At) -> Result<Value, Problem> {
     let mut out = Map::new();
     for attribute in body.attributes() {
-        out.insert(
-            pascal(attribute.key.as_str()),
-            attribute_value(scope, attribute, at)?,
+        let read = attribute_value(scope, attribute, &at.hcl)?;
+        put(
+            scope,
+            &mut out,
+            at,
+            &pascal(attribute.key.as_str()),
+            attribute,
+            read,
         );
     }
     for block in body.blocks() {
-        let path = format!("{at}.{}", block.ident.as_str());
-        out.insert(
-            pascal(block.ident.as_str()),
-            generic(scope, &block.body, &path)?,
-        );
+        let key = pascal(block.ident.as_str());
+        let inner = at.inner(block.ident.as_str(), at.field(&key));
+        scope.places.record(inner.json.clone(), header(block));
+        out.insert(key, generic(scope, &block.body, &inner)?);
     }
     Ok(Value::Object(out))
 }
 
-/// Adds `block` to `out` as `kind` says.
+/// Adds `block` to `out` as `kind` says, recording where its fields were written.
 pub fn add(
     scope: &Scope,
     out: &mut Map<String, Value>,
     kind: Kind,
     block: &Block,
-    at: &str,
+    parent: &At,
 ) -> Result<(), Problem> {
-    let at = format!("{at}.{}", block.ident.as_str());
+    let ident = block.ident.as_str();
+    // The block as the `key` of its parent, or as the next item of the list at `key`.
+    let single = |key: &str| parent.inner(ident, parent.field(key));
+    let next = |out: &Map<String, Value>, key: &str| {
+        let index = out.get(key).and_then(Value::as_array).map_or(0, Vec::len);
+        parent.inner(ident, parent.field(&format!("{key}[{index}]")))
+    };
     let push = |out: &mut Map<String, Value>, key: &str, item: Value| {
         let list = out.entry(key).or_insert_with(|| json!([]));
         if let Value::Array(items) = list {
             items.push(item);
         }
     };
+    let at = match &kind {
+        Kind::Meta => single("Meta"),
+        Kind::Constraints => next(out, "Constraints"),
+        Kind::Network => next(out, "Networks"),
+        Kind::Resources => single("Resources"),
+        Kind::Templates => next(out, "Templates"),
+        Kind::Restart => single("RestartPolicy"),
+        Kind::Update => single("Update"),
+        Kind::Generic(key, true) => next(out, key),
+        Kind::Generic(key, false) => single(key),
+    };
+    scope.places.record(at.json.clone(), header(block));
     match kind {
         Kind::Meta => {
             let mut meta = Map::new();
-            let Value::Object(read) = free_map(scope, &block.body, &at)? else {
+            let Value::Object(read) = free_map(scope, &block.body, &at.hcl)? else {
                 unreachable!("free_map reads an object")
             };
             for (key, item) in read {
@@ -188,11 +210,11 @@ pub fn add(
         }
         Kind::Templates => push(out, "Templates", template(scope, &block.body, &at)?),
         Kind::Restart => {
-            once(out, "RestartPolicy", block, &at)?;
+            once(out, "RestartPolicy", block, &at.hcl)?;
             out.insert("RestartPolicy".into(), restart(scope, &block.body, &at)?);
         }
         Kind::Update => {
-            once(out, "Update", block, &at)?;
+            once(out, "Update", block, &at.hcl)?;
             out.insert("Update".into(), update(scope, &block.body, &at)?);
         }
         Kind::Generic(key, true) => push(out, key, generic(scope, &block.body, &at)?),
@@ -204,7 +226,7 @@ pub fn add(
 }
 
 /// `restart { attempts interval delay mode render_templates }`, durations in nanoseconds.
-fn restart(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
+fn restart(scope: &Scope, body: &Body, at: &At) -> Result<Value, Problem> {
     flat_block(
         scope,
         body,
@@ -219,7 +241,7 @@ fn restart(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
 fn flat_block(
     scope: &Scope,
     body: &Body,
-    at: &str,
+    at: &At,
     durations: &[&str],
     values: &[&str],
 ) -> Result<Value, Problem> {
@@ -227,16 +249,16 @@ fn flat_block(
     for attribute in body.attributes() {
         let key = attribute.key.as_str();
         let read = if durations.contains(&key) {
-            attribute_duration(scope, attribute, at)?
+            attribute_duration(scope, attribute, &at.hcl)?
         } else if values.contains(&key) {
-            attribute_value(scope, attribute, at)?
+            attribute_value(scope, attribute, &at.hcl)?
         } else {
-            return Err(unknown_attribute(at, attribute));
+            return Err(unknown_attribute(&at.hcl, attribute));
         };
-        out.insert(pascal(key), read);
+        put(scope, &mut out, at, &pascal(key), attribute, read);
     }
     if let Some(block) = body.blocks().next() {
-        return Err(unknown_block(at, block));
+        return Err(unknown_block(&at.hcl, block));
     }
     Ok(Value::Object(out))
 }
@@ -254,7 +276,7 @@ fn once(out: &Map<String, Value>, key: &str, block: &Block, at: &str) -> Result<
 
 /// `update { max_parallel health_check min_healthy_time healthy_deadline progress_deadline
 /// auto_revert auto_promote canary stagger }`, durations in nanoseconds.
-fn update(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
+fn update(scope: &Scope, body: &Body, at: &At) -> Result<Value, Problem> {
     flat_block(
         scope,
         body,
@@ -275,80 +297,99 @@ fn update(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
     )
 }
 
-fn constraint(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
+fn constraint(scope: &Scope, body: &Body, at: &At) -> Result<Value, Problem> {
     let mut out = Map::new();
     for attribute in body.attributes() {
-        let read = attribute_value(scope, attribute, at)?;
+        let read = attribute_value(scope, attribute, &at.hcl)?;
         let text = match &read {
             Value::String(text) => text.clone(),
             other => other.to_string(),
         };
         match attribute.key.as_str() {
-            "attribute" => out.insert("LTarget".into(), json!(text)),
-            "value" => out.insert("RTarget".into(), json!(text)),
-            "operator" => out.insert("Operand".into(), json!(text)),
+            "attribute" => put(scope, &mut out, at, "LTarget", attribute, json!(text)),
+            "value" => put(scope, &mut out, at, "RTarget", attribute, json!(text)),
+            "operator" => put(scope, &mut out, at, "Operand", attribute, json!(text)),
             // Nomad's shorthands: `distinct_hosts = true` and the like name the operator.
             shorthand @ ("distinct_hosts" | "distinct_property" | "regexp" | "version"
             | "semver" | "set_contains" | "set_contains_any") => {
-                out.insert("Operand".into(), json!(shorthand));
-                out.insert("RTarget".into(), json!(text))
+                put(scope, &mut out, at, "Operand", attribute, json!(shorthand));
+                put(scope, &mut out, at, "RTarget", attribute, json!(text));
             }
-            _ => return Err(unknown_attribute(at, attribute)),
+            _ => return Err(unknown_attribute(&at.hcl, attribute)),
         };
     }
     Ok(Value::Object(out))
 }
 
-fn network(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
+fn network(scope: &Scope, body: &Body, at: &At) -> Result<Value, Problem> {
     let mut out = Map::new();
     for attribute in body.attributes() {
-        out.insert(
-            pascal(attribute.key.as_str()),
-            attribute_value(scope, attribute, at)?,
+        let read = attribute_value(scope, attribute, &at.hcl)?;
+        put(
+            scope,
+            &mut out,
+            at,
+            &pascal(attribute.key.as_str()),
+            attribute,
+            read,
         );
     }
     let (mut dynamic, mut reserved) = (Vec::new(), Vec::new());
     for block in body.blocks() {
         let path = format!("{at}.{}", block.ident.as_str());
         if block.ident.as_str() != "port" {
-            out.insert(
-                pascal(block.ident.as_str()),
-                generic(scope, &block.body, &path)?,
-            );
+            let key = pascal(block.ident.as_str());
+            let inner = at.inner(block.ident.as_str(), at.field(&key));
+            scope.places.record(inner.json.clone(), header(block));
+            out.insert(key, generic(scope, &block.body, &inner)?);
             continue;
         }
         let label = single_label(block, "port")?;
         let mut port = Map::new();
         port.insert("Label".into(), json!(label));
         let mut is_static = false;
+        // Where each field was written, recorded once the port's list is known.
+        let mut written = vec![("Label", label_span(block))];
         for attribute in block.body.attributes() {
             let read = attribute_value(scope, attribute, &path)?;
-            match attribute.key.as_str() {
+            let key = match attribute.key.as_str() {
                 "static" => {
                     is_static = true;
-                    port.insert("Value".into(), read);
+                    "Value"
                 }
-                "to" => {
-                    port.insert("To".into(), read);
-                }
-                "host_network" => {
-                    port.insert("HostNetwork".into(), read);
-                }
+                "to" => "To",
+                "host_network" => "HostNetwork",
                 _ => return Err(unknown_attribute(&path, attribute)),
-            }
+            };
+            written.push((key, attribute.span()));
+            port.insert(key.into(), read);
         }
-        if is_static {
-            reserved.push(Value::Object(port));
+        let list = if is_static {
+            &mut reserved
         } else {
-            dynamic.push(Value::Object(port));
+            &mut dynamic
+        };
+        let key = if is_static {
+            "ReservedPorts"
+        } else {
+            "DynamicPorts"
+        };
+        let port_at = at.inner(
+            block.ident.as_str(),
+            at.field(&format!("{key}[{}]", list.len())),
+        );
+        scope.places.record(port_at.json.clone(), header(block));
+        for (field, span) in written {
+            scope.places.record(port_at.field(field), span);
         }
+        list.push(Value::Object(port));
     }
     out.insert("DynamicPorts".into(), Value::Array(dynamic));
     out.insert("ReservedPorts".into(), Value::Array(reserved));
     Ok(Value::Object(out))
 }
 
-fn resources(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
+fn resources(scope: &Scope, body: &Body, at: &At) -> Result<Value, Problem> {
     let mut out = Map::new();
     for attribute in body.attributes() {
         let key = match attribute.key.as_str() {
@@ -361,22 +402,24 @@ fn resources(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
             "secrets" => "SecretsMB".into(),
             other => pascal(other),
         };
-        out.insert(key, attribute_value(scope, attribute, at)?);
+        let read = attribute_value(scope, attribute, &at.hcl)?;
+        put(scope, &mut out, at, &key, attribute, read);
     }
     for block in body.blocks() {
-        let path = format!("{at}.{}", block.ident.as_str());
         let key = match block.ident.as_str() {
             "device" => "Devices".to_string(),
             "network" => "Networks".into(),
             "numa" => "NUMA".into(),
             other => pascal(other),
         };
-        out.insert(key, generic(scope, &block.body, &path)?);
+        let inner = at.inner(block.ident.as_str(), at.field(&key));
+        scope.places.record(inner.json.clone(), header(block));
+        out.insert(key, generic(scope, &block.body, &inner)?);
     }
     Ok(Value::Object(out))
 }
 
-fn template(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
+fn template(scope: &Scope, body: &Body, at: &At) -> Result<Value, Problem> {
     let mut out = Map::new();
     for attribute in body.attributes() {
         let key = match attribute.key.as_str() {
@@ -399,21 +442,20 @@ fn template(scope: &Scope, body: &Body, at: &str) -> Result<Value, Problem> {
                 "error_on_missing_key" => "ErrMissingKey".into(),
                 other => pascal(other),
             },
-            _ => return Err(unknown_attribute(at, attribute)),
+            _ => return Err(unknown_attribute(&at.hcl, attribute)),
         };
         let read = if key == "Splay" {
-            attribute_duration(scope, attribute, at)?
+            attribute_duration(scope, attribute, &at.hcl)?
         } else {
-            attribute_value(scope, attribute, at)?
+            attribute_value(scope, attribute, &at.hcl)?
         };
-        out.insert(key, read);
+        put(scope, &mut out, at, &key, attribute, read);
     }
     for block in body.blocks() {
-        let path = format!("{at}.{}", block.ident.as_str());
-        out.insert(
-            pascal(block.ident.as_str()),
-            generic(scope, &block.body, &path)?,
-        );
+        let key = pascal(block.ident.as_str());
+        let inner = at.inner(block.ident.as_str(), at.field(&key));
+        scope.places.record(inner.json.clone(), header(block));
+        out.insert(key, generic(scope, &block.body, &inner)?);
     }
     Ok(Value::Object(out))
 }

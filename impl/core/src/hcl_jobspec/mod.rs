@@ -25,14 +25,18 @@
 //! Nomad's form `input.hcl:3,5-16: …` for the HTTP API, see [`Error`]), and the block path
 //! (`job "web".group "g".task "t"`). The text is parsed with hcl-edit, the parser hcl-rs
 //! itself builds on, because it keeps each item's byte range (`error.rs`). What is checked
-//! later, on the JSON (`spec::parse_register_body`), names the JSON field instead.
+//! later, on the JSON (`spec::parse_register_body`), names the JSON field; [`parse_placed`]
+//! also records where each field was written, so that [`Placed::check`] names both
+//! (`web.hcl:3:5: TaskGroups[0].Count: …`, `places.rs`).
 
 mod blocks;
 mod error;
+mod places;
 mod values;
 mod variables;
 
 pub use error::{Error, Input, LineColumn, Place};
+pub use places::{Places, MAX_PLACES, MAX_PLACE_PATH_BYTES};
 pub use values::MAX_EXPANDED_BYTES;
 pub use variables::{var_flag, VariableInputs, MAX_VARIABLES, MAX_VAR_FILES};
 
@@ -60,13 +64,39 @@ pub fn parse_job(text: &str) -> Result<Value, Error> {
 /// Parses an HCL jobspec into the API's Job object (not wrapped in `{"Job": …}`), its
 /// variables given their values from `inputs`.
 pub fn parse(jobspec: Input, inputs: &VariableInputs) -> Result<Value, Error> {
+    parse_placed(jobspec, inputs).map(|placed| placed.job)
+}
+
+/// A jobspec converted, and where each of its fields was written (for validation errors).
+#[derive(Debug, Clone)]
+pub struct Placed {
+    pub job: Value,
+    pub places: Places,
+}
+
+impl Placed {
+    /// The job checked as the agent registers it (`spec`: decoded, Nomad's defaults
+    /// applied, validated), each problem placed where its field was written
+    /// (`web.nomad.hcl:7:5: TaskGroups[0].Count: …`).
+    pub fn check(&self) -> Result<(), Vec<Error>> {
+        let body = serde_json::to_vec(&json!({ "Job": &self.job })).expect("JSON values serialize");
+        crate::spec::parse_register_body(&body)
+            .map(|_| ())
+            .map_err(|errors| errors.0.iter().map(|e| self.places.locate(e)).collect())
+    }
+}
+
+/// [`parse`], with the places of the job's fields in the text ([`Places`]).
+pub fn parse_placed(jobspec: Input, inputs: &VariableInputs) -> Result<Placed, Error> {
     let in_jobspec = |problem| Error::in_input(&jobspec, problem);
     let body = parse_body(jobspec.text).map_err(in_jobspec)?;
     let (job, declarations, locals) = top_level(&body).map_err(in_jobspec)?;
     let variables = variables::resolve(&jobspec, &declarations, inputs)?;
     let mut scope = Scope::new(jobspec.text, &variables);
     variables::evaluate_locals(&mut scope, &locals).map_err(in_jobspec)?;
-    read_job(&scope, job).map_err(in_jobspec)
+    let job = read_job(&scope, job).map_err(in_jobspec)?;
+    let places = Places::new(jobspec.name, jobspec.text, scope.places.into_spans());
+    Ok(Placed { job, places })
 }
 
 /// HCL text as hcl-edit's body, which keeps each item's byte range; a syntax error at the
@@ -120,12 +150,81 @@ fn top_level(body: &Body) -> Result<(&Block, Vec<&Block>, Vec<&Block>), Problem>
     }
 }
 
+/// Where a value is read: its HCL path, which the converter's errors name (`job
+/// "web".group "g"`, and as this type's `Display`), and its JSON path in the job, which
+/// validation errors name (`TaskGroups[0]`; the job itself is `""`).
+#[derive(Debug, Clone)]
+pub(super) struct At {
+    pub hcl: String,
+    pub json: String,
+}
+
+impl At {
+    /// A block inside this one: `hcl` is appended to the HCL path, `json` is its JSON path.
+    fn inner(&self, hcl: impl std::fmt::Display, json: String) -> At {
+        At {
+            hcl: format!("{}.{hcl}", self.hcl),
+            json,
+        }
+    }
+
+    /// The JSON path of this object's member `key`.
+    fn field(&self, key: &str) -> String {
+        if self.json.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.json)
+        }
+    }
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.hcl)
+    }
+}
+
+/// A block's header, `task "server"`: where a validation error about the whole block, or
+/// about its name, is placed.
+fn header(block: &Block) -> Option<std::ops::Range<usize>> {
+    let start = block.ident.span()?.start;
+    let end = match block.labels.last() {
+        Some(label) => label.span()?.end,
+        None => block.ident.span()?.end,
+    };
+    Some(start..end)
+}
+
+/// The label of a block, where its name goes (`TaskGroups[0].Name`).
+fn label_span(block: &Block) -> Option<std::ops::Range<usize>> {
+    block.labels.first().and_then(|label| label.span())
+}
+
+/// Puts `read` in `out` as `key`, recording that the field was written at `attribute`.
+fn put(
+    scope: &Scope,
+    out: &mut Map<String, Value>,
+    at: &At,
+    key: &str,
+    attribute: &Attribute,
+    read: Value,
+) {
+    scope.places.record(at.field(key), attribute.span());
+    out.insert(key.into(), read);
+}
+
 fn read_job(scope: &Scope, job: &Block) -> Result<Value, Problem> {
     let id = single_label(job, "job")?;
     let mut out = Map::new();
     out.insert("ID".into(), json!(id));
     out.insert("Name".into(), json!(id));
-    let at = format!("job {id:?}");
+    let at = At {
+        hcl: format!("job {id:?}"),
+        json: String::new(),
+    };
+    scope.places.record(String::new(), header(job));
+    scope.places.record("ID".into(), label_span(job));
+    scope.places.record("Name".into(), label_span(job));
     for attribute in job.body.attributes() {
         let key = match attribute.key.as_str() {
             "type" => "Type",
@@ -138,23 +237,29 @@ fn read_job(scope: &Scope, job: &Block) -> Result<Value, Problem> {
             "node_pool" => "NodePool",
             "vault_token" => "VaultToken",
             "consul_token" => "ConsulToken",
-            _ => return Err(unknown_attribute(&at, attribute)),
+            _ => return Err(unknown_attribute(&at.hcl, attribute)),
         };
-        out.insert(key.into(), attribute_value(scope, attribute, &at)?);
+        let read = attribute_value(scope, attribute, &at.hcl)?;
+        put(scope, &mut out, &at, key, attribute, read);
     }
     let mut groups = Vec::new();
     for block in job.body.blocks() {
+        let json = format!("TaskGroups[{}]", groups.len());
         match block.ident.as_str() {
-            "group" => groups.push(group(scope, block, &at)?),
+            "group" => groups.push(group(scope, block, &at, json)?),
             "task" => {
                 // A task directly under the job is a group of its own, named after it.
-                let task_value = task(scope, block, &at)?;
+                scope.places.record(json.clone(), header(block));
+                scope
+                    .places
+                    .record(format!("{json}.Name"), label_span(block));
+                let task_value = task(scope, block, &at, format!("{json}.Tasks[0]"))?;
                 let name = task_value["Name"].clone();
                 groups.push(json!({"Name": name, "Tasks": [task_value]}));
             }
             other => match blocks::job_block(other) {
                 Some(kind) => blocks::add(scope, &mut out, kind, block, &at)?,
-                None => return Err(unknown_block(&at, block)),
+                None => return Err(unknown_block(&at.hcl, block)),
             },
         }
     }
@@ -208,40 +313,50 @@ fn attribute_duration(scope: &Scope, attribute: &Attribute, at: &str) -> Result<
     )
 }
 
-fn group(scope: &Scope, block: &Block, parent: &str) -> Result<Value, Problem> {
+/// A group block, whose JSON path is `json` (`TaskGroups[0]`).
+fn group(scope: &Scope, block: &Block, parent: &At, json: String) -> Result<Value, Problem> {
     let name = single_label(block, "group")?;
-    let at = format!("{parent}.group {name:?}");
+    let at = parent.inner(format_args!("group {name:?}"), json);
+    scope.places.record(at.json.clone(), header(block));
+    scope.places.record(at.field("Name"), label_span(block));
     let mut out = Map::new();
     out.insert("Name".into(), json!(name));
     for attribute in block.body.attributes() {
+        let hcl = &at.hcl;
         let (key, read) = match attribute.key.as_str() {
-            "count" => ("Count", attribute_value(scope, attribute, &at)?),
-            "shutdown_delay" => ("ShutdownDelay", attribute_duration(scope, attribute, &at)?),
+            "count" => ("Count", attribute_value(scope, attribute, hcl)?),
+            "shutdown_delay" => ("ShutdownDelay", attribute_duration(scope, attribute, hcl)?),
             "stop_after_client_disconnect" => (
                 "StopAfterClientDisconnect",
-                attribute_duration(scope, attribute, &at)?,
+                attribute_duration(scope, attribute, hcl)?,
             ),
             "max_client_disconnect" => (
                 "MaxClientDisconnect",
-                attribute_duration(scope, attribute, &at)?,
+                attribute_duration(scope, attribute, hcl)?,
             ),
             "prevent_reschedule_on_lost" => (
                 "PreventRescheduleOnLost",
-                attribute_value(scope, attribute, &at)?,
+                attribute_value(scope, attribute, hcl)?,
             ),
-            _ => return Err(unknown_attribute(&at, attribute)),
+            _ => return Err(unknown_attribute(hcl, attribute)),
         };
-        out.insert(key.into(), read);
+        put(scope, &mut out, &at, key, attribute, read);
     }
     let mut tasks = Vec::new();
     let mut services = Vec::new();
     for inner in block.body.blocks() {
         match inner.ident.as_str() {
-            "task" => tasks.push(task(scope, inner, &at)?),
-            "service" => services.push(service(scope, inner, &at)?),
+            "task" => {
+                let json = at.field(&format!("Tasks[{}]", tasks.len()));
+                tasks.push(task(scope, inner, &at, json)?);
+            }
+            "service" => {
+                let json = at.field(&format!("Services[{}]", services.len()));
+                services.push(service(scope, inner, &at, json)?);
+            }
             other => match blocks::group_block(other) {
                 Some(kind) => blocks::add(scope, &mut out, kind, inner, &at)?,
-                None => return Err(unknown_block(&at, inner)),
+                None => return Err(unknown_block(&at.hcl, inner)),
             },
         }
     }
@@ -252,35 +367,45 @@ fn group(scope: &Scope, block: &Block, parent: &str) -> Result<Value, Problem> {
     Ok(Value::Object(out))
 }
 
-fn task(scope: &Scope, block: &Block, parent: &str) -> Result<Value, Problem> {
+/// A task block, whose JSON path is `json` (`TaskGroups[0].Tasks[1]`).
+fn task(scope: &Scope, block: &Block, parent: &At, json: String) -> Result<Value, Problem> {
     let name = single_label(block, "task")?;
-    let at = format!("{parent}.task {name:?}");
+    let at = parent.inner(format_args!("task {name:?}"), json);
+    scope.places.record(at.json.clone(), header(block));
+    scope.places.record(at.field("Name"), label_span(block));
     let mut out = Map::new();
     out.insert("Name".into(), json!(name));
     for attribute in block.body.attributes() {
+        let hcl = &at.hcl;
         let (key, read) = match attribute.key.as_str() {
-            "driver" => ("Driver", attribute_value(scope, attribute, &at)?),
-            "leader" => ("Leader", attribute_value(scope, attribute, &at)?),
-            "kill_signal" => ("KillSignal", attribute_value(scope, attribute, &at)?),
-            "kill_timeout" => ("KillTimeout", attribute_duration(scope, attribute, &at)?),
-            "shutdown_delay" => ("ShutdownDelay", attribute_duration(scope, attribute, &at)?),
-            "user" => ("User", attribute_value(scope, attribute, &at)?),
-            "kind" => ("Kind", attribute_value(scope, attribute, &at)?),
-            _ => return Err(unknown_attribute(&at, attribute)),
+            "driver" => ("Driver", attribute_value(scope, attribute, hcl)?),
+            "leader" => ("Leader", attribute_value(scope, attribute, hcl)?),
+            "kill_signal" => ("KillSignal", attribute_value(scope, attribute, hcl)?),
+            "kill_timeout" => ("KillTimeout", attribute_duration(scope, attribute, hcl)?),
+            "shutdown_delay" => ("ShutdownDelay", attribute_duration(scope, attribute, hcl)?),
+            "user" => ("User", attribute_value(scope, attribute, hcl)?),
+            "kind" => ("Kind", attribute_value(scope, attribute, hcl)?),
+            _ => return Err(unknown_attribute(hcl, attribute)),
         };
-        out.insert(key.into(), read);
+        put(scope, &mut out, &at, key, attribute, read);
     }
     let mut services = Vec::new();
     for inner in block.body.blocks() {
         let path = format!("{at}.{}", inner.ident.as_str());
         match inner.ident.as_str() {
             "config" => {
+                scope.places.record(at.field("Config"), header(inner));
                 out.insert("Config".into(), free_map(scope, &inner.body, &path)?);
             }
             "env" => {
+                scope.places.record(at.field("Env"), header(inner));
                 out.insert("Env".into(), free_map(scope, &inner.body, &path)?);
             }
             "lifecycle" => {
+                let lifecycle_at = at.inner("lifecycle", at.field("Lifecycle"));
+                scope
+                    .places
+                    .record(lifecycle_at.json.clone(), header(inner));
                 let mut lifecycle = Map::new();
                 for attribute in inner.body.attributes() {
                     let key = match attribute.key.as_str() {
@@ -288,14 +413,18 @@ fn task(scope: &Scope, block: &Block, parent: &str) -> Result<Value, Problem> {
                         "sidecar" => "Sidecar",
                         _ => return Err(unknown_attribute(&path, attribute)),
                     };
-                    lifecycle.insert(key.into(), attribute_value(scope, attribute, &path)?);
+                    let read = attribute_value(scope, attribute, &path)?;
+                    put(scope, &mut lifecycle, &lifecycle_at, key, attribute, read);
                 }
                 out.insert("Lifecycle".into(), Value::Object(lifecycle));
             }
-            "service" => services.push(service(scope, inner, &at)?),
+            "service" => {
+                let json = at.field(&format!("Services[{}]", services.len()));
+                services.push(service(scope, inner, &at, json)?);
+            }
             other => match blocks::task_block(other) {
                 Some(kind) => blocks::add(scope, &mut out, kind, inner, &at)?,
-                None => return Err(unknown_block(&at, inner)),
+                None => return Err(unknown_block(&at.hcl, inner)),
             },
         }
     }
@@ -305,8 +434,10 @@ fn task(scope: &Scope, block: &Block, parent: &str) -> Result<Value, Problem> {
     Ok(Value::Object(out))
 }
 
-fn service(scope: &Scope, block: &Block, parent: &str) -> Result<Value, Problem> {
-    let at = format!("{parent}.service");
+/// A service block, whose JSON path is `json` (`TaskGroups[0].Services[0]`).
+fn service(scope: &Scope, block: &Block, parent: &At, json: String) -> Result<Value, Problem> {
+    let at = parent.inner("service", json);
+    scope.places.record(at.json.clone(), header(block));
     let mut out = Map::new();
     for attribute in block.body.attributes() {
         let key = match attribute.key.as_str() {
@@ -320,14 +451,15 @@ fn service(scope: &Scope, block: &Block, parent: &str) -> Result<Value, Problem>
             "address" => "Address",
             "enable_tag_override" => "EnableTagOverride",
             "on_update" => "OnUpdate",
-            _ => return Err(unknown_attribute(&at, attribute)),
+            _ => return Err(unknown_attribute(&at.hcl, attribute)),
         };
-        out.insert(key.into(), attribute_value(scope, attribute, &at)?);
+        let read = attribute_value(scope, attribute, &at.hcl)?;
+        put(scope, &mut out, &at, key, attribute, read);
     }
     for inner in block.body.blocks() {
         match blocks::service_block(inner.ident.as_str()) {
             Some(kind) => blocks::add(scope, &mut out, kind, inner, &at)?,
-            None => return Err(unknown_block(&at, inner)),
+            None => return Err(unknown_block(&at.hcl, inner)),
         }
     }
     Ok(Value::Object(out))

@@ -11,6 +11,7 @@
 //! error, not a gigabyte.
 
 use super::error::Problem;
+use super::places::Recorder;
 use hcl::edit::expr::{Expression, ObjectKey, TraversalOperator};
 use hcl::edit::template::{Element, Template};
 use hcl::edit::visit::{self, Visit};
@@ -31,6 +32,8 @@ pub(super) struct Scope<'a> {
     variables: Option<&'a Map<String, Value>>,
     pub locals: Map<String, Value>,
     expanded_bytes: Cell<usize>,
+    /// Where each JSON field read from the text was written (`places.rs`).
+    pub places: Recorder,
 }
 
 impl<'a> Scope<'a> {
@@ -41,6 +44,7 @@ impl<'a> Scope<'a> {
             variables: Some(variables),
             locals: Map::new(),
             expanded_bytes: Cell::new(0),
+            places: Recorder::default(),
         }
     }
 
@@ -51,6 +55,7 @@ impl<'a> Scope<'a> {
             variables: None,
             locals: Map::new(),
             expanded_bytes: Cell::new(0),
+            places: Recorder::default(),
         }
     }
 }
@@ -227,7 +232,7 @@ fn evaluate(scope: &Scope, expr: &Expression, at: &str) -> Result<Value, Problem
                 let what = if root == "var" {
                     format!("there is no variable {name:?} (declare it: variable {name:?} {{}})")
                 } else {
-                    format!("there is no local {name:?} (a locals block defines it before use)")
+                    format!("there is no local {name:?} (define it in a locals block)")
                 };
                 return Err(Problem::at(span.clone(), format!("{at}: {what}")));
             };
@@ -380,6 +385,19 @@ impl Visit for Names {
     }
 
     // A `for` expression's own names (`[for x in var.l : x]`) are refused before this.
+}
+
+/// The `local.<name>` references of an expression, in the order written, each with the
+/// byte range of the reference: what a local depends on (`variables.rs` orders locals so).
+pub(super) fn local_references(expr: &Expression) -> Vec<(String, Option<Range<usize>>)> {
+    let mut names = Names::default();
+    names.visit_expr(expr);
+    names
+        .used
+        .into_iter()
+        .filter(|(root, _, _)| root == "local")
+        .map(|(_, name, span)| (name, span))
+        .collect()
 }
 
 /// The first division or remainder in an expression.

@@ -12,17 +12,19 @@
 //!   string, a string such as `"2"` or `"true"` to a number or a bool; anything else that
 //!   does not fit is an error. `-var` and environment values are strings, converted so; for
 //!   a list or a map they are read as an HCL expression.
-//! * `locals { name = expression }` blocks are evaluated in order, each seeing the
-//!   variables and the locals before it; `local.<name>` reads them.
+//! * `locals { name = expression }` blocks define locals, `local.<name>` reads them; each
+//!   is evaluated after the locals it names, wherever those are defined (dependency
+//!   order, as HCL2's), and a cycle among them is an error naming them.
 //!
-//! Bounds: [`MAX_VARIABLES`] declarations, locals and `-var` flags each, [`MAX_VAR_FILES`]
+//! Bounds: [`MAX_VARIABLES`] declarations, locals and `-var` flags each (so a chain of
+//! locals is at most that deep, and is walked without recursion), [`MAX_VAR_FILES`]
 //! var-files of at most [`crate::spec::MAX_SUBMISSION_BYTES`] each (the most a job's source
 //! may be), and the expansion bound of `values.rs`.
 
 use super::error::{Error, Input, Problem};
-use super::values::{kind_of, value, Scope};
+use super::values::{kind_of, local_references, value, Scope};
 use hcl::edit::expr::Expression;
-use hcl::edit::structure::{Block, Body};
+use hcl::edit::structure::{Attribute, Block, Body};
 use hcl::edit::Span;
 use serde_json::{Map, Value};
 
@@ -349,9 +351,33 @@ fn var_file(
     Ok(())
 }
 
-/// `locals { … }` blocks in order, each attribute seeing the variables and the locals
-/// before it.
+/// `locals { … }` blocks, each local evaluated after the locals it names, wherever they are
+/// defined (HCL2's dependency order, as Nomad's jobspec2 resolves them): first every
+/// definition is read and checked, then each local's `local.*` references are ordered
+/// depth first, then each is evaluated in that order. A reference to no local, or a cycle,
+/// is an error naming the locals and where one of them is.
 pub(super) fn evaluate_locals(scope: &mut Scope, blocks: &[&Block]) -> Result<(), Problem> {
+    let definitions = local_definitions(blocks)?;
+    for name in dependency_order(&definitions)? {
+        let attribute = definitions[name].attribute;
+        let read = value(scope, &attribute.value, &format!("local.{name}"))?;
+        scope.locals.insert(name.to_string(), read);
+    }
+    Ok(())
+}
+
+/// One local: where it is defined, and the locals its expression names, by their index in
+/// the definitions, in the order written (a name used twice is listed twice).
+struct Local<'b> {
+    attribute: &'b Attribute,
+    references: Vec<usize>,
+}
+
+/// Every `locals` block's attributes, in the order written, with what each references; an
+/// error for a label, a nested block, a name defined twice, more than [`MAX_VARIABLES`],
+/// or a reference to a local that no block defines (named where the reference is).
+fn local_definitions<'b>(blocks: &[&'b Block]) -> Result<IndexedLocals<'b>, Problem> {
+    let mut locals = IndexedLocals::default();
     for block in blocks {
         if let Some(label) = block.labels.first() {
             return Err(Problem::at(label.span(), "a locals block takes no label"));
@@ -364,21 +390,124 @@ pub(super) fn evaluate_locals(scope: &mut Scope, blocks: &[&Block]) -> Result<()
         }
         for attribute in block.body.attributes() {
             let name = attribute.key.as_str();
-            if scope.locals.len() >= MAX_VARIABLES {
+            if locals.names.len() >= MAX_VARIABLES {
                 return Err(Problem::at(
                     attribute.key.span(),
                     format!("more than {MAX_VARIABLES} locals"),
                 ));
             }
-            if scope.locals.contains_key(name) {
+            if locals.index.contains_key(name) {
                 return Err(Problem::at(
                     attribute.key.span(),
                     format!("local {name:?} is defined twice"),
                 ));
             }
-            let read = value(scope, &attribute.value, &format!("local.{name}"))?;
-            scope.locals.insert(name.to_string(), read);
+            locals.index.insert(name, locals.names.len());
+            locals.names.push(name);
+            locals.defined.push(Local {
+                attribute,
+                references: Vec::new(),
+            });
         }
     }
-    Ok(())
+    for local in &mut locals.defined {
+        let name = local.attribute.key.as_str();
+        for (referenced, span) in local_references(&local.attribute.value) {
+            let Some(&index) = locals.index.get(referenced.as_str()) else {
+                return Err(Problem::at(
+                    span,
+                    format!(
+                        "local.{name}: there is no local {referenced:?} (define it in a locals \
+                         block)"
+                    ),
+                ));
+            };
+            local.references.push(index);
+        }
+    }
+    Ok(locals)
+}
+
+/// The locals by name and in the order written.
+#[derive(Default)]
+struct IndexedLocals<'b> {
+    names: Vec<&'b str>,
+    index: std::collections::BTreeMap<&'b str, usize>,
+    defined: Vec<Local<'b>>,
+}
+
+impl<'b> std::ops::Index<&str> for IndexedLocals<'b> {
+    type Output = Local<'b>;
+    fn index(&self, name: &str) -> &Local<'b> {
+        &self.defined[self.index[name]]
+    }
+}
+
+/// The locals' names, each after every local it references: a depth-first walk from each
+/// local in the order written, with an explicit stack (a chain of [`MAX_VARIABLES`] locals
+/// uses no recursion). A reference back to a local still on the walk's path is a cycle:
+/// an error at that local's definition naming the locals around the cycle.
+fn dependency_order<'b>(locals: &IndexedLocals<'b>) -> Result<Vec<&'b str>, Problem> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Unvisited,
+        OnPath,
+        Done,
+    }
+    let count = locals.defined.len();
+    let mut marks = vec![Mark::Unvisited; count];
+    let mut order = Vec::with_capacity(count);
+    for root in 0..count {
+        if marks[root] != Mark::Unvisited {
+            continue;
+        }
+        // Each entry: a local on the path, and how many of its references are walked.
+        let mut path: Vec<(usize, usize)> = vec![(root, 0)];
+        marks[root] = Mark::OnPath;
+        while let Some((local, next)) = path.last_mut() {
+            let (local, references) = (*local, &locals.defined[*local].references);
+            let Some(&referenced) = references.get(*next) else {
+                marks[local] = Mark::Done;
+                order.push(locals.names[local]);
+                path.pop();
+                continue;
+            };
+            *next += 1;
+            match marks[referenced] {
+                Mark::Done => {}
+                Mark::Unvisited => {
+                    marks[referenced] = Mark::OnPath;
+                    path.push((referenced, 0));
+                }
+                Mark::OnPath => return Err(cycle(locals, &path, referenced)),
+            }
+        }
+    }
+    debug_assert_eq!(order.len(), count, "every local is ordered once");
+    debug_assert!(marks.iter().all(|mark| *mark == Mark::Done));
+    Ok(order)
+}
+
+/// The error for a cycle: the walk's path from `back_to` (the local referenced again) to
+/// its end, which references `back_to`; placed at `back_to`'s definition.
+fn cycle(locals: &IndexedLocals, path: &[(usize, usize)], back_to: usize) -> Problem {
+    let from = path
+        .iter()
+        .position(|(local, _)| *local == back_to)
+        .expect("a local marked on the path is on it");
+    let mut around: Vec<String> = path[from..]
+        .iter()
+        .map(|(local, _)| format!("local.{}", locals.names[*local]))
+        .collect();
+    around.push(format!("local.{}", locals.names[back_to]));
+    let name = locals.names[back_to];
+    let what = if around.len() == 2 {
+        format!("local.{name} refers to itself")
+    } else {
+        format!("local.{name}: the locals refer to each other in a cycle")
+    };
+    Problem::at(
+        locals.defined[back_to].attribute.key.span(),
+        format!("{what} ({}): no order evaluates them", around.join(" -> ")),
+    )
 }
