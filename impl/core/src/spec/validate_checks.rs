@@ -180,3 +180,81 @@ pub(super) fn per_alloc(fail: &mut dyn FnMut(String, String), at: &str, group: &
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::spec::parse_register_body;
+    use serde_json::json;
+
+    /// The problems of a one-service job whose service has `check`, by field.
+    fn problems(check: serde_json::Value) -> Vec<(String, String)> {
+        let job = json!({"Job": {"ID": "j", "TaskGroups": [{"Name": "g",
+            "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
+            "Services": [{"Name": "s", "PortLabel": "http", "Checks": [check]}],
+            "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"}}]}]}});
+        match parse_register_body(&serde_json::to_vec(&job).unwrap()) {
+            Ok(_) => Vec::new(),
+            Err(errors) => errors.0.into_iter().map(|e| (e.field, e.problem)).collect(),
+        }
+    }
+
+    const AT: &str = "TaskGroups[0].Services[0].Checks[0]";
+
+    #[test]
+    fn an_http_and_a_tcp_check_pass_and_each_wrong_field_is_named() {
+        let good = json!({"Name": "c", "Type": "http", "Path": "/health",
+                          "Interval": 1_000_000_000i64, "Timeout": 1_000_000_000i64});
+        assert_eq!(problems(good.clone()), Vec::new());
+        let mut tcp = good.clone();
+        tcp["Type"] = json!("tcp");
+        assert_eq!(problems(tcp), Vec::new());
+        for (field, value, named) in [
+            ("Type", json!("script"), "not supported by this agent"),
+            ("Type", json!("grpc"), "not supported by this agent"),
+            ("Type", json!("udp"), "invalid check type"),
+            ("Path", json!("http://elsewhere/"), "relative http path"),
+            (
+                "Interval",
+                json!(500_000_000i64),
+                "lower than the minimum of 1s",
+            ),
+            ("Timeout", json!(0), "lower than the minimum of 1s"),
+            ("PortLabel", json!("admin"), "no port \"admin\""),
+            ("Protocol", json!("https"), "not supported by this agent"),
+            (
+                "OnUpdate",
+                json!("ignore_warnings"),
+                "Consul service checks",
+            ),
+        ] {
+            let mut check = good.clone();
+            check[field] = value;
+            let found = problems(check);
+            assert!(
+                found
+                    .iter()
+                    .any(|(at, problem)| *at == format!("{AT}.{field}") && problem.contains(named)),
+                "{field}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn checks_are_bounded_per_service() {
+        let check =
+            json!({"Type": "tcp", "Interval": 1_000_000_000i64, "Timeout": 1_000_000_000i64});
+        let job = json!({"Job": {"ID": "j", "TaskGroups": [{"Name": "g",
+            "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
+            "Services": [{"Name": "s", "PortLabel": "http",
+                          "Checks": vec![check; super::MAX_CHECKS_PER_SERVICE + 1]}],
+            "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"}}]}]}});
+        let errors = parse_register_body(&serde_json::to_vec(&job).unwrap()).unwrap_err();
+        assert!(
+            errors
+                .0
+                .iter()
+                .any(|e| e.field == "TaskGroups[0].Services[0].Checks"),
+            "{errors}"
+        );
+    }
+}

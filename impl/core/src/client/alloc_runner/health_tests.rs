@@ -99,11 +99,10 @@ fn a_check_failing_during_the_wait_restarts_it() {
     let mut out = Vec::new();
     runner.checks_changed(true, &mut out);
     assert!(
-        out.iter().any(|c| *c
-            == Command::StartTimer {
-                timer: Timer::Healthy,
-                after_ns: 10 * SECOND
-            }),
+        out.contains(&Command::StartTimer {
+            timer: Timer::Healthy,
+            after_ns: 10 * SECOND
+        }),
         "the wait begins again in full: {out:?}"
     );
 }
