@@ -19,6 +19,7 @@
 //! supervisors, signal process groups, (de)register services and report to the server, and
 //! store the runner's progress in the same transaction as a hook's effect.
 
+pub mod checks;
 pub mod gc;
 pub mod host;
 pub mod http;
@@ -479,6 +480,8 @@ pub struct Shared {
     pub answers: http::Answers,
     /// The garbage collector's state (`gc`).
     pub gc: gc::Collector,
+    /// The services' checks and their latest results (`checks`).
+    pub checks: Arc<checks::Checks>,
     /// The HTTP connections, once the agent serves (`http::connections`).
     pub connections: std::sync::OnceLock<Arc<http::Connections>>,
 }

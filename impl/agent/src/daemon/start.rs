@@ -135,6 +135,7 @@ impl Agent {
             answers: Default::default(),
             connections: Default::default(),
             gc: Default::default(),
+            checks: Default::default(),
         });
         {
             // An exit is queued for the client workers (who apply it after any pending
@@ -195,6 +196,13 @@ impl Agent {
                     })
                 })
                 .map_err(|e| e.to_string())?;
+        }
+        {
+            let (checks, weak) = (Arc::clone(&shared.checks), Arc::downgrade(&shared));
+            std::thread::Builder::new()
+                .name("checks".into())
+                .spawn(move || super::checks::run(checks, weak))
+                .map_err(|e| format!("starting the check runner: {e}"))?;
         }
         for stored in loaded.runners {
             restore_runner(&shared, stored);
@@ -396,4 +404,26 @@ fn restore_runner(shared: &Arc<Shared>, stored: persist::StoredRunner) {
         [reattach, resend, commands, report].concat(),
         |runner, host| fetch_newer(shared, &id, runner, host),
     );
+    restore_checks(shared, &id);
+}
+
+/// The checks of the services an allocation still has registered run again (the check
+/// runner keeps nothing across a restart: they start pending).
+fn restore_checks(shared: &Shared, alloc: &str) {
+    let core = shared.core();
+    let Some(record) = core.server.store.alloc_for_client(alloc) else {
+        return;
+    };
+    let mut by_owner: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for service in core.server.store.services_of_alloc(alloc) {
+        by_owner
+            .entry(service.task.as_str())
+            .or_default()
+            .push(service.service_name.clone());
+    }
+    for (owner, names) in by_owner {
+        shared
+            .checks
+            .register(record, owner, &names, shared.config.bind.ip());
+    }
 }

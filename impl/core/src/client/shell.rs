@@ -68,6 +68,9 @@ pub enum Applied {
     },
     /// The runner was restored after a restart (see [`AllocRunner::restore`]).
     Restored,
+    /// The host's checks said whether every healthiness check passes (no step: the model
+    /// has no checks; what it changes is the health watch's timer).
+    Checks { passing: bool },
 }
 
 struct State<H> {
@@ -295,6 +298,23 @@ impl<H: Host> RunnerShell<H> {
         state.settle();
         self.shared.1.notify_all();
         Ok(targets)
+    }
+
+    /// A check ran (the host's check runner): `passing` reads, under the runner's lock,
+    /// whether every healthiness check of the allocation passes now. Read there, the last
+    /// of several results delivered at once is the one the runner keeps, whatever their
+    /// order. `false` if it changed nothing.
+    pub fn checks(&self, passing: impl FnOnce() -> bool) -> bool {
+        let read = std::cell::Cell::new(false);
+        self.apply(
+            |_| {
+                read.set(passing());
+                Applied::Checks {
+                    passing: read.get(),
+                }
+            },
+            |runner, _, out| runner.checks_changed(read.get(), out),
+        )
     }
 
     /// A task's process exited (reported by the driver).

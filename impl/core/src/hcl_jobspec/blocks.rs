@@ -27,6 +27,9 @@ pub enum Kind {
     Restart,
     /// `update`: its deadlines and times are durations.
     Update,
+    /// A list of a service's `check` blocks: `interval` and `timeout` are durations, `port`
+    /// is `PortLabel`.
+    Checks,
     /// Any other block: `(API key, whether several make a list)`.
     Generic(&'static str, bool),
 }
@@ -95,7 +98,7 @@ pub fn task_block(name: &str) -> Option<Kind> {
 pub fn service_block(name: &str) -> Option<Kind> {
     Some(match name {
         "meta" => Kind::Meta,
-        "check" => Kind::Generic("Checks", true),
+        "check" => Kind::Checks,
         "check_restart" => Kind::Generic("CheckRestart", false),
         "connect" => Kind::Generic("Connect", false),
         _ => return None,
@@ -166,6 +169,7 @@ pub fn add(
         Kind::Templates => next(out, "Templates"),
         Kind::Restart => single("RestartPolicy"),
         Kind::Update => single("Update"),
+        Kind::Checks => next(out, "Checks"),
         Kind::Generic(key, true) => next(out, key),
         Kind::Generic(key, false) => single(key),
     };
@@ -217,6 +221,7 @@ pub fn add(
             once(out, "Update", block, &at.hcl)?;
             out.insert("Update".into(), update(scope, &block.body, &at)?);
         }
+        Kind::Checks => push(out, "Checks", check(scope, &block.body, &at)?),
         Kind::Generic(key, true) => push(out, key, generic(scope, &block.body, &at)?),
         Kind::Generic(key, false) => {
             out.insert(key.into(), generic(scope, &block.body, &at)?);
@@ -295,6 +300,44 @@ fn update(scope: &Scope, body: &Body, at: &At) -> Result<Value, Problem> {
             "canary",
         ],
     )
+}
+
+/// `check { name type path method protocol port interval timeout on_update … }`: the
+/// durations in nanoseconds, `port` as `PortLabel`, any other attribute or block under its
+/// API name (for `spec::fields` to warn of or refuse).
+fn check(scope: &Scope, body: &Body, at: &At) -> Result<Value, Problem> {
+    let mut out = match generic(scope, body, at)? {
+        Value::Object(out) => out,
+        _ => unreachable!("generic reads an object"),
+    };
+    for attribute in body.attributes() {
+        match attribute.key.as_str() {
+            "interval" | "timeout" => {
+                let value = attribute_duration(scope, attribute, &at.hcl)?;
+                out.insert(pascal(attribute.key.as_str()), value);
+            }
+            "port" => {
+                out.remove("Port");
+                out.insert(
+                    "PortLabel".into(),
+                    attribute_value(scope, attribute, &at.hcl)?,
+                );
+            }
+            "grpc_service" | "grpc_use_tls" | "tls_server_name" | "tls_skip_verify" => {
+                let key = pascal(attribute.key.as_str());
+                let value = out.remove(&key);
+                let api_key = match attribute.key.as_str() {
+                    "grpc_service" => "GRPCService",
+                    "grpc_use_tls" => "GRPCUseTLS",
+                    "tls_server_name" => "TLSServerName",
+                    _ => "TLSSkipVerify",
+                };
+                out.extend(value.map(|value| (api_key.to_string(), value)));
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(out))
 }
 
 fn constraint(scope: &Scope, body: &Body, at: &At) -> Result<Value, Problem> {

@@ -517,7 +517,11 @@ job "web" {
       name     = "web"
       provider = "nomad"
       check {
-        type = "http"
+        type     = "http"
+        path     = "/health"
+        port     = "http"
+        interval = "5s"
+        timeout  = "2s"
       }
     }
     network {
@@ -560,6 +564,11 @@ job "web" {
         assert_eq!(group["Count"], 2);
         assert_eq!(group["ShutdownDelay"], 30_000_000_000i64);
         assert_eq!(group["Services"][0]["Name"], "web");
+        let check = &group["Services"][0]["Checks"][0];
+        assert_eq!(check["PortLabel"], "http");
+        assert_eq!(check["Interval"], 5_000_000_000i64);
+        assert_eq!(check["Timeout"], 2_000_000_000i64);
+        assert_eq!(check["Path"], "/health");
         let server = &group["Tasks"][0];
         assert_eq!(server["ShutdownDelay"], 90_000_000_000i64);
         assert_eq!(server["KillTimeout"], 10_000_000_000i64);

@@ -13,7 +13,7 @@
 //! | job | `ID`, `Name`, `Type`, `Priority`, `Namespace` (`default`), `Region`, `Datacenters` (globs, judged against the node), `NodePool` (`default`), `TaskGroups`, `Meta`, `Constraints`, `Update` (as the group's) | `AllAtOnce`, `Update`'s warned fields (as the group's), `Reschedule`, `Migrate`, `Affinities`, `Spreads`, `UI`, `ConsulToken`, `ConsulNamespace`, `VersionTag` | `Periodic`, `ParameterizedJob`, `Dispatched`, `Payload`, `ParentID`, `Multiregion`, `VaultToken`, `VaultNamespace` |
 //! | group | `Name`, `Count`, `ShutdownDelay`, `Services`, `Tasks`, `Meta`, `Networks` (host mode; ports), `Constraints`, `RestartPolicy` (`Attempts`, `Interval`, `Delay`, `Mode`), `Update` (`MaxParallel`, `HealthCheck`, `MinHealthyTime`, `HealthyDeadline`, `ProgressDeadline`, `AutoRevert`, `Canary`, `AutoPromote`) | `RestartPolicy.RenderTemplates`, `ReschedulePolicy`, `EphemeralDisk`, `Update`'s `Stagger`, `Migrate`, `Affinities`, `Spreads`, `Scaling`, `Disconnect` and its older fields, `Consul` | `Volumes` |
 //! | task | `Name`, `Driver`, `User`, `Lifecycle`, `Config`, `Env`, `Services`, `KillTimeout`, `KillSignal`, `Leader`, `ShutdownDelay`, `Meta`, `Resources` (recorded: `CPU`, `Cores`, `MemoryMB`, `MemoryMaxMB`), `Constraints`, `Templates` (inline data), `RestartPolicy` (over the group's) | `LogConfig`, `Affinities`, `Kind`, `Identity`/`Identities`, `Consul`, `ScalingPolicies` | `Artifacts`, `Vault`, `VolumeMounts`, `DispatchPayload`, `CSIPluginConfig`, `Actions`, `Schedule` |
-//! | service | `Name`, `Provider`, `Tags`, `PortLabel`, `TaskName`, `Meta` | `Checks` (not run), `CheckRestart`, `CanaryTags`, `CanaryMeta`, `EnableTagOverride`, `AddressMode`, `Address`, `TaggedAddresses`, `OnUpdate`, `Identity`, `Cluster`, `Kind`, `Weights` | `Connect` |
+//! | service | `Name`, `Provider`, `Tags`, `PortLabel`, `TaskName`, `Meta`, `Checks` (`http`, `tcp`: `Name`, `Type`, `Path`, `Method`, `Protocol`, `PortLabel`, `Interval`, `Timeout`, `OnUpdate`; the rest warned) | `CheckRestart`, `CanaryTags`, `CanaryMeta`, `EnableTagOverride`, `AddressMode`, `Address`, `TaggedAddresses`, `OnUpdate`, `Identity`, `Cluster`, `Kind`, `Weights` | `Connect` |
 //! | inside | ports: `Label`, `Value` (static), `To`, `HostNetwork` (`default`); constraints: `LTarget` (`${attr.*}`, `${node.*}`, `${meta.*}`), `Operand` (`=`, `==`, `is`, `!=`, `not`, `is_set`, `is_not_set`), `RTarget`; templates: `EmbeddedTmpl` (no `{{ }}` directives), `DestPath` (inside the task directory), `Perms` | resources `DiskMB`, `IOPS`, `SecretsMB`; network `MBits`, `IP`, `CIDR`, `Device`; template `ChangeMode`, `ChangeSignal`, `Splay`, `Wait`, delimiters | resources `Networks`, `Devices`, `NUMA`; network modes but host, `Hostname`, `DNS`, `CNI`; template `SourcePath`, `Envvars`, `Uid`, `Gid`; other constraint operands |
 //!
 //! What honoured means for a task: its environment has `NOMAD_META_<key>` (job, then
@@ -249,23 +249,110 @@ pub const SERVICE: &[Field] = &[
     ("PortLabel", H(V)),
     ("TaskName", H(V)),
     ("Meta", H(Free)),
+    ("Checks", H(List(CHECK))),
     (
-        "Checks",
-        W("accepted, not honoured: health checks are not run; the service is registered while its task runs"),
+        "CheckRestart",
+        W("accepted, not honoured: a failing check restarts nothing"),
     ),
-    ("CheckRestart", W("accepted, not honoured: health checks are not run")),
-    ("CanaryTags", W("accepted, not honoured: a canary registers the service's own tags")),
-    ("CanaryMeta", W("accepted, not honoured: a canary registers the service's own meta")),
+    (
+        "CanaryTags",
+        W("accepted, not honoured: a canary registers the service's own tags"),
+    ),
+    (
+        "CanaryMeta",
+        W("accepted, not honoured: a canary registers the service's own meta"),
+    ),
     ("EnableTagOverride", W(NO_CONSUL)),
-    ("AddressMode", W("accepted, not honoured: services have the host's address")),
-    ("Address", W("accepted, not honoured: services have the host's address")),
+    (
+        "AddressMode",
+        W("accepted, not honoured: services have the host's address"),
+    ),
+    (
+        "Address",
+        W("accepted, not honoured: services have the host's address"),
+    ),
     ("TaggedAddresses", W(NO_CONSUL)),
-    ("OnUpdate", W("accepted, not honoured: health checks are not run")),
-    ("Identity", W("accepted, not honoured: the agent issues no workload identities")),
+    (
+        "OnUpdate",
+        W("accepted, not honoured: a check's own on_update decides"),
+    ),
+    (
+        "Identity",
+        W("accepted, not honoured: the agent issues no workload identities"),
+    ),
     ("Cluster", W(NO_CONSUL)),
     ("Kind", W(NO_CONSUL)),
     ("Weights", W(NO_CONSUL)),
-    ("Connect", R("Consul Connect is not supported by this agent")),
+    (
+        "Connect",
+        R("Consul Connect is not supported by this agent"),
+    ),
+];
+
+/// A service's `check`: the agent runs `http` and `tcp` checks against the allocation's
+/// port while the service is registered, and `health_check = "checks"` waits for them
+/// (`client/alloc_runner/health.rs`, the agent's `daemon/checks/`).
+pub const CHECK: &[Field] = &[
+    ("Name", H(V)),
+    ("Type", H(V)),
+    ("Path", H(V)),
+    ("Method", H(V)),
+    ("Protocol", H(V)),
+    ("PortLabel", H(V)),
+    ("Interval", H(V)),
+    ("Timeout", H(V)),
+    ("OnUpdate", H(V)),
+    (
+        "Command",
+        W("accepted, not honoured: script checks are refused by their type"),
+    ),
+    (
+        "Args",
+        W("accepted, not honoured: script checks are refused by their type"),
+    ),
+    ("Expose", W(NO_CONSUL)),
+    (
+        "AddressMode",
+        W("accepted, not honoured: checks go to the agent's address"),
+    ),
+    ("Advertise", W(NO_CONSUL)),
+    ("InitialStatus", W(NO_CONSUL)),
+    ("Notes", W(NO_CONSUL)),
+    (
+        "TLSServerName",
+        W("accepted, not honoured: https checks are refused"),
+    ),
+    (
+        "TLSSkipVerify",
+        W("accepted, not honoured: https checks are refused"),
+    ),
+    (
+        "Header",
+        W("accepted, not honoured: an http check sends no extra headers"),
+    ),
+    (
+        "Body",
+        W("accepted, not honoured: an http check sends no body"),
+    ),
+    (
+        "CheckRestart",
+        W("accepted, not honoured: a failing check restarts nothing"),
+    ),
+    (
+        "GRPCService",
+        W("accepted, not honoured: grpc checks are refused by their type"),
+    ),
+    (
+        "GRPCUseTLS",
+        W("accepted, not honoured: grpc checks are refused by their type"),
+    ),
+    (
+        "TaskName",
+        W("accepted, not honoured: a check belongs to its service's task"),
+    ),
+    ("SuccessBeforePassing", W(NO_CONSUL)),
+    ("FailuresBeforeCritical", W(NO_CONSUL)),
+    ("FailuresBeforeWarning", W(NO_CONSUL)),
 ];
 
 pub const LIFECYCLE: &[Field] = &[("Hook", H(V)), ("Sidecar", H(V))];

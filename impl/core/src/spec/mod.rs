@@ -4,6 +4,7 @@
 
 pub mod fields;
 mod validate;
+pub mod validate_checks;
 pub mod validate_extra;
 mod validate_update;
 
@@ -111,6 +112,27 @@ impl Job {
         UpdateStrategy::effective(&self.job_type, self.update.as_ref(), group.update.as_ref())
     }
 
+    /// How many checks hold up a deployment of `group`: its `health_check` is `checks`
+    /// (Nomad's default; the group's over the job's) and its services' and tasks' services'
+    /// checks whose `on_update` is not `ignore`.
+    pub fn health_checks_of(&self, group: &str) -> usize {
+        let Some(group) = self.task_groups.iter().find(|g| g.name == group) else {
+            return 0;
+        };
+        let mode = [group.update.as_ref(), self.update.as_ref()]
+            .into_iter()
+            .flatten()
+            .find_map(|update| update.health_check.as_deref().filter(|m| !m.is_empty()));
+        if !matches!(mode, None | Some("checks")) {
+            return 0;
+        }
+        group
+            .all_services()
+            .flat_map(|(_, service)| service.checks.iter().flatten())
+            .filter(|check| check.healthiness())
+            .count()
+    }
+
     /// What an allocation of `group` runs: the group but for its count, and the job's fields
     /// that reach its tasks or decide where it may run (name, region, meta, constraints,
     /// datacenters, node pool). Two versions whose `as_run` differ replace the allocation.
@@ -181,6 +203,21 @@ pub struct TaskGroup {
     pub restart_policy: Option<RestartPolicy>,
     /// How a changed version replaces the group's allocations ([`UpdateStrategy::effective`]).
     pub update: Option<UpdateStrategy>,
+}
+
+impl TaskGroup {
+    /// Its services and its tasks', each with its owner (the task's name; `""` for the
+    /// group's).
+    pub fn all_services(&self) -> impl Iterator<Item = (&str, &Service)> {
+        let group = self.services.iter().flatten().map(|service| ("", service));
+        let tasks = self.tasks.iter().flat_map(|task| {
+            task.services
+                .iter()
+                .flatten()
+                .map(move |service| (task.name.as_str(), service))
+        });
+        group.chain(tasks)
+    }
 }
 
 /// The `update` block as the API carries it (durations in nanoseconds).
@@ -469,6 +506,41 @@ pub struct Service {
     /// For a group service: the task it belongs to (kept).
     pub task_name: String,
     pub meta: Option<BTreeMap<String, String>>,
+    /// Nomad-native checks, run by the agent while the service is registered.
+    pub checks: Option<Vec<ServiceCheck>>,
+}
+
+/// A service's `check` block as the API carries it (Nomad's `api.ServiceCheck`; durations
+/// in nanoseconds). The agent runs `http` and `tcp` checks against the service's port
+/// (`client/checks`); the fields it does not act on are warned of (`fields.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceCheck {
+    pub name: String,
+    /// `http` or `tcp`.
+    #[serde(rename = "Type")]
+    pub check_type: String,
+    /// An http check's path, relative (`/health`).
+    pub path: String,
+    /// An http check's method; `GET` when empty.
+    pub method: String,
+    /// `http` (the default); `https` is refused.
+    pub protocol: String,
+    /// The port checked (a group network's label); the service's own when empty.
+    pub port_label: String,
+    #[serde(rename = "Interval")]
+    pub interval_ns: i64,
+    #[serde(rename = "Timeout")]
+    pub timeout_ns: i64,
+    /// `ignore`: the check does not hold up a deployment (Nomad's readiness mode).
+    pub on_update: String,
+}
+
+impl ServiceCheck {
+    /// Nomad's `GetCheckMode`: a check with `on_update = "ignore"` only tells readiness.
+    pub fn healthiness(&self) -> bool {
+        self.on_update != "ignore"
+    }
 }
 
 /// A task's role in the kill order (`reference/nomad-stop-path.md` §2.5).
@@ -575,8 +647,15 @@ pub fn decode_register_body_warned(body: &[u8]) -> Result<(Job, Vec<String>), Sp
 }
 
 /// Every field name of the jobspec types, as Nomad spells it.
-const FIELDS: [&str; 55] = [
+const FIELDS: [&str; 62] = [
     "NodePool",
+    "Checks",
+    "Path",
+    "Method",
+    "Protocol",
+    "Interval",
+    "Timeout",
+    "OnUpdate",
     "Meta",
     "Constraints",
     "LTarget",

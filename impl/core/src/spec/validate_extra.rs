@@ -109,6 +109,7 @@ pub(super) fn check(job: &Job, fail: &mut dyn FnMut(String, String)) {
             group.services.as_deref(),
             &labels,
         );
+        super::validate_checks::per_alloc(fail, &at, group);
         for (t, task) in group.tasks.iter().enumerate() {
             let at = format!("{at}.Tasks[{t}]");
             meta(fail, &format!("{at}.Meta"), task.meta.as_ref());
@@ -324,6 +325,9 @@ fn services(
             );
         }
         meta(fail, &format!("{at}.Meta"), service.meta.as_ref());
+        if let Some(checks) = &service.checks {
+            super::validate_checks::checks(fail, &at, checks, &service.port_label, labels);
+        }
     }
 }
 

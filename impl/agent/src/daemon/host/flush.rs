@@ -32,6 +32,7 @@ impl DaemonHost {
         };
         let mut core = shared.core();
         change_services(
+            &shared,
             &mut core,
             &self.alloc,
             &std::mem::take(&mut self.pending.services),
@@ -81,7 +82,7 @@ impl DaemonHost {
             writes.push((persist::Table::Pulls, self.alloc.clone(), Some(pulled)));
         }
         let mut core = shared.core();
-        change_services(&mut core, &self.alloc, &pending.services);
+        change_services(&shared, &mut core, &self.alloc, &pending.services);
         // The server hears that a task runs once its process does: a launch's report waits
         // for the launch.
         // The steps first: what the report's write does that is no step (a replacement
@@ -145,8 +146,10 @@ impl DaemonHost {
 }
 
 /// Registers (`true`) or deregisters an allocation's services, by owner (`""` for the
-/// group), on the server.
+/// group), on the server, and their checks with the check runner in the same critical
+/// section: a check runs only while its service is registered.
 fn change_services(
+    shared: &crate::daemon::Shared,
     core: &mut crate::daemon::Core,
     alloc: &str,
     services: &[(bool, String, Vec<String>)],
@@ -154,8 +157,14 @@ fn change_services(
     for (on, owner, names) in services {
         if *on {
             core.server.register_services(alloc, owner, names);
+            if let Some(record) = core.server.store.alloc_for_client(alloc) {
+                shared
+                    .checks
+                    .register(record, owner, names, shared.config.bind.ip());
+            }
         } else {
             core.server.deregister_services(alloc, owner, names);
+            shared.checks.deregister(alloc, owner, names);
         }
     }
 }

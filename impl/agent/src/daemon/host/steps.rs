@@ -205,7 +205,8 @@ impl Host for DaemonHost {
                 restart: false,
                 ..
             }
-            | Applied::Restored => None,
+            | Applied::Restored
+            | Applied::Checks { .. } => None,
             Applied::Exit { task: ix, .. } => {
                 let poststop = runner
                     .tasks

@@ -144,6 +144,15 @@ const MAX_LISTED_PIDS: usize = 256;
 /// CPU is the share of one core each process has used since it started (`Percent`, with
 /// its user and system parts), not Nomad's share since its last sample, for the agent
 /// keeps no sampler.
+/// `GET /v1/client/allocation/:id/checks`: the latest result of each of its services'
+/// checks, by check ID (Nomad's `CheckQueryResult`s); `{}` when none is registered.
+pub(super) fn alloc_checks(shared: &Shared, id: &str) -> Result<Reply, ApiError> {
+    if shared.core().server.store.alloc(id).is_none() {
+        return Err(error(404, format!("Unknown allocation {id:?}")));
+    }
+    plain(json!(shared.checks.results(id)))
+}
+
 pub(super) fn alloc_stats(shared: &Shared, id: &str) -> Result<Reply, ApiError> {
     if shared.core().server.store.alloc(id).is_none() {
         return Err(error(404, format!("Unknown allocation {id:?}")));

@@ -307,6 +307,12 @@ pub static ROUTES: &[Route] = &[
     ),
     route(
         Get,
+        IdThen("/v1/client/allocation/", "/checks"),
+        READ_JOB,
+        |c| alloc_client::alloc_checks(c.shared, c.id),
+    ),
+    route(
+        Get,
         IdThen("/v1/client/allocation/", "/stats"),
         READ_JOB,
         |c| alloc_client::alloc_stats(c.shared, c.id),

@@ -2,8 +2,17 @@
 //! `health_check = "task_states"`): once every task runs, a `min_healthy_time` timer; if it
 //! fires with every task still running, the allocation is healthy, and the report says so.
 //! A task that stops running in the meantime (a crash, a restart, a stop) cancels the timer,
-//! and the watch begins again when every task runs again. A health check is judged the same
-//! way: the agent runs no checks.
+//! and the watch begins again when every task runs again.
+//!
+//! With `health_check = "checks"` (Nomad's default) and at least one check that holds up a
+//! deployment (a healthiness check: `on_update` not `ignore`) among the group's and its
+//! tasks' services, the timer runs only while, besides, every such check passed at its
+//! latest run (Nomad's `watchNomadEvents`): the host runs the checks and says, after each
+//! result, whether they all pass ([`AllocRunner::checks_changed`]). A failing check cancels
+//! the timer, and the wait begins again in full once they all pass again. Until the host
+//! has said so, and whenever a task is not running (its services, and their checks, are
+//! registered anew when it runs again), they are taken to fail. Where nothing runs checks
+//! (the simulator, the model), no job has them, and nothing changes.
 //!
 //! Beside it, from the moment the allocation runs, its `healthy_deadline` (Nomad's
 //! default 5 minutes): if that passes before the allocation is healthy — a task that keeps
@@ -32,6 +41,10 @@ pub struct Health {
     /// Decided unhealthy (the deadline passed first), and when.
     #[serde(default)]
     pub unhealthy_at: Option<i64>,
+    /// Every healthiness check of the allocation passed at its latest run, as the host last
+    /// said (only read when the watch waits for checks).
+    #[serde(default)]
+    pub checks_passing: bool,
 }
 
 impl Health {
@@ -68,10 +81,33 @@ impl AllocRunner {
             .map(|update| (update.min_healthy_time_ns, update.healthy_deadline_ns))
     }
 
+    /// The watch waits for checks: `health_check = "checks"` and a healthiness check
+    /// among the allocation's services.
+    pub fn waits_for_checks(&self) -> bool {
+        !self.alloc.deployment_id.is_empty()
+            && self.alloc.job.health_checks_of(&self.alloc.task_group) > 0
+    }
+
+    /// The host ran a check: whether every healthiness check of the allocation now passes
+    /// (none pending). `false` if that changes nothing the watch reads.
+    pub fn checks_changed(&mut self, passing: bool, out: &mut Vec<Command>) -> bool {
+        if !self.waits_for_checks() || self.health.decided() || self.phase == RunnerPhase::Terminal
+        {
+            return false;
+        }
+        if self.health.checks_passing == passing {
+            return false;
+        }
+        self.health.checks_passing = passing;
+        self.watch_health(out);
+        true
+    }
+
     // invariant: rollout_bounded
     /// After every event: the timer runs exactly while the allocation is watched, not yet
-    /// healthy, its runner running and every task that counts running (a poststop task does
-    /// not count, nor a prestart task that finished cleanly).
+    /// healthy, its runner running, every task that counts running (a poststop task does
+    /// not count, nor a prestart task that finished cleanly) and, if the watch waits for
+    /// checks, every healthiness check passing.
     pub(super) fn watch_health(&mut self, out: &mut Vec<Command>) {
         let counted_running = self.tasks.iter().all(|task| match task.phase {
             _ if task.role == TaskRole::Poststop => true,
@@ -79,9 +115,14 @@ impl AllocRunner {
             TaskPhase::Dead => !task.state.failed && task.kills == 0,
             _ => false,
         });
+        if !counted_running {
+            // Its services go with it, and their checks are run anew when it runs again.
+            self.health.checks_passing = false;
+        }
+        let checks_pass = self.health.checks_passing || !self.waits_for_checks();
         let undecided =
             !self.health.decided() && self.phase == RunnerPhase::Running && !self.failed;
-        let watching = undecided && counted_running;
+        let watching = undecided && counted_running && checks_pass;
         let times = self.health_times();
         match (
             times
@@ -128,6 +169,8 @@ impl AllocRunner {
     /// host keeps its stored due time: one passed while the agent was down fires at once).
     pub(super) fn rearm_health(&mut self, out: &mut Vec<Command>) {
         self.health.timer = false;
+        // The checks run anew in the restarted agent: until they say so, they fail.
+        self.health.checks_passing = false;
         if self.health.deadline {
             if let Some((_, after_ns)) = self.health_times() {
                 out.push(Command::StartTimer {

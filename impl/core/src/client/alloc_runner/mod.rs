@@ -580,6 +580,8 @@ fn kill_stage(role: TaskRole) -> u8 {
 }
 
 #[cfg(test)]
+mod health_tests;
+#[cfg(test)]
 mod restart_tests;
 #[cfg(test)]
 mod tests;

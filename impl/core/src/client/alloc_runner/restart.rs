@@ -50,6 +50,11 @@ impl AllocRunner {
         for &ix in &targets {
             self.tasks[ix].begin_restart(ix, no_shutdown_delay, self.cancelled, now, out);
         }
+        if self.waits_for_checks() {
+            // Its services went, and their checks with them: the wait for checks begins
+            // again once they pass anew (a watch of task states alone is left as it was).
+            self.watch_health(out);
+        }
         out.push(Command::Report);
         Ok(targets)
     }
