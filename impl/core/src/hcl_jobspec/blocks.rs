@@ -323,6 +323,12 @@ fn check(scope: &Scope, body: &Body, at: &At) -> Result<Value, Problem> {
                     attribute_value(scope, attribute, &at.hcl)?,
                 );
             }
+            // Nomad's `task` of a group service's check: accepted and warned of.
+            "task" => {
+                out.remove("Task");
+                let task = attribute_value(scope, attribute, &at.hcl)?;
+                out.insert("TaskName".into(), task);
+            }
             "grpc_service" | "grpc_use_tls" | "tls_server_name" | "tls_skip_verify" => {
                 let key = pascal(attribute.key.as_str());
                 let value = out.remove(&key);

@@ -520,6 +520,7 @@ job "web" {
         type     = "http"
         path     = "/health"
         port     = "http"
+        task     = "server"
         interval = "5s"
         timeout  = "2s"
       }
@@ -566,6 +567,8 @@ job "web" {
         assert_eq!(group["Services"][0]["Name"], "web");
         let check = &group["Services"][0]["Checks"][0];
         assert_eq!(check["PortLabel"], "http");
+        assert_eq!(check["TaskName"], "server");
+        assert_eq!(check.get("Task"), None);
         assert_eq!(check["Interval"], 5_000_000_000i64);
         assert_eq!(check["Timeout"], 2_000_000_000i64);
         assert_eq!(check["Path"], "/health");

@@ -126,8 +126,19 @@ impl Job {
         if !matches!(mode, None | Some("checks")) {
             return 0;
         }
+        // A task that is not running while the allocation runs (a poststop task, a prestart
+        // or poststart one that is no sidecar) never registers its checks: they count not.
+        let runs_throughout = |task: &str| {
+            task.is_empty()
+                || group.tasks.iter().find(|t| t.name == task).is_none_or(|t| {
+                    t.lifecycle
+                        .as_ref()
+                        .is_none_or(|l| l.sidecar && l.hook != "poststop")
+                })
+        };
         group
             .all_services()
+            .filter(|(task, _)| runs_throughout(task))
             .flat_map(|(_, service)| service.checks.iter().flatten())
             .filter(|check| check.healthiness())
             .count()

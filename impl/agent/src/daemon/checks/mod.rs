@@ -5,10 +5,14 @@
 //! 1. A service is registered on the server (`host/flush.rs` `change_services`, under the
 //!    core's lock): its checks join the registry, pending, due at once. Deregistered (the
 //!    stop path's pre-kill hooks, before any delay), they leave it in the same critical
-//!    section: no run starts after that, and a run in flight has its result dropped.
-//! 2. One scheduler thread starts each due check on a thread of its own, at most
-//!    [`MAX_RUNNING`] at once (a check waits its turn past that), against the agent's
-//!    address (loopback when it binds every address) and the allocation's port.
+//!    section, cancelled: no run starts after that, and a run in flight has its result
+//!    dropped.
+//! 2. One scheduler thread starts each due check on a thread of its own, the longest due
+//!    first, at most [`MAX_RUNNING`] at once and [`MAX_RUNNING_PER_ALLOC`] for one
+//!    allocation (a check waits its turn past that), against the agent's address
+//!    (loopback when it binds every address) and the allocation's port. A run started
+//!    before its service was deregistered checks its cancellation before it connects and
+//!    before it sends: the task hears nothing from a check once its stop began.
 //! 3. The run's result is stored, and the allocation's runner is told, through its shell
 //!    like every other event, whether every healthiness check now passes
 //!    ([`RunnerShell::checks`](quiesce_core::client::shell::RunnerShell::checks)); the
@@ -27,12 +31,15 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 /// Check runs in flight at once, agent-wide.
-pub const MAX_RUNNING: usize = 8;
+pub const MAX_RUNNING: usize = 64;
+/// Check runs in flight at once for one allocation: a task that accepts connections and
+/// never answers holds its own checks' turns, never the other allocations'.
+pub const MAX_RUNNING_PER_ALLOC: usize = 4;
 
 /// A check's latest result, as Nomad's `CheckQueryResult`.
 #[derive(Clone, Debug, Serialize)]
@@ -70,6 +77,8 @@ struct Entry {
     running: bool,
     /// Which registration this is: a run's result is kept only for the one it ran for.
     generation: u64,
+    /// Set when the service is deregistered: a run started before does not probe after.
+    cancelled: Arc<AtomicBool>,
 }
 
 #[derive(Default)]
@@ -150,6 +159,7 @@ impl Checks {
                     due: now,
                     running: false,
                     generation,
+                    cancelled: Arc::default(),
                 };
                 state
                     .allocs
@@ -167,7 +177,13 @@ impl Checks {
     pub fn deregister(&self, alloc: &str, owner: &str, names: &[String]) {
         let mut state = self.lock();
         if let Some(checks) = state.allocs.get_mut(alloc) {
-            checks.retain(|_, e| !(e.result.task == owner && names.contains(&e.result.service)));
+            checks.retain(|_, e| {
+                let gone = e.result.task == owner && names.contains(&e.result.service);
+                if gone {
+                    e.cancelled.store(true, Ordering::SeqCst);
+                }
+                !gone
+            });
             if checks.is_empty() {
                 state.allocs.remove(alloc);
             }
@@ -243,32 +259,57 @@ fn check_id(alloc: &str, group: &str, task: &str, service: &str, check: &Service
     sum.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A run to start: its allocation, check ID, registration, and what to probe.
-type Start = (AllocId, String, u64, Probe, Option<SocketAddr>, Duration);
+/// A run to start: its allocation, check ID, registration, what to probe, and its
+/// cancellation.
+struct Start {
+    alloc: AllocId,
+    id: String,
+    generation: u64,
+    probe: Probe,
+    addr: Option<SocketAddr>,
+    timeout: Duration,
+    cancelled: Arc<AtomicBool>,
+}
 
-/// Marks the due checks running (as many as there is room for) and returns them, with when
-/// the next one is due.
+/// Marks the due checks running, the longest due first, as many as there is room for
+/// (agent-wide and per allocation), and returns them, with when the next one is due.
 fn take_due(state: &mut State, now: Instant) -> (Vec<Start>, Instant) {
     let mut next = now + Duration::from_secs(1);
+    let mut due = Vec::new();
+    for (alloc, entries) in &state.allocs {
+        let in_flight = entries.values().filter(|e| e.running).count();
+        let room = MAX_RUNNING_PER_ALLOC.saturating_sub(in_flight);
+        let mut ready: Vec<_> = entries
+            .iter()
+            .filter(|(_, e)| !e.running)
+            .filter(|(_, e)| {
+                if e.due > now {
+                    next = next.min(e.due);
+                }
+                e.due <= now
+            })
+            .map(|(id, e)| (e.due, alloc.clone(), id.clone()))
+            .collect();
+        ready.sort();
+        due.extend(ready.into_iter().take(room));
+    }
+    due.sort();
+    due.truncate(MAX_RUNNING.saturating_sub(state.running));
     let mut start = Vec::new();
-    let room = MAX_RUNNING.saturating_sub(state.running);
-    for (alloc, entries) in &mut state.allocs {
-        for (id, entry) in entries.iter_mut().filter(|(_, e)| !e.running) {
-            if entry.due > now {
-                next = next.min(entry.due);
-            } else if start.len() < room {
-                entry.running = true;
-                let run = (entry.probe.clone(), entry.addr, entry.timeout);
-                start.push((
-                    alloc.clone(),
-                    id.clone(),
-                    entry.generation,
-                    run.0,
-                    run.1,
-                    run.2,
-                ));
-            }
-        }
+    for (_, alloc, id) in due {
+        let Some(entry) = state.allocs.get_mut(&alloc).and_then(|e| e.get_mut(&id)) else {
+            continue;
+        };
+        entry.running = true;
+        start.push(Start {
+            generation: entry.generation,
+            probe: entry.probe.clone(),
+            addr: entry.addr,
+            timeout: entry.timeout,
+            cancelled: Arc::clone(&entry.cancelled),
+            alloc,
+            id,
+        });
     }
     state.running += start.len();
     (start, next)
@@ -286,13 +327,22 @@ pub fn run(checks: Arc<Checks>, weak: Weak<Shared>) {
         let now = Instant::now();
         let (start, next) = take_due(&mut state, now);
         drop(state);
-        for (alloc, id, generation, probe, addr, timeout) in start {
+        for run in start {
+            let Start {
+                alloc,
+                id,
+                generation,
+                probe,
+                addr,
+                timeout,
+                cancelled,
+            } = run;
             let spawned = std::thread::Builder::new().name("check".into()).spawn({
                 let (alloc, id) = (alloc.clone(), id.clone());
                 let (checks, weak) = (Arc::clone(&checks), weak.clone());
                 move || {
                     let outcome = match addr {
-                        Some(addr) => probe::run(&probe, addr, timeout),
+                        Some(addr) => probe::run(&probe, addr, timeout, &cancelled),
                         None => probe::Outcome {
                             success: false,
                             status_code: 0,
@@ -359,5 +409,68 @@ fn finish(
     if let Some(shell) = shared.runner(alloc) {
         // Read under the runner's lock: the latest verdict is the one it keeps.
         shell.checks(|| checks.passing(alloc));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(due: Instant) -> Entry {
+        Entry {
+            result: CheckResult {
+                id: String::new(),
+                check: String::new(),
+                group: String::new(),
+                task: String::new(),
+                service: String::new(),
+                status: "pending",
+                status_code: 0,
+                output: String::new(),
+                mode: "healthiness",
+                timestamp: 0,
+            },
+            probe: Probe::Tcp,
+            addr: None,
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            due,
+            running: false,
+            generation: 1,
+            cancelled: Arc::default(),
+        }
+    }
+
+    #[test]
+    fn one_allocation_takes_its_own_turns_only_and_the_longest_due_go_first() {
+        let now = Instant::now();
+        let mut state = State::default();
+        let greedy: BTreeMap<_, _> = (0..10)
+            .map(|i| {
+                (
+                    format!("g{i:02}"),
+                    entry(now - Duration::from_millis(10 + i)),
+                )
+            })
+            .collect();
+        state.allocs.insert("a-greedy".into(), greedy);
+        let mut other = BTreeMap::new();
+        other.insert("o".to_string(), entry(now));
+        other.insert("later".to_string(), entry(now + Duration::from_millis(300)));
+        state.allocs.insert("b-other".into(), other);
+        let (start, next) = take_due(&mut state, now);
+        let greedy: Vec<&str> = start
+            .iter()
+            .filter(|s| s.alloc == "a-greedy")
+            .map(|s| s.id.as_str())
+            .collect();
+        // The four due longest (the highest numbers were due first).
+        assert_eq!(greedy, ["g09", "g08", "g07", "g06"]);
+        assert!(start.iter().any(|s| s.alloc == "b-other" && s.id == "o"));
+        assert_eq!(state.running, 5);
+        assert_eq!(next, now + Duration::from_millis(300));
+        // Nothing more for the greedy one while its four run.
+        let (again, _) = take_due(&mut state, now);
+        assert!(again.is_empty(), "{} more started", again.len());
     }
 }

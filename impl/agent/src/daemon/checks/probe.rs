@@ -6,6 +6,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Nomad's `outputSizeLimit`: the output kept of an http check's answer.
@@ -40,12 +41,20 @@ pub enum Probe {
 }
 
 /// Runs `probe` against `addr`, giving up at `timeout`.
-pub fn run(probe: &Probe, addr: SocketAddr, timeout: Duration) -> Outcome {
+pub fn run(probe: &Probe, addr: SocketAddr, timeout: Duration, cancelled: &AtomicBool) -> Outcome {
     let deadline = Instant::now() + timeout;
+    // Deregistered since it was started (the stop path's pre-kill hooks): the task hears
+    // nothing more from its checks, during its delay or after.
+    if cancelled.load(Ordering::SeqCst) {
+        return Outcome::failure("nomad: the check's service was deregistered".into());
+    }
     let stream = match TcpStream::connect_timeout(&addr, timeout) {
         Ok(stream) => stream,
         Err(error) => return Outcome::failure(format!("nomad: dial tcp {addr}: {error}")),
     };
+    if cancelled.load(Ordering::SeqCst) {
+        return Outcome::failure("nomad: the check's service was deregistered".into());
+    }
     match probe {
         Probe::Tcp => Outcome {
             success: true,
@@ -82,10 +91,15 @@ fn http(
     stream.write_all(request.as_bytes())?;
     let mut read = Vec::new();
     let mut chunk = [0u8; 4096];
+    let mut searched: usize = 0;
     let head_end = loop {
-        if let Some(end) = find(&read, b"\r\n\r\n") {
-            break end + 4;
+        // Only what came since the last search (and the three bytes before it): a task
+        // that trickles its headers a byte at a time costs no quadratic scan.
+        let from = searched.saturating_sub(3);
+        if let Some(end) = find(&read[from..], b"\r\n\r\n") {
+            break from + end + 4;
         }
+        searched = read.len();
         if read.len() > MAX_HEAD_BYTES {
             return Err(std::io::Error::other(format!(
                 "the answer's headers pass {MAX_HEAD_BYTES} bytes"
@@ -170,12 +184,22 @@ mod tests {
     #[test]
     fn a_200_passes_and_a_500_fails_with_its_body_kept_bounded() {
         let addr = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec());
-        let outcome = run(&get("/health"), addr, Duration::from_secs(2));
+        let outcome = run(
+            &get("/health"),
+            addr,
+            Duration::from_secs(2),
+            &AtomicBool::new(false),
+        );
         assert!(outcome.success, "{outcome:?}");
         assert_eq!(outcome.status_code, 200);
         let mut answer = b"HTTP/1.1 500 Oops\r\n\r\n".to_vec();
         answer.extend(std::iter::repeat_n(b'x', 10 * MAX_OUTPUT_BYTES));
-        let outcome = run(&get("/health"), serve(answer), Duration::from_secs(2));
+        let outcome = run(
+            &get("/health"),
+            serve(answer),
+            Duration::from_secs(2),
+            &AtomicBool::new(false),
+        );
         assert!(!outcome.success);
         assert_eq!(outcome.status_code, 500);
         assert_eq!(outcome.output.len(), MAX_OUTPUT_BYTES);
@@ -186,7 +210,12 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let started = Instant::now();
-        let outcome = run(&get("/"), addr, Duration::from_millis(300));
+        let outcome = run(
+            &get("/"),
+            addr,
+            Duration::from_millis(300),
+            &AtomicBool::new(false),
+        );
         assert!(!outcome.success, "{outcome:?}");
         assert!(started.elapsed() < Duration::from_secs(2));
         drop(listener);
@@ -198,7 +227,67 @@ mod tests {
             .unwrap()
             .local_addr()
             .unwrap();
-        assert!(!run(&Probe::Tcp, addr, Duration::from_secs(1)).success);
-        assert!(!run(&get("/"), addr, Duration::from_secs(1)).success);
+        assert!(
+            !run(
+                &Probe::Tcp,
+                addr,
+                Duration::from_secs(1),
+                &AtomicBool::new(false)
+            )
+            .success
+        );
+        assert!(
+            !run(
+                &get("/"),
+                addr,
+                Duration::from_secs(1),
+                &AtomicBool::new(false)
+            )
+            .success
+        );
+    }
+
+    #[test]
+    fn a_cancelled_run_never_connects() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let outcome = run(
+            &get("/"),
+            addr,
+            Duration::from_secs(1),
+            &AtomicBool::new(true),
+        );
+        assert!(!outcome.success);
+        assert!(outcome.output.contains("deregistered"), "{outcome:?}");
+        let accepted = listener.accept();
+        assert!(
+            matches!(&accepted, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "the task saw a connection: {accepted:?}"
+        );
+    }
+
+    #[test]
+    fn headers_trickled_a_byte_at_a_time_are_read() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            if let Ok((mut stream, _)) = listener.accept() {
+                let mut buffer = [0u8; 1024];
+                let _ = stream.read(&mut buffer);
+                for byte in b"HTTP/1.1 200 OK\r\nX-Pad: abc\r\n\r\n" {
+                    let _ = stream.write_all(&[*byte]);
+                    let _ = stream.flush();
+                }
+            }
+        });
+        let outcome = run(
+            &get("/"),
+            addr,
+            Duration::from_secs(5),
+            &AtomicBool::new(false),
+        );
+        assert!(outcome.success, "{outcome:?}");
+        assert_eq!(outcome.status_code, 200);
     }
 }
