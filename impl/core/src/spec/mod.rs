@@ -654,7 +654,40 @@ pub fn decode_register_body_warned(body: &[u8]) -> Result<(Job, Vec<String>), Sp
     let request: JobRegisterRequest = serde_json::from_value(value).map_err(decode_error)?;
     let mut job = request.job;
     job.canonicalize();
-    Ok((job, classified.warnings))
+    let mut warnings = classified.warnings;
+    warnings.extend(system_update_warnings(&job));
+    Ok((job, warnings))
+}
+
+/// A system job's `update` asks for what only a deployment gives (canaries, a promotion,
+/// an auto-revert): said, since this agent replaces a system job's allocations at once,
+/// with no deployment. (Nomad's canonical defaults, which Go clients send, ask for none of
+/// that, so they are not warned of.)
+fn system_update_warnings(job: &Job) -> Vec<String> {
+    if !matches!(job.job_type.as_str(), "system" | "sysbatch") {
+        return Vec::new();
+    }
+    let asks = |update: &UpdateStrategy| {
+        update.canary.unwrap_or(0) > 0
+            || update.auto_revert == Some(true)
+            || update.auto_promote == Some(true)
+    };
+    let groups = job
+        .task_groups
+        .iter()
+        .enumerate()
+        .map(|(g, group)| (format!("TaskGroups[{g}].Update"), group.update.as_ref()));
+    std::iter::once(("Update".to_string(), job.update.as_ref()))
+        .chain(groups)
+        .filter(|(_, update)| update.is_some_and(asks))
+        .map(|(at, _)| {
+            format!(
+                "{at}: accepted, not honoured: a {} job's allocations are replaced at once, \
+                 with no deployment (no canary, promotion or auto-revert)",
+                job.job_type
+            )
+        })
+        .collect()
 }
 
 /// Every field name of the jobspec types, as Nomad spells it.
@@ -799,6 +832,35 @@ mod tests {
 
     const MINIMAL: &str = r#"{"Job": {"ID": "web", "TaskGroups": [{"Name": "g",
         "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/sleep"}}]}]}}"#;
+
+    #[test]
+    fn a_system_jobs_update_asking_for_a_deployment_is_warned_of_and_its_defaults_are_not() {
+        let body = |update: &str| {
+            format!(
+                r#"{{"Job": {{"ID": "web", "Type": "system", "Update": {update},
+                "TaskGroups": [{{"Name": "g", "Tasks": [{{"Name": "t", "Driver": "raw_exec",
+                "Config": {{"command": "/bin/sleep"}}}}]}}]}}}}"#
+            )
+        };
+        let (_, warnings) = parse_register_body_warned(
+            body(r#"{"MaxParallel": 1, "Stagger": 30000000000}"#).as_bytes(),
+        )
+        .unwrap();
+        assert!(
+            !warnings.iter().any(|w| w.starts_with("Update:")),
+            "{warnings:?}"
+        );
+        let (_, warnings) = parse_register_body_warned(
+            body(r#"{"MaxParallel": 1, "AutoRevert": true}"#).as_bytes(),
+        )
+        .unwrap();
+        assert!(
+            warnings.iter().any(|w| w.starts_with(
+                "Update: accepted, not honoured: a system job's allocations are replaced at once"
+            )),
+            "{warnings:?}"
+        );
+    }
 
     #[test]
     fn minimal_body_gets_nomads_defaults() {
