@@ -425,6 +425,13 @@ impl AclStore {
         self.policies.get(name).map(|(policy, _)| policy)
     }
 
+    /// A policy with its rules as read (Nomad's `RulesJSON`).
+    pub fn policy_rules(&self, name: &str) -> Option<(&Policy, &Rules)> {
+        self.policies
+            .get(name)
+            .map(|(policy, rules)| (policy, rules))
+    }
+
     pub fn policies(&self) -> impl Iterator<Item = &Policy> {
         self.policies.values().map(|(policy, _)| policy)
     }

@@ -5,6 +5,7 @@
 //! `ACL support disabled`.
 
 use super::*;
+use crate::acl::policy::{Access, Rules};
 use crate::acl::{self, AclError, Authority, TokenRequest, TokenType};
 use crate::daemon::persist::{AclRecord, Payload, Table};
 
@@ -157,17 +158,36 @@ pub(super) fn get_policy(
         .require(has || authority.is_management())
         .map_err(acl_error)?;
     let core = shared.core();
-    let policy = core
+    let (policy, rules) = core
         .acl
-        .policy(name)
+        .policy_rules(name)
         .ok_or_else(|| error(404, "ACL policy not found"))?;
     ok(
         json!({"Name": policy.name, "Description": policy.description,
-               "Rules": policy.rules, "JobACL": null,
+               "Rules": policy.rules, "RulesJSON": rules_json(rules), "JobACL": null,
                "CreateIndex": policy.create_index,
                "ModifyIndex": policy.modify_index}),
         policy.modify_index,
     )
+}
+
+/// A policy's rules as read, in Nomad's `RulesJSON` shape (`acl.Policy`): each namespace
+/// rule with its capabilities expanded, and the access of `agent`, `node` and `operator`.
+/// The web UI reads it to show only the actions a token may take.
+fn rules_json(rules: &Rules) -> Value {
+    let access = |access: Access| match access {
+        Access::None => Value::Null,
+        Access::Read => json!({"Policy": "read"}),
+        Access::Write => json!({"Policy": "write"}),
+        Access::Deny => json!({"Policy": "deny"}),
+    };
+    let namespaces: Vec<Value> = rules
+        .namespaces
+        .iter()
+        .map(|(name, caps)| json!({"Name": name, "Policy": "", "Capabilities": caps}))
+        .collect();
+    json!({"Namespaces": namespaces, "Agent": access(rules.agent),
+           "Node": access(rules.node), "Operator": access(rules.operator)})
 }
 
 /// `DELETE /v1/acl/policy/:name` (a management token's).

@@ -47,6 +47,7 @@ mod request;
 pub mod routes;
 mod server;
 mod services;
+mod ui;
 
 use acl::{authority, check, Need};
 use agent::*;

@@ -33,7 +33,7 @@ use crate::daemon::Shared;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::sync::Arc;
@@ -317,8 +317,13 @@ async fn respond(
         &method,
         host.as_deref(),
         origin.as_deref(),
-    )
-    .and_then(|()| super::acl::authority(&shared, token.as_deref()).map(drop));
+    );
+    let path = url.split('?').next().unwrap_or_default();
+    if known.is_ok() && super::ui::serves(path) {
+        // The web UI's files need no token: what a page shows, it reads from the API.
+        return Ok(super::ui::answer(&method, path));
+    }
+    let known = known.and_then(|()| super::acl::authority(&shared, token.as_deref()).map(drop));
     if let Err(refused) = known {
         return Ok(render(&shared.answers, Err(refused)));
     }
@@ -344,10 +349,8 @@ async fn respond(
                     let mut response = Response::new(AnswerBody::Stream(lines));
                     let headers = response.headers_mut();
                     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                    headers.insert(
-                        hyper::header::CACHE_CONTROL,
-                        HeaderValue::from_static("no-cache"),
-                    );
+                    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                    super::ui::secure(&mut response);
                     response
                 }
                 Err(e) => render(&shared.answers, Err(e)),
@@ -359,9 +362,10 @@ async fn respond(
             match super::logs::follow(Arc::clone(&shared), request, followed).await {
                 Ok((content_type, chunks)) => {
                     let mut response = Response::new(AnswerBody::Stream(chunks));
-                    response
-                        .headers_mut()
-                        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+                    let headers = response.headers_mut();
+                    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+                    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                    super::ui::secure(&mut response);
                     response
                 }
                 Err(e) => render(&shared.answers, Err(e)),
@@ -460,8 +464,11 @@ fn render(answers: &super::Answers, answer: Result<Reply, ApiError>) -> Response
     let mut response = Response::new(AnswerBody::Whole(Some(body)));
     *response.status_mut() =
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    super::ui::secure(&mut response);
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    // An answer is the cluster's state at one index: never kept by a browser or a proxy.
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(seconds) = retry_after {
         headers.insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
     }

@@ -1,0 +1,148 @@
+// The app: a router over Nomad's UI paths, the navigation, and each page's lifetime. A page
+// is a module with `render(view, ctx)`; when the operator leaves it, `ctx.signal` aborts,
+// which ends its event stream, its timers and its fetches, so a page left open holds only
+// what it shows.
+
+import { h, fill, errorBox } from "./dom.js";
+import { follow } from "./api.js";
+import { loadAccess, needsToken, current } from "./access.js";
+import jobs from "./pages/jobs.js";
+import job from "./pages/job.js";
+import allocation from "./pages/allocation.js";
+import { clientsPage, clientPage } from "./pages/clients.js";
+import evaluations from "./pages/evaluations.js";
+import tokens from "./pages/tokens.js";
+
+const ROUTES = [
+  [/^\/ui\/?$/, jobs],
+  [/^\/ui\/jobs\/?$/, jobs],
+  [/^\/ui\/jobs\/([^/]+)(?:\/(allocations|versions|definition|evaluations))?\/?$/, job],
+  [/^\/ui\/allocations\/([^/]+)\/?$/, allocation],
+  [/^\/ui\/clients\/?$/, clientsPage],
+  [/^\/ui\/clients\/([^/]+)\/?$/, clientPage],
+  [/^\/ui\/evaluations\/?$/, evaluations],
+  [/^\/ui\/settings\/tokens\/?$/, tokens],
+];
+
+const notFound = {
+  title: () => "Not found",
+  render(view) {
+    fill(view, h("h1", {}, "Not found"), h("p", {}, `This agent's UI has no page at ${location.pathname}.`));
+  },
+};
+
+let leaving = null;
+
+/** The page of the current URL, drawn afresh. */
+async function route() {
+  if (leaving) leaving.abort();
+  const controller = new AbortController();
+  leaving = controller;
+  const view = document.getElementById("view");
+  const path = location.pathname;
+  let page = notFound;
+  let params = [];
+  for (const [pattern, candidate] of ROUTES) {
+    const match = path.match(pattern);
+    if (match) {
+      page = candidate;
+      // Nomad's UI names a job `<id>@<namespace>`; this agent has the default only.
+      params = match.slice(1).map((p) => (p === undefined ? p : decodeURIComponent(p).replace(/@default$/, "")));
+      break;
+    }
+  }
+  if (page !== tokens && needsToken()) {
+    navigate(`/ui/settings/tokens?next=${encodeURIComponent(path + location.search)}`, { replace: true });
+    return;
+  }
+  markNav(path);
+  const ctx = {
+    params,
+    query: new URLSearchParams(location.search),
+    signal: controller.signal,
+    navigate,
+    setQuery,
+    live: (topics, index, refresh) => live(topics, index, refresh, controller.signal, view),
+    accessChanged: async () => { await loadAccess(); drawWho(); },
+  };
+  document.title = `${page.title(params)} · quiesce`;
+  view.replaceChildren(h("p", { class: "loading" }, "Loading…"));
+  try {
+    await page.render(view, ctx);
+  } catch (error) {
+    if (!controller.signal.aborted) fill(view, errorBox(error));
+  }
+}
+
+/**
+ * Keeps a page current: one event stream for `topics` from `index`; after each batch of
+ * events, `refresh()` runs again, at most one at a time and at most every 250 ms.
+ */
+function live(topics, index, refresh, signal, view) {
+  let running = false;
+  let again = false;
+  let banner = null;
+  const run = async () => {
+    if (running) { again = true; return; }
+    running = true;
+    try {
+      await refresh();
+    } catch (error) {
+      if (!signal.aborted) console.warn("refresh failed", error);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    running = false;
+    if (again && !signal.aborted) { again = false; run(); }
+  };
+  follow(topics, index, signal, run, (error) => {
+    if (banner) { banner.remove(); banner = null; }
+    if (error && !signal.aborted) {
+      banner = h("div", { class: "error stale", role: "alert" },
+        `Live updates refused (${error.status}): ${error.message}`);
+      view.prepend(banner);
+    }
+  });
+}
+
+/** Goes to `path` inside the app. */
+export function navigate(path, { replace } = {}) {
+  if (replace) history.replaceState(null, "", path);
+  else history.pushState(null, "", path);
+  route();
+}
+
+/** Changes the page's query (a filter, a sort) without a new history entry or a redraw. */
+function setQuery(values) {
+  const query = new URLSearchParams(location.search);
+  for (const [key, value] of Object.entries(values)) {
+    if (value === "" || value === null || value === undefined || value === false) query.delete(key);
+    else query.set(key, value);
+  }
+  const text = query.toString();
+  history.replaceState(null, "", location.pathname + (text ? `?${text}` : ""));
+}
+
+function markNav(path) {
+  for (const a of document.querySelectorAll("nav.main a")) {
+    const section = a.getAttribute("href");
+    a.toggleAttribute("aria-current", path === section || path.startsWith(`${section}/`) || (section === "/ui/jobs" && path === "/ui/"));
+  }
+}
+
+function drawWho() {
+  const who = document.getElementById("who");
+  const access = current();
+  if (!access.enabled) fill(who, "ACLs off");
+  else if (access.token) fill(who, h("a", { href: "/ui/settings/tokens", "data-link": "" }, `Signed in as ${access.token.Name || access.token.AccessorID.slice(0, 8)}`));
+  else fill(who, h("a", { href: "/ui/settings/tokens", "data-link": "" }, "Sign in"));
+}
+
+document.addEventListener("click", (event) => {
+  const a = event.target.closest("a[data-link]");
+  if (!a || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+  event.preventDefault();
+  navigate(a.getAttribute("href"));
+});
+window.addEventListener("popstate", route);
+
+loadAccess().then(() => { drawWho(); route(); });
