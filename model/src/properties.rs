@@ -97,6 +97,62 @@ pub const INVARIANTS: [(&str, Condition); 12] = [
     (ROLLOUT_BOUNDED, rollout_bounded),
 ];
 
+/// Each invariant's demand in one plain sentence, for a reader who does not know the model
+/// (the drawn counterexamples' headings, `report::draw`). `None` for a name that is no
+/// invariant.
+pub fn statement(invariant: &str) -> Option<&'static str> {
+    Some(match invariant {
+        PRESTOP_HOOKS_ALWAYS_RUN => {
+            "No task may get its kill signal (or SIGKILL) before its allocation's and its own \
+             pre-kill hooks have deregistered its services, flag or no flag."
+        }
+        DELAY_SKIPPED_ONLY_WHEN_FLAGGED => {
+            "A shutdown_delay may be skipped or cut short only after a stop (or restart) \
+             carrying -no-shutdown-delay targeted that allocation."
+        }
+        FLAG_IS_HONOURED => {
+            "Once a -no-shutdown-delay request for an allocation has reached its client, no \
+             delay of that allocation may still be waited out."
+        }
+        JOBSPEC_UNCHANGED => {
+            "A stop never changes the stored job's spec: the flag is never written into the \
+             job, so a later job start waits full delays."
+        }
+        FLAG_SCOPED => {
+            "The flag reaches only the allocations a request targeted: never another \
+             allocation, never a new one."
+        }
+        KILL_ORDER => {
+            "Tasks are killed in order (group hooks, leader, other main tasks, sidecars) and \
+             poststop tasks run to completion after all of them."
+        }
+        KILL_TIMEOUT_RESPECTED => {
+            "SIGKILL comes only after the kill signal and its kill_timeout; the flag does not \
+             shorten that."
+        }
+        STOP_COMPLETES => {
+            "Once the cluster has nothing left to do, every allocation stopped, purged or \
+             failed has ended on its client with every service deregistered."
+        }
+        SERVICES_RESTORED => {
+            "A running task has its services registered, after a restart as at its first \
+             start, and a task that does not run has none."
+        }
+        RESTART_POLICY_RESPECTED => {
+            "A crashed task is restarted no more often than its restart policy allows; then \
+             its allocation fails and the rest is stopped."
+        }
+        JOB_DEAD_ONLY_WHEN_TASKS_ENDED => {
+            "The job reads dead only once every task of its allocations has ended."
+        }
+        ROLLOUT_BOUNDED => {
+            "A rollout stops at most max_parallel allocations at a time, and only once the \
+             previous batch's replacements (and any canaries) are healthy."
+        }
+        _ => return None,
+    })
+}
+
 /// Every `sometimes` property; a part checks those its configuration lists as witnesses.
 pub const WITNESSES: [(&str, Condition); 22] = [
     (DELAY_SKIPPED, |_, s| any_delay(s, |d| d == Delay::Skipped)),

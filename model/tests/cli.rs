@@ -129,3 +129,60 @@ fn the_printed_counterexample_is_the_shortest() {
         "{text}"
     );
 }
+
+/// `--draw` writes the page whatever the verdicts: a clean check says every invariant holds.
+#[test]
+fn draw_writes_a_page_even_when_every_invariant_holds() {
+    let path = std::env::temp_dir().join(format!("quiesce-draw-{}.html", std::process::id()));
+    let output = run(&[
+        "check",
+        "--config",
+        "small",
+        "--draw",
+        path.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let page = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(
+        page.contains("every invariant holds in these parts"),
+        "{page}"
+    );
+}
+
+/// A violated invariant is drawn; a path that cannot be written is named, with exit 2.
+#[test]
+fn draw_draws_violations_and_names_a_path_it_cannot_write() {
+    let path = std::env::temp_dir().join(format!("quiesce-draw-fault-{}.html", std::process::id()));
+    let fault = ["--fault", "signal-before-deregistration"];
+    let output = run(&[
+        &[
+            "check",
+            "--config",
+            "small",
+            "--draw",
+            path.to_str().unwrap(),
+        ],
+        &fault[..],
+    ]
+    .concat());
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let page = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(
+        page.contains("data-invariant=\"prestop_hooks_always_run\""),
+        "{page}"
+    );
+    let unwritable = "/nonexistent-quiesce-dir/page.html";
+    let output = run(&[
+        &["check", "--config", "small", "--draw", unwritable],
+        &fault[..],
+    ]
+    .concat());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains(&format!("cannot write the drawing to {unwritable}")),
+        "{}",
+        stderr(&output)
+    );
+}

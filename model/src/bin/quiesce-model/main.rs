@@ -8,7 +8,8 @@
 //! `--no-symmetry`, since stateright applies symmetry in DFS only. stateright keeps the last
 //! violating state a search reached, so for each violated invariant `check` prints the
 //! shortest counterexample instead (`report::shortest_counterexample`), in the operator's
-//! words.
+//! words. `--draw FILE` also writes those counterexamples to one static HTML page, each a
+//! timeline (`report::draw`); the page is written even when nothing is violated.
 
 mod index;
 
@@ -82,6 +83,10 @@ struct CheckArgs {
     /// Plant one fault (see `quiesce-model faults`).
     #[arg(long)]
     fault: Option<String>,
+    /// Also write each violated invariant's counterexample, drawn as a timeline, to FILE: one
+    /// static HTML page (written even when every invariant holds).
+    #[arg(long, value_name = "FILE")]
+    draw: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -132,6 +137,7 @@ fn check(args: CheckArgs) -> Result<bool, String> {
     }
     let started = Instant::now();
     let (mut all_as_expected, mut total_states) = (true, 0);
+    let mut drawings = Vec::new();
     for part in parts.iter() {
         println!(
             "== {} ({})",
@@ -141,6 +147,7 @@ fn check(args: CheckArgs) -> Result<bool, String> {
         let outcome = check_part(part.clone(), threads, args.bfs, symmetry);
         all_as_expected &= outcome.as_expected;
         total_states += outcome.unique_states;
+        drawings.extend(outcome.drawings);
     }
     if parts.len() > 1 {
         println!(
@@ -158,12 +165,20 @@ fn check(args: CheckArgs) -> Result<bool, String> {
             "FAILED"
         }
     );
+    if let Some(path) = &args.draw {
+        let names: Vec<_> = parts.iter().map(|part| part.name.clone()).collect();
+        let page = report::draw::page(&args.config, args.fault.as_deref(), &names, &drawings);
+        std::fs::write(path, page)
+            .map_err(|error| format!("cannot write the drawing to {}: {error}", path.display()))?;
+    }
     Ok(all_as_expected)
 }
 
 struct PartOutcome {
     as_expected: bool,
     unique_states: usize,
+    /// Each violated invariant's counterexample, drawn (`report::draw::section`).
+    drawings: Vec<String>,
 }
 
 fn check_part(part: ModelCfg, threads: usize, bfs: bool, symmetry: bool) -> PartOutcome {
@@ -191,6 +206,7 @@ fn report_part(
     let checker = checker.join();
     let seconds = started.elapsed().as_secs_f64();
     let verdicts = report::verdicts(&checker);
+    let mut drawings = Vec::new();
     for (verdict, line) in verdicts.iter().zip(report::verdict_lines(&verdicts)) {
         println!("{line}");
         if verdict.verdict == Verdict::Violated {
@@ -201,6 +217,7 @@ fn report_part(
                 for line in report::narrate(model, path) {
                     println!("    {line}");
                 }
+                drawings.push(report::draw::section(model, verdict.name, path));
             }
         }
     }
@@ -213,6 +230,7 @@ fn report_part(
     PartOutcome {
         as_expected: !verdicts.iter().any(|v| v.verdict.is_failure()),
         unique_states,
+        drawings,
     }
 }
 
