@@ -9,6 +9,7 @@ README's)."""
 import http.server
 import os
 import pathlib
+import subprocess
 import threading
 import time
 
@@ -136,8 +137,18 @@ def test_stop_without_shutdown_delay_then_start_brings_the_delays_back(agent, pa
         agent.wait_until("the group delay to be waited", lambda: waiting_group_delay(agent, alloc["ID"]))
     expect(page.locator(".countdown").first).to_be_visible(timeout=10_000)
     assert all(signals(agent, a["ID"]) == [] for a in fresh), "a task was signalled during its group's 30 s delay"
+
+    # Skip on one allocation's row cuts its delay short; the other goes on waiting.
+    first, second = fresh
+    page.click(f"button[data-skip='{first['ID']}']")
+    skipped = confirm(page)
+    agent.wait_terminal([first["ID"]], timeout=10)
+    [(_, name, at, seen)] = signals(agent, first["ID"])
+    assert name == "INT" and at - skipped < PROMPT and seen == {"server-web": 0, "web-group": 0}
+    assert "Group shutdown delay cut short" in event_types(agent, first["ID"])
+    assert signals(agent, second["ID"]) == [] and agent.client_status(second["ID"]) == "running"
     agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")
-    agent.wait_terminal([a["ID"] for a in fresh], timeout=10)
+    agent.wait_terminal([second["ID"]], timeout=10)
 
 
 # invariant: delay_skipped_only_when_flagged
@@ -362,3 +373,62 @@ def test_a_job_of_1000_allocations_renders_quickly(agent, page):
     print(f"\nthe allocations of a job of 1000 rendered in {took:.3f} s")
     assert took < 10, f"1000 allocations took {took:.2f}s to render"
     agent.http("DELETE", "/v1/job/many?no_shutdown_delay=true")
+
+
+def test_a_counterexample_drawing_names_the_broken_invariant(page, tmp_path):
+    """`quiesce-model check --fault F --draw FILE` draws the model's counterexample the way
+    the UI draws a stop: the invariant named in words, the step where it breaks marked, and
+    here the kill signal drawn on the task's lane before any deregistration."""
+    drawing = tmp_path / "counterexample.html"
+    done = subprocess.run([MODEL, "check", "--config", "small", "--fault", "signal-before-deregistration",
+                           "--draw", str(drawing)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, f"the planted fault is caught: {done.stdout}{done.stderr}"
+    page.goto(drawing.as_uri())
+    section = page.locator("section[data-invariant='prestop_hooks_always_run']").first
+    expect(section.locator("h2")).to_contain_text("prestop_hooks_always_run is broken")
+    expect(section).to_contain_text("before its allocation's and its own pre-kill hooks have deregistered")
+    broken = int(section.locator(".tl-broken").first.get_attribute("data-step"))
+    signal = section.locator(".tl-ev-signal").first
+    assert int(signal.get_attribute("data-step")) == broken
+    lane = signal.get_attribute("data-lane")
+    assert section.locator(f".tl-ev-deregistered[data-lane='{lane}']").count() == 0, lane
+    shot(page, "counterexample.png")
+
+
+def test_a_page_left_open_holds_no_growing_memory(agent, page):
+    """An hour of changes, compressed: an allocation's page follows 60 restarts of its task
+    through the event stream and redraws each time; afterwards it holds as many DOM nodes as
+    before, and its JavaScript heap (after a collection) has not grown by a megabyte."""
+    body = {"Job": {"ID": "churn", "TaskGroups": [{"Name": "g", "Tasks": [{
+        "Name": "t", "Driver": "mock_driver", "Config": {}}]}]}}
+    agent.http("PUT", "/v1/jobs", body)
+    [alloc] = agent.wait_until("the mock task to run", lambda: [
+        a for a in agent.allocs("churn") if a["ClientStatus"] == "running"])
+    page.goto(f"{agent.address}/ui/allocations/{alloc['ID']}")
+    cdp = page.context.new_cdp_session(page)
+
+    def restarts():
+        return agent.get(f"/v1/allocation/{alloc['ID']}")["TaskStates"]["t"]["Restarts"]
+
+    def restart(times):
+        for _ in range(times):
+            before = restarts()
+            agent.http("POST", f"/v1/client/allocation/{alloc['ID']}/restart", {"AllTasks": True})
+            agent.wait_until("the restart", lambda: restarts() > before and agent.get(
+                f"/v1/allocation/{alloc['ID']}")["TaskStates"]["t"]["State"] == "running")
+        expect(page.locator("section.task dd").nth(3)).to_have_text(str(restarts()), timeout=10_000)
+        page.wait_for_timeout(500)  # the last redraw settles (refreshes are 250 ms apart)
+
+    def measured():
+        cdp.send("HeapProfiler.collectGarbage")
+        nodes = page.evaluate("document.getElementsByTagName('*').length")
+        return nodes, cdp.send("Runtime.getHeapUsage")["usedSize"]
+
+    restart(12)  # Nomad keeps a task's last 10 events: the page reaches its full size
+    nodes, heap = measured()
+    restart(60)
+    nodes_after, heap_after = measured()
+    print(f"\nafter 60 more redraws: {nodes} → {nodes_after} DOM nodes, heap {heap} → {heap_after} bytes")
+    assert nodes_after == nodes
+    assert heap_after - heap < 1 << 20, f"the heap grew by {heap_after - heap} bytes"
+    agent.http("DELETE", "/v1/job/churn?no_shutdown_delay=true")

@@ -57,28 +57,32 @@ export function confirmAction({ title, lines, verb, danger, extra, act }) {
   const status = h("div", { class: "dialog-status", "aria-live": "polite" });
   const go = h("button", { type: "button", class: danger ? "danger" : "primary", "data-confirm": "" }, verb);
   const cancel = h("button", { type: "button", "data-cancel": "" }, "Cancel");
-  dialog = h("dialog", { class: "confirm", "aria-label": title },
+  const mine = h("dialog", { class: "confirm", "aria-label": title },
     h("h2", {}, title),
     lines.filter(Boolean).map((line) => h("p", {}, line)),
     extra || null,
     status,
     h("div", { class: "dialog-buttons" }, cancel, go));
-  document.body.append(dialog);
-  cancel.addEventListener("click", () => dialog.close());
-  dialog.addEventListener("close", () => dialog.remove());
+  dialog = mine;
+  document.body.append(mine);
+  cancel.addEventListener("click", () => mine.close());
+  mine.addEventListener("close", () => {
+    mine.remove();
+    if (dialog === mine) dialog = null;
+  });
   go.addEventListener("click", async () => {
     go.disabled = true;
     status.replaceChildren("Sending…");
     try {
       const done = await act();
       status.replaceChildren(done || "Done.");
-      setTimeout(() => dialog && dialog.open && dialog.close(), 400);
+      setTimeout(() => mine.open && mine.close(), 400);
     } catch (error) {
       status.replaceChildren(errorBox(error));
       go.disabled = false;
     }
   });
-  dialog.showModal();
+  mine.showModal();
   go.focus();
 }
 

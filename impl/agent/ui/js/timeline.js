@@ -33,7 +33,9 @@ export function stopMarks(alloc, now) {
   const group = (job.TaskGroups || []).find((g) => g.Name === alloc.TaskGroup) || {};
   const specs = new Map((group.Tasks || []).map((t) => [t.Name, t]));
   const all = Object.entries(states).flatMap(([task, state]) => (state.Events || []).map((e) => ({ ...e, task })));
-  const stopEvents = all.filter((e) => STOP_TYPES.has(e.Type));
+  // A restart kills and delays too: only what came after the last one is this stop's.
+  const restarted = Math.max(0, ...all.filter((e) => e.Type === "Restarting").map((e) => e.Time));
+  const stopEvents = all.filter((e) => STOP_TYPES.has(e.Type) && e.Time > restarted);
   if (stopEvents.length === 0) return null;
   const start = Math.min(...stopEvents.map((e) => e.Time));
   const first = (events, type) => events.find((e) => e.Type === type && e.Time >= start);

@@ -35,7 +35,7 @@ export default {
       }
     }, 200);
     ctx.signal.addEventListener("abort", () => clearInterval(timer), { once: true });
-    ctx.live([`Allocation:${alloc.ID}`, `Job:${alloc.JobID}`, "Service"], index + 1, async () => { await load(); draw(); });
+    ctx.live([`Allocation:${alloc.ID}`, `Job:${alloc.JobID}`, `Service:${alloc.JobID}`], index + 1, async () => { await load(); draw(); });
   },
 };
 
@@ -146,7 +146,7 @@ function actions(alloc, group, tasks, waiting) {
       ...running.flatMap((t) => [[`Restart task ${t.Name}`, restart(t, false)], [`Restart task ${t.Name} without shutdown delay`, restart(t, true)]]),
     ]));
   }
-  if (waiting) {
+  if (waiting && alloc.DesiredStatus !== "run") {
     items.push(h("button", { type: "button", class: "danger", "data-action": "Skip the remaining delay", onclick: () => confirmAction({
       title: "Skip the remaining delay",
       lines: [`${waiting.lane} is waiting: ${waiting.label}. A stop without shutdown delay on top of this one cuts it short: the tasks get their kill signals now, and the events say "cut short".`, FLAG_WARNING],

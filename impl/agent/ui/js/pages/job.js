@@ -10,7 +10,7 @@ import { duration, when, short, plural, seconds } from "../format.js";
 import { can } from "../access.js";
 import { timeline, delayWaiting } from "../timeline.js";
 import {
-  confirmAction, stopJob, startJob, restartJob, delayWords, skippedWords, killWords, FLAG_WARNING,
+  confirmAction, stopJob, startJob, stopAlloc, restartJob, delayWords, skippedWords, killWords, FLAG_WARNING,
 } from "../actions.js";
 
 const now = () => Date.now() * 1e6;
@@ -58,7 +58,7 @@ export default {
     const index = await load();
     draw();
     ticker(view, ctx.signal);
-    ctx.live([`Job:${id}`, "Allocation"], index + 1, async () => { await load(); draw(); });
+    ctx.live([`Job:${id}`, `Allocation:${id}`], index + 1, async () => { await load(); draw(); });
   },
 };
 
@@ -130,11 +130,18 @@ function allocationTable(allocs, job) {
   ], sorted, (a) => ({ "data-alloc": a.ID }));
 }
 
-/** A stop in progress: which delay is being waited, and how long is left. */
+/** A stop in progress: which delay is being waited, how long is left, and Skip. */
 function stopCell(alloc, job) {
   const waiting = delayWaiting({ ...alloc, Job: job }, now());
-  if (waiting) return h("span", { class: "waiting" }, `${waiting.label}: `, countdown(waiting.end));
-  return alloc.DesiredStatus === "run" ? "" : "stopped";
+  if (!waiting) return alloc.DesiredStatus === "run" ? "" : "stopped";
+  // A restart's delay is counted down too, but Skip is a stop's: a flagged stop on top.
+  const skip = can("alloc-lifecycle") && alloc.DesiredStatus !== "run" && h("button", { type: "button", class: "danger small", "data-skip": alloc.ID, onclick: () => confirmAction({
+    title: `Skip the remaining delay of ${alloc.Name}`,
+    lines: [`${waiting.label}: a stop without shutdown delay on top of this one cuts it short, and the tasks of ${short(alloc.ID)} get their kill signals now. The other allocations go on waiting.`, FLAG_WARNING],
+    verb: "Skip the remaining delay", danger: true,
+    act: () => stopAlloc(alloc.ID, true).then(() => "Cut short."),
+  }) }, "Skip");
+  return h("span", { class: "waiting" }, `${waiting.label}: `, countdown(waiting.end), " ", skip);
 }
 
 function drawActions(bar, job, allocs, ctx) {
