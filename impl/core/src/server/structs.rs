@@ -287,6 +287,17 @@ impl Deployment {
             .any(|group| group.desired_canaries > 0 && !group.promoted)
     }
 
+    /// Nomad's `HasAutoPromote`: a running deployment whose every group that wants canaries
+    /// promotes them itself (true when none wants any; false once it is not running).
+    pub fn all_auto_promote(&self) -> bool {
+        self.is_running()
+            && !self.task_groups.is_empty()
+            && self
+                .task_groups
+                .values()
+                .all(|group| group.desired_canaries == 0 || group.auto_promote)
+    }
+
     /// How a running deployment is described: waiting for a promotion, automatic if every
     /// group that wants canaries has `auto_promote`, or simply running.
     pub fn running_description(&self) -> &'static str {

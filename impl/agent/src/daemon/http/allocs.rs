@@ -385,6 +385,7 @@ pub(super) fn list_evals(shared: &Shared, query: &Query) -> Result<Reply, ApiErr
         next_token,
         raw: None,
         encoded: None,
+        json: None,
     })
 }
 

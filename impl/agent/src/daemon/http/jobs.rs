@@ -387,6 +387,7 @@ pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError>
             next_token: None,
             raw: None,
             encoded: None,
+            json: None,
         });
     }
     let wrapped = serde_json::to_vec(&json!({ "Job": job })).expect("JSON values serialize");
@@ -398,6 +399,7 @@ pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError>
         next_token: None,
         raw: None,
         encoded: None,
+        json: None,
     })
 }
 

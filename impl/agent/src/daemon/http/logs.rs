@@ -258,6 +258,7 @@ pub(super) fn task_logs(shared: &Shared, alloc_id: &str, query: &Query) -> Resul
             next_token: None,
             raw: Some(data),
             encoded: None,
+            json: None,
         });
     }
     use base64::Engine;

@@ -16,7 +16,9 @@
 //! (`job not found`, `alloc not found`, `eval not found`, `Invalid method`, `Enforcing job
 //! modify index …`). A path the agent does not serve is a 404 saying so; a job endpoint it
 //! does not serve (`/scale`, `/revert`, `/dispatch`, …) is named, never taken for a job ID.
-//! IDs are matched by prefix without Nomad's even-length rule.
+//! IDs are matched by prefix without Nomad's even-length rule. `/v1/jobs/statuses`, the web
+//! UI's jobs list (`job_statuses.rs`), is a read by `GET` or by `POST` (a body naming jobs):
+//! its fields keep Nomad's order, and it pages and blocks on its page's jobs.
 //!
 //! Not supported: ACL roles, binding rules, auth methods, token expiry and JSON policy
 //! rules; namespaces other than `default` (a job in another is refused; ACL checks are
@@ -36,6 +38,7 @@ mod deployments;
 mod events;
 pub(super) mod guard;
 mod job_reads;
+mod job_statuses;
 mod job_versions;
 mod jobs;
 mod logs;
@@ -89,6 +92,9 @@ pub struct Reply {
     /// `body`, encoded already: an answer shared by the requests that asked for it
     /// (`answers.rs`).
     encoded: Option<bytes::Bytes>,
+    /// The answer's JSON text, built by its handler instead of `body` where the order of
+    /// the fields is Nomad's (a `Value`'s keys are sorted); not yet counted or shared.
+    json: Option<Vec<u8>>,
 }
 
 /// A JSON answer with no index (the agent's own state, not the store's).
@@ -100,6 +106,7 @@ fn plain(body: Value) -> Result<Reply, ApiError> {
         next_token: None,
         raw: None,
         encoded: None,
+        json: None,
     })
 }
 
@@ -170,6 +177,7 @@ fn ok(body: Value, index: u64) -> Result<Reply, ApiError> {
         next_token: None,
         raw: None,
         encoded: None,
+        json: None,
     })
 }
 
@@ -232,7 +240,7 @@ fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Rep
     let authority = authority(shared, request.token.as_deref())?;
     let (path, query) = split_url(&request.url);
     let writes = !matches!(request.method, Method::Get | Method::Head | Method::Options);
-    if writes && path != "/v1/jobs/parse" {
+    if writes && !WRITE_NOTHING.contains(&path.as_str()) {
         if let Some(failure) = shared.core().store_failing() {
             return Err(error(
                 503,
@@ -257,12 +265,18 @@ fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Rep
     };
     if request.method == Method::Get && shares_answers(&path) {
         shared_answer(shared, request, route)
-    } else if request.method == Method::Get && path.starts_with("/v1/client/fs/") {
-        held_file_read(&shared.answers, route)
+    } else if (request.method == Method::Get && path.starts_with("/v1/client/fs/"))
+        || (request.method == Method::Post && path == job_statuses::PATH)
+    {
+        held_read(&shared.answers, route)
     } else {
         route()
     }
 }
+
+/// The paths a `PUT` or `POST` is taken on that write nothing to the store, so they are
+/// answered while it cannot be written.
+const WRITE_NOTHING: [&str; 2] = ["/v1/jobs/parse", job_statuses::PATH];
 
 /// The 503 of a read that would need a new answer while the agent holds its budget of
 /// answers not yet taken (`answers.rs`).
@@ -322,6 +336,7 @@ fn shared_answer(
             next_token: meta.next_token,
             raw: None,
             encoded: Some(bytes),
+            json: None,
         })
     };
     if let Some(reply) = held(&key()) {
@@ -335,7 +350,7 @@ fn shared_answer(
     if !answers.has_room() {
         return Err(over_budget(answers));
     }
-    let reply = build()?;
+    let mut reply = build()?;
     if reply.status != 200 || reply.raw.is_some() || reply.encoded.is_some() {
         return Ok(reply);
     }
@@ -344,7 +359,7 @@ fn shared_answer(
         index: reply.index,
         next_token: reply.next_token.clone(),
     };
-    let bytes = answers.keep(key, encode(&reply.body), meta);
+    let bytes = answers.keep(key, reply_bytes(&mut reply), meta);
     Ok(Reply {
         body: Value::Null,
         encoded: Some(bytes),
@@ -352,12 +367,13 @@ fn shared_answer(
     })
 }
 
-/// A file's read (up to a MiB of log, more as JSON) is held until its client takes it, as
-/// a store read's is: built a few at a time, counted as soon as it is built (its JSON
-/// encoded in its turn), and refused past the budget. A followed log's reads come here too
-/// and read the reply's body, which is kept beside the bytes until the reply is rendered;
-/// plain text is counted as it is rendered, a moment after its turn.
-fn held_file_read(
+/// A read whose answer is not shared — a file's (up to a MiB of log, more as JSON), a
+/// `POST /v1/jobs/statuses` (its body is not in the key) — is held until its client takes
+/// it, as a store read's is: built a few at a time, counted as soon as it is built (its
+/// JSON encoded in its turn), and refused past the budget. A followed log's reads come
+/// here too and read the reply's body, which is kept beside the bytes until the reply is
+/// rendered; plain text is counted as it is rendered, a moment after its turn.
+fn held_read(
     answers: &Answers,
     build: impl FnOnce() -> Result<Reply, ApiError>,
 ) -> Result<Reply, ApiError> {
@@ -365,15 +381,20 @@ fn held_file_read(
     if !answers.has_room() {
         return Err(over_budget(answers));
     }
-    let reply = build()?;
+    let mut reply = build()?;
     if reply.raw.is_some() || reply.encoded.is_some() {
         return Ok(reply);
     }
-    let bytes = answers.hold(encode(&reply.body));
+    let bytes = answers.hold(reply_bytes(&mut reply));
     Ok(Reply {
         encoded: Some(bytes),
         ..reply
     })
+}
+
+/// A reply's JSON bytes, as sent: its handler's own text if it built one, else its body's.
+fn reply_bytes(reply: &mut Reply) -> Vec<u8> {
+    reply.json.take().unwrap_or_else(|| encode(&reply.body))
 }
 
 /// A JSON answer's bytes, as sent.

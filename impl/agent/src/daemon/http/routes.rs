@@ -30,6 +30,8 @@ pub enum Methods {
     Read,
     /// `PUT` and `POST`, as Nomad takes either for its writes.
     Write,
+    /// `POST` alone: a read whose request has a body (`/v1/jobs/statuses`).
+    Post,
     Delete,
 }
 
@@ -39,6 +41,7 @@ impl Methods {
             Methods::Get => *method == Method::Get,
             Methods::Read => matches!(method, Method::Get | Method::Head),
             Methods::Write => matches!(method, Method::Put | Method::Post),
+            Methods::Post => *method == Method::Post,
             Methods::Delete => *method == Method::Delete,
         }
     }
@@ -48,6 +51,7 @@ impl Methods {
         match self {
             Methods::Get | Methods::Read => "GET",
             Methods::Write => "PUT",
+            Methods::Post => "POST",
             Methods::Delete => "DELETE",
         }
     }
@@ -115,7 +119,7 @@ const fn route(methods: Methods, path: Pattern, need: Need, handler: Handler) ->
     }
 }
 
-use Methods::{Delete, Get, Read, Write};
+use Methods::{Delete, Get, Post, Read, Write};
 use Need::{
     AgentRead, AgentWrite, Capability as Cap, Either, Filtered, Management, NodeRead, NodeReadAnd,
     Nothing, Own,
@@ -136,6 +140,13 @@ pub static ROUTES: &[Route] = &[
     }),
     route(Write, Fixed("/v1/jobs"), SUBMIT_JOB, |c| {
         register(c.shared, None, c.body)
+    }),
+    // Nomad's `Job.Statuses` checks `read-job` alone (it shows allocations), not `list-jobs`.
+    route(Get, Fixed(job_statuses::PATH), READ_JOB, |c| {
+        job_statuses::job_statuses(c.shared, c.query, &[])
+    }),
+    route(Post, Fixed(job_statuses::PATH), READ_JOB, |c| {
+        job_statuses::job_statuses(c.shared, c.query, c.body)
     }),
     route(
         Write,

@@ -445,8 +445,8 @@ fn render(answers: &super::Answers, answer: Result<Reply, ApiError>) -> Response
             next_token,
             ..
         }) => (status, "application/json", encoded, index, next_token),
-        Ok(reply) => {
-            let text = answers.hold(super::encode(&reply.body));
+        Ok(mut reply) => {
+            let text = answers.hold(super::reply_bytes(&mut reply));
             let next = reply.next_token;
             (reply.status, "application/json", text, reply.index, next)
         }
