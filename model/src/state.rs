@@ -269,10 +269,18 @@ pub struct Alloc {
     /// group has `update { canary }`, not counted toward `count` until its deployment is
     /// promoted (which clears the bit), stopped if that deployment fails or is superseded.
     pub canary: bool,
+    /// An older allocation whose name index a canary took (Nomad's `NextCanaries` gives a
+    /// canary the name of an allocation it will replace, and a migrating one's replacement
+    /// keeps its name, so it inherits the bit). Once the canary is promoted it counts in
+    /// this one's place, so this one is stopped first, with nothing placed for it (Nomad's
+    /// `computeStop` prefers "the same name as the canaries"), and, failed or migrated, it
+    /// is not replaced. Cleared when its deployment ends or is superseded.
+    pub beside_canary: bool,
 }
 
 impl Alloc {
-    /// The record in three words, injective, so that hashing it is three writes (see
+    /// The record in three words (18 flags from bit 23, the generation from bit 41),
+    /// injective, so that hashing it is three writes (see
     /// [`Task::pack`]) and sorting by it is a canonical order.
     pub fn pack(&self) -> [u64; 3] {
         let spec = self.spec.task_shutdown_delay.iter().enumerate().fold(
@@ -302,6 +310,7 @@ impl Alloc {
             self.watched,
             self.abandoned,
             self.canary,
+            self.beside_canary,
         ];
         let flags = bits
             .iter()
@@ -313,7 +322,7 @@ impl Alloc {
             | (self.runner as u64) << 17
             | (self.group_delay as u64) << 20
             | flags << 23
-            | u64::from(self.spec.generation) << 40;
+            | u64::from(self.spec.generation) << 41;
         debug_assert!(self.spec.generation < 4, "a generation fits two bits");
         let tasks = self.tasks.iter().enumerate().fold(0u128, |acc, (i, task)| {
             acc | u128::from(task.pack()) << (18 * i)

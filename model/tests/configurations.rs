@@ -72,8 +72,9 @@ fn standard_checks_clean_with_full_history() {
         ("rollout-then-flagged-stop", 93_413),
         ("rollout-after-flagged-stop", 959),
         ("canary-then-flagged-stop", 1_293),
-        ("canary-updated-twice", 1_066),
+        ("canary-updated-twice", 1_135),
         ("canary-with-alloc-stop", 2_523),
+        ("canary-promoted-then-alloc-stop", 4_607),
     ]));
 }
 
@@ -98,8 +99,9 @@ fn standard_checks_clean_with_lean_history() {
         ("rollout-then-flagged-stop", 14_021),
         ("rollout-after-flagged-stop", 705),
         ("canary-then-flagged-stop", 805),
-        ("canary-updated-twice", 729),
-        ("canary-with-alloc-stop", 1_724),
+        ("canary-updated-twice", 754),
+        ("canary-with-alloc-stop", 1_736),
+        ("canary-promoted-then-alloc-stop", 1_750),
     ]));
 }
 

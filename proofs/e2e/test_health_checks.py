@@ -2,7 +2,9 @@
 processes felt: a replacement whose task runs but whose check fails is not healthy, so the
 rollout stops no other old allocation; once its check passes for `min_healthy_time` it is
 healthy, and only then is the next old task signalled (through the stop path: its service,
-and its check, gone first). The checks endpoint answers each check's latest result."""
+and its check, gone first). A `tcp` check passes once the task's port accepts a connection,
+and holds the deployment until then. The checks endpoint answers each check's latest
+result."""
 
 import sys
 import time
@@ -121,6 +123,66 @@ def test_a_failing_check_holds_the_rollout_until_it_passes_for_min_healthy_time(
                      timeout=60)
     assert agent.http("DELETE", "/v1/job/checked")[0] == 200
     agent.wait_terminal([a["ID"] for a in agent.allocs("checked")])
+
+
+# A task that listens on its allocated port only once the file `READY` exists: before, a
+# connection to the port is refused. It accepts and closes connections until killed.
+LISTENER = r"""
+import os, socket, time
+ready = os.environ["READY"]
+while not os.path.exists(ready):
+    time.sleep(0.1)
+server = socket.create_server((os.environ["NOMAD_IP_db"], int(os.environ["NOMAD_PORT_db"])))
+while True:
+    connection, _ = server.accept()
+    connection.close()
+"""
+
+
+def tcp_checked_job(tmp_path):
+    return {"Job": {"ID": "tcp-checked", "TaskGroups": [{
+        "Name": "db",
+        "Count": 1,
+        "Networks": [{"DynamicPorts": [{"Label": "db"}]}],
+        "Update": {"MaxParallel": 1, "HealthCheck": "checks",
+                   "MinHealthyTime": MIN_HEALTHY_S * SECOND, "HealthyDeadline": 120 * SECOND},
+        "Tasks": [{
+            "Name": "listener", "Driver": "raw_exec",
+            "Config": {"command": sys.executable, "args": ["-c", LISTENER]},
+            "Env": {"READY": str(tmp_path / "listening")},
+            "Services": [{"Name": "db", "Provider": "nomad", "PortLabel": "db",
+                          "Checks": [{"Name": "accepts", "Type": "tcp",
+                                      "Interval": SECOND, "Timeout": SECOND}]}],
+        }],
+    }]}}
+
+
+def test_a_tcp_check_holds_the_deployment_until_the_port_accepts(agent, tmp_path):
+    # The first registration's deployment waits for its allocation's health.
+    assert agent.http("PUT", "/v1/jobs", tcp_checked_job(tmp_path))[0] == 200
+    [alloc] = [a["ID"] for a in agent.running("tcp-checked", 1)]
+    refused = agent.wait_until("the tcp check to fail while nothing listens", lambda: [
+        r for r in checks(agent, alloc).values() if r["Status"] == "failure"])
+    assert refused[0]["Mode"] == "healthiness" and "StatusCode" not in refused[0], refused
+    assert refused[0]["Output"].startswith("nomad: dial tcp"), refused
+    time.sleep(MIN_HEALTHY_S * 2 + 1)
+    assert not healthy(agent, alloc), "healthy while its port refuses connections"
+    assert agent.get("/v1/job/tcp-checked/deployment")["Status"] == "running"
+
+    # The task listens from now on: healthy no sooner than min_healthy_time after.
+    listening_at = time.time_ns()
+    (tmp_path / "listening").touch()
+    agent.wait_until("the allocation to be healthy", lambda: healthy(agent, alloc), timeout=30)
+    healthy_at = unix_ns(agent.get(f"/v1/allocation/{alloc}")["DeploymentStatus"]["Timestamp"])
+    assert healthy_at - listening_at >= MIN_HEALTHY_S * SECOND, (healthy_at - listening_at) / SECOND
+    [passing] = checks(agent, alloc).values()
+    assert (passing["Status"], passing["Output"], passing["Check"]) == (
+        "success", "nomad: tcp ok", "accepts"), passing
+    agent.wait_until("the deployment to succeed",
+                     lambda: agent.get("/v1/job/tcp-checked/deployment")["Status"] == "successful",
+                     timeout=30)
+    assert agent.http("DELETE", "/v1/job/tcp-checked")[0] == 200
+    agent.wait_terminal([alloc])
 
 
 def test_a_check_endpoint_of_an_unknown_allocation_is_a_404(agent):

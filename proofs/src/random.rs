@@ -300,6 +300,8 @@ fn alloc_of(spec: SpecDigest, obs: &AllocObs, id: &AllocId, ghosts: &Ghosts) -> 
         watched: obs.watched,
         abandoned: obs.abandoned,
         canary: obs.canary,
+        // Random runs use no canaries (`large_cfg`): no allocation is beside one.
+        beside_canary: false,
     }
 }
 

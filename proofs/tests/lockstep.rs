@@ -70,8 +70,9 @@ fn the_restart_parts_walk_in_lockstep_without_a_mismatch() {
 
 /// Rollouts walk in lockstep too: two allocations replaced one at a time (`max_parallel =
 /// 1`), each replacement's health, a flagged stop racing the rollout, and a rollout after a
-/// flagged stop and a start, and a canary promoted by itself with a flagged stop racing it —
-/// every transition of `standard`'s rollout parts.
+/// flagged stop and a start, and a canary promoted by itself with a flagged stop racing it,
+/// and an old allocation beside a canary stopped before or after its promotion — every
+/// transition of `standard`'s rollout parts.
 // invariant: rollout_bounded
 #[test]
 fn the_rollout_parts_walk_in_lockstep_without_a_mismatch() {
@@ -81,6 +82,7 @@ fn the_rollout_parts_walk_in_lockstep_without_a_mismatch() {
         "canary-then-flagged-stop",
         "canary-updated-twice",
         "canary-with-alloc-stop",
+        "canary-promoted-then-alloc-stop",
     ];
     let mut walked = 0;
     for part in config::standard()

@@ -296,3 +296,129 @@ fn a_plan_of_a_canary_update_counts_the_canary_and_ignores_the_old_ones() {
         (1, 0, 0, 3)
     );
 }
+
+const MIGRATING: &str = "alloc is being migrated";
+
+/// The allocation that `previous` was replaced by, if any.
+fn replacement_of(server: &Server, previous: &str) -> Option<Allocation> {
+    allocs(server)
+        .into_iter()
+        .find(|a| a.previous_allocation.as_deref() == Some(previous))
+}
+
+/// Nomad's `computeStop` (`scheduler/reconciler/reconcile_cluster.go`): once the canaries
+/// are promoted, an old allocation under a canary's name is not needed — the canary counts
+/// in its place. Stopped by the operator then (migrating), it is not replaced; the other
+/// old one is replaced at the new version, in its own index.
+// invariant: rollout_bounded
+#[test]
+fn an_old_allocation_beside_a_promoted_canary_is_not_replaced_when_stopped() {
+    let (mut server, old) = running(2, 1, true);
+    server.register_job(job(2, "2", 1, true)).unwrap();
+    settle(&mut server);
+    let [canary] = canaries(&server).try_into().unwrap();
+    assert_eq!(canary.name, "web.web[0]");
+    assert_eq!(server.store.alloc(&old[0]).unwrap().name, "web.web[0]");
+    // The canary's health promotes the deployment; the operator stops the old allocation
+    // on its index before the evaluation that follows runs.
+    server.client_report(&canary.id, report(ClientStatus::Running, Some(true)));
+    server.stop_alloc(&old[0], false).unwrap();
+    settle(&mut server);
+    assert!(server.store.latest_deployment("web").unwrap().task_groups["web"].promoted);
+    let beside = server.store.alloc(&old[0]).unwrap();
+    assert_eq!(
+        (beside.desired_status, beside.desired_description.as_str()),
+        (DesiredStatus::Stop, MIGRATING)
+    );
+    assert_eq!(
+        replacement_of(&server, &old[0]),
+        None,
+        "a duplicate on index 0"
+    );
+    // The other old one is the next batch, replaced in its own index.
+    let other = server.store.alloc(&old[1]).unwrap();
+    assert_eq!(other.desired_description, UPDATING);
+    let next = replacement_of(&server, &old[1]).expect("the other old one replaced");
+    assert_eq!((next.name.as_str(), next.job_version), ("web.web[1]", 1));
+    let names: Vec<(String, u64)> = live(&server)
+        .iter()
+        .filter(|a| a.desired_status == DesiredStatus::Run)
+        .map(|a| (a.name.clone(), a.job_version))
+        .collect();
+    assert_eq!(
+        names,
+        [("web.web[0]".to_string(), 1), ("web.web[1]".to_string(), 1)]
+    );
+}
+
+/// Stopped while the canary waits, the old allocation on its index is replaced at its own
+/// version (Nomad's `downgradeNonCanary`), under its name: beside the canary still. After
+/// the promotion that one goes first, with nothing placed for it, and the other old one
+/// waits for its end (the model's `beside_canary`).
+// invariant: rollout_bounded
+#[test]
+fn an_old_allocation_replaced_beside_a_waiting_canary_goes_first_after_the_promotion() {
+    let (mut server, old) = running(2, 1, true);
+    server.register_job(job(2, "2", 1, true)).unwrap();
+    settle(&mut server);
+    let [canary] = canaries(&server).try_into().unwrap();
+    server.stop_alloc(&old[0], false).unwrap();
+    settle(&mut server);
+    let downgraded = replacement_of(&server, &old[0]).expect("replaced while canarying");
+    assert_eq!(
+        (downgraded.name.as_str(), downgraded.job_version),
+        ("web.web[0]", 0)
+    );
+    healthy(&mut server, std::slice::from_ref(&downgraded.id));
+    assert!(
+        stopped(&server, &old[1..]).is_empty(),
+        "replaced before the promotion"
+    );
+
+    healthy(&mut server, std::slice::from_ref(&canary.id));
+    let first = server.store.alloc(&downgraded.id).unwrap();
+    assert_eq!(
+        (first.desired_status, first.desired_description.as_str()),
+        (DesiredStatus::Stop, UPDATING)
+    );
+    assert_eq!(replacement_of(&server, &downgraded.id), None);
+    assert!(
+        stopped(&server, &old[1..]).is_empty(),
+        "two old allocations stopping at once"
+    );
+    server.client_report(&downgraded.id, report(ClientStatus::Complete, None));
+    settle(&mut server);
+    assert_eq!(stopped(&server, &old[1..]), &old[1..]);
+    let next = replacement_of(&server, &old[1]).expect("the other old one replaced");
+    assert_eq!((next.name.as_str(), next.job_version), ("web.web[1]", 1));
+}
+
+/// Nomad's `isDeploymentComplete` wants nothing left to migrate: a replacement the operator
+/// stops, even healthy, is replaced within the deployment, which succeeds only once that
+/// one is healthy (the model's `roll_out` is done only with every place filled).
+#[test]
+fn a_migrated_replacement_is_replaced_within_the_running_deployment() {
+    let (mut server, old) = running(2, 1, true);
+    server.register_job(job(2, "2", 1, true)).unwrap();
+    settle(&mut server);
+    let [canary] = canaries(&server).try_into().unwrap();
+    healthy(&mut server, std::slice::from_ref(&canary.id));
+    server.client_report(&old[0], report(ClientStatus::Complete, None));
+    settle(&mut server);
+    let second = replacement_of(&server, &old[1]).expect("the second batch");
+    server.client_report(&old[1], report(ClientStatus::Complete, None));
+    // Healthy, then stopped by the operator before the evaluation its health asked for.
+    server.client_report(&second.id, report(ClientStatus::Running, Some(true)));
+    server.stop_alloc(&second.id, false).unwrap();
+    settle(&mut server);
+    let deployment = server.store.latest_deployment("web").unwrap().clone();
+    assert_eq!(deployment.status, "running", "done with a migration left");
+    let third = replacement_of(&server, &second.id).expect("the stopped one replaced");
+    assert_eq!(third.deployment_id, deployment.id);
+    assert_eq!(third.name, "web.web[1]");
+    healthy(&mut server, std::slice::from_ref(&third.id));
+    assert_eq!(
+        server.store.latest_deployment("web").unwrap().status,
+        "successful"
+    );
+}

@@ -42,6 +42,17 @@ pub fn web_group_without_sidecar() -> GroupCfg {
     }
 }
 
+/// `web_group` with its leader alone, and no task delay: the group's delay and services
+/// still cover a stop, while two allocations and a canary stay a few thousand states.
+pub fn web_group_leader_only() -> GroupCfg {
+    let mut leader = TaskCfg::leader("app");
+    leader.shutdown_delay = false;
+    GroupCfg {
+        tasks: vec![leader],
+        ..web_group()
+    }
+}
+
 /// `web_group` plus a plain main task, so that "leader before the other main tasks" is
 /// exercised.
 pub fn web_group_with_main() -> GroupCfg {
@@ -304,6 +315,17 @@ pub fn standard() -> Vec<ModelCfg> {
             "canary-with-alloc-stop",
             1,
             vec![UpdateJob, alloc(false)],
+            &[CANARIES_PROMOTED, ROLLOUT_COMPLETED],
+        )),
+        // Two allocations, a canary on the first one's index: an alloc stop of the old
+        // one beside it — before the promotion, its replacement keeps the index; after, it
+        // is not replaced — and the rollout stops the one beside the promoted canary
+        // first, with nothing placed for it.
+        canaries(part(
+            "canary-promoted-then-alloc-stop",
+            web_group_leader_only(),
+            2,
+            Operator::Script(vec![UpdateJob, alloc(false)]),
             &[CANARIES_PROMOTED, ROLLOUT_COMPLETED],
         )),
     ]

@@ -146,6 +146,7 @@ impl StopPathModel {
             watched: false,
             abandoned: false,
             canary: false,
+            beside_canary: false,
         }
     }
 

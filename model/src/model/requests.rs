@@ -25,6 +25,7 @@ impl StopPathModel {
         // Nomad's reconciler cancels the deployment of a stopped job.
         if state.deployment.is_running() {
             state.deployment = Deployment::Cancelled;
+            Self::forget_canary_indexes(state);
         }
         if purge {
             // A purge deletes the job's deployments with it (and with them what a failed one
@@ -134,6 +135,8 @@ impl StopPathModel {
         if state.deployment.is_running() {
             state.deployment = Deployment::Cancelled;
         }
+        // Its canaries are stopped; the new deployment's take names of their own.
+        Self::forget_canary_indexes(state);
         let generation = state
             .job
             .latest()
@@ -152,6 +155,14 @@ impl StopPathModel {
             } else {
                 Deployment::Running
             };
+        }
+    }
+
+    /// No allocation is beside a canary any more: the deployment that placed them ended or
+    /// was superseded.
+    fn forget_canary_indexes(state: &mut State) {
+        for alloc in state.allocs.iter_mut() {
+            alloc.beside_canary = false;
         }
     }
 
@@ -239,6 +250,7 @@ impl StopPathModel {
         if failed && state.deployment.is_running() {
             state.eval_pending |= state.deployment == Deployment::Canaries;
             state.deployment = Deployment::Failed;
+            Self::forget_canary_indexes(state);
             for alloc in state.allocs.iter_mut().filter(|alloc| alloc.watched) {
                 alloc.abandoned = true;
             }
@@ -261,11 +273,15 @@ impl StopPathModel {
     /// allocations are stopped `max_parallel` at a time, and the next batch waits until
     /// every replacement is healthy and every allocation stopped before has finished
     /// stopping. Nomad keeps a window of `max_parallel` unhealthy replacements instead, so
-    /// the delays of two batches may overlap there. The next allocation stopped is one its
-    /// client has not started yet (it serves nothing), else the least by its packed record:
-    /// a choice by position would break symmetry. (The implementation takes the oldest among
-    /// the started ones; the parts that roll out keep those alike, and lockstep would tell.)
-    fn roll_out(&self, state: &mut State, generation: u8, migrated: usize) {
+    /// the delays of two batches may overlap there. The next allocation stopped is one beside
+    /// a promoted canary (the canary counts in its place: nothing is placed for it), then one
+    /// its client has not started yet (it serves nothing), else the least by its packed
+    /// record: a choice by position would break symmetry. (The implementation takes the
+    /// oldest among the started ones; the parts that roll out keep those alike, and lockstep
+    /// would tell.) Nomad stops the one beside a promoted canary at once, as not needed,
+    /// beside `max_parallel` destructive updates (`computeStop`); quiesce makes it the first
+    /// batch, so that no two stops of serving allocations overlap (DESIGN.md 10b).
+    fn roll_out(&self, state: &mut State, generation: u8) {
         let older = |alloc: &Alloc| !alloc.is_terminal() && alloc.spec.generation < generation;
         if self.cfg.max_parallel == 0 {
             // No `update` block: every older allocation is replaced at once.
@@ -307,7 +323,11 @@ impl StopPathModel {
                 .filter(|&ix| older(&state.allocs[ix]))
                 .min_by_key(|&ix| {
                     let alloc = &state.allocs[ix];
-                    (alloc.runner != RunnerPhase::Pending, alloc.pack())
+                    (
+                        !alloc.beside_canary,
+                        alloc.runner != RunnerPhase::Pending,
+                        alloc.pack(),
+                    )
                 })
             else {
                 break;
@@ -324,13 +344,13 @@ impl StopPathModel {
             stopped += 1;
         }
         // Done when nothing is left to replace or to place: every allocation of this
-        // generation placed (those this evaluation places come after, but for the
-        // replacements of the ones it migrates: their places are kept, as the
-        // implementation's reconciler keeps their indexes) and healthy.
+        // generation placed and healthy. A migrating one's replacement, placed after, keeps
+        // the deployment running (Nomad's `isDeploymentComplete`: nothing to migrate, nothing
+        // to place); an older one's that a promoted canary stands for needs none.
         let done = busy == 0
             && stopped == 0
             && !state.allocs.iter().any(older)
-            && self.live_of(state, generation) + migrated >= usize::from(self.cfg.count);
+            && self.live_of(state, generation) >= usize::from(self.cfg.count);
         if done {
             state.deployment = Deployment::Successful;
         }
@@ -361,7 +381,6 @@ impl StopPathModel {
                 alloc.desired_stop = true;
             }
         }
-        let mut migrated = 0;
         let mut downgraded = Vec::new();
         for alloc in state.allocs.iter_mut() {
             if alloc.migrate && !alloc.is_terminal() {
@@ -370,11 +389,12 @@ impl StopPathModel {
                     // A migrating canary is stopped; a new canary takes its place below.
                     continue;
                 }
-                migrated += 1;
                 // While canaries wait for promotion, a migrating older allocation is
-                // replaced at its own version (Nomad's `downgradeNonCanary`).
+                // replaced at its own version (Nomad's `downgradeNonCanary`), under its own
+                // name: beside the canary that took it, if one did.
                 if canarying && alloc.spec.generation != generation {
-                    downgraded.push(alloc.spec);
+                    downgraded.push((alloc.spec, alloc.beside_canary));
+                    alloc.beside_canary = false;
                 }
             }
         }
@@ -383,10 +403,12 @@ impl StopPathModel {
         let to_replace = state.allocs.iter().any(|alloc| {
             !alloc.is_terminal() && !alloc.canary && alloc.spec.generation < generation
         });
-        for spec in downgraded {
+        for (spec, beside_canary) in downgraded {
             self.place(state, spec, false);
+            let placed = state.allocs.last_mut().expect("just placed");
+            placed.beside_canary = beside_canary;
         }
-        self.roll_out(state, generation, migrated);
+        self.roll_out(state, generation);
         if state.deployment == Deployment::Canaries && to_replace {
             let canaries = state
                 .allocs
@@ -395,6 +417,7 @@ impl StopPathModel {
                 .count();
             for _ in canaries..usize::from(self.cfg.canary) {
                 self.place(state, latest.spec, true);
+                self.take_a_name_for_the_canary(state, generation);
             }
         }
         // Canaries not yet promoted are beside the `count`, not part of it.
@@ -405,6 +428,36 @@ impl StopPathModel {
             .count();
         for _ in live..usize::from(self.cfg.count) {
             self.place(state, latest.spec, false);
+        }
+    }
+
+    /// A canary just placed takes the name of an older allocation it will replace (Nomad's
+    /// `NextCanaries`), unless a canary placed before it (and since stopped, as it migrated)
+    /// left its name to it: each running older allocation is beside one canary at most, the
+    /// least by its packed record first (the implementation's lowest index: the parts keep
+    /// the older ones alike when the first canary is placed).
+    fn take_a_name_for_the_canary(&self, state: &mut State, generation: u8) {
+        let older = |alloc: &Alloc| {
+            !alloc.is_terminal() && !alloc.canary && alloc.spec.generation < generation
+        };
+        let beside = state
+            .allocs
+            .iter()
+            .filter(|alloc| older(alloc) && alloc.beside_canary)
+            .count();
+        let canaries = state
+            .allocs
+            .iter()
+            .filter(|alloc| alloc.canary && !alloc.is_terminal())
+            .count();
+        if beside >= canaries {
+            return;
+        }
+        if let Some(next) = (0..state.allocs.len())
+            .filter(|&ix| older(&state.allocs[ix]) && !state.allocs[ix].beside_canary)
+            .min_by_key(|&ix| state.allocs[ix].pack())
+        {
+            state.allocs[next].beside_canary = true;
         }
     }
 

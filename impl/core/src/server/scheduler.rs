@@ -164,7 +164,12 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                 && alloc.job.as_run(&group.name) != job.as_run(&group.name);
             if alloc.desired_transition.should_migrate() {
                 plan.stop.push((alloc.id.clone(), DESC_MIGRATING));
+                // Its index held already (a promoted canary stands for it): it is not
+                // replaced (Nomad's `computeStop` stops it as not needed). Else its
+                // replacement belongs to the deployment, which is not done until it is
+                // healthy (Nomad's `isDeploymentComplete`: nothing left to migrate).
                 if kept.insert(index) {
+                    rolled_out = false;
                     // A replacement in the same plan, never carrying the flag; while
                     // canaries wait, at the allocation's own version (Nomad's
                     // `downgradeNonCanary`).

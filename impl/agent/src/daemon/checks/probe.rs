@@ -1,6 +1,7 @@
 //! One run of one check: a TCP connection (`tcp`), or an HTTP/1.1 request whose status
 //! decides (`http`: 2xx and 3xx pass, as Nomad's checker judges them), each within the
-//! check's timeout, every read bounded. What the task answers is hostile: the status line
+//! check's timeout, every read bounded. An interim answer (`100 Continue`, `103 Early
+//! Hints`) is no verdict: the final one after it decides. What the task answers is hostile: the status line
 //! and headers are read up to [`MAX_HEAD_BYTES`], the body up to [`MAX_OUTPUT_BYTES`]
 //! (Nomad keeps 3 KiB of a check's output), and nothing is read past the deadline.
 
@@ -13,6 +14,9 @@ use std::time::{Duration, Instant};
 pub const MAX_OUTPUT_BYTES: usize = 3 * 1024;
 /// The status line and headers of an http check's answer.
 const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Interim (1xx) answers skipped before the final one: Go's client gives up past 5
+/// (`max1xxResponses`), and so does this probe.
+const MAX_INTERIM_ANSWERS: usize = 5;
 
 /// What a run found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,28 +95,23 @@ fn http(
     stream.write_all(request.as_bytes())?;
     let mut read = Vec::new();
     let mut chunk = [0u8; 4096];
-    let mut searched: usize = 0;
-    let head_end = loop {
-        // Only what came since the last search (and the three bytes before it): a task
-        // that trickles its headers a byte at a time costs no quadratic scan.
-        let from = searched.saturating_sub(3);
-        if let Some(end) = find(&read[from..], b"\r\n\r\n") {
-            break from + end + 4;
+    // An interim answer (1xx but 101) is no verdict: its head is skipped and the next one
+    // read, as Go's client does (Nomad's checker gets the final answer from it).
+    let mut interim = 0;
+    let (head_end, status_code) = loop {
+        let head_end = read_head(&mut stream, &mut read, deadline)?;
+        let code = status(&read[..head_end])?;
+        if !is_interim(code) {
+            break (head_end, code);
         }
-        searched = read.len();
-        if read.len() > MAX_HEAD_BYTES {
-            return Err(std::io::Error::other(format!(
-                "the answer's headers pass {MAX_HEAD_BYTES} bytes"
-            )));
+        interim += 1;
+        if interim > MAX_INTERIM_ANSWERS {
+            return Err(std::io::Error::other(
+                "too many 1xx informational responses",
+            ));
         }
-        stream.set_read_timeout(Some(remaining(deadline)?))?;
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(std::io::Error::other("connection closed before the answer"));
-        }
-        read.extend_from_slice(&chunk[..n]);
+        read.drain(..head_end);
     };
-    let status_code = status(&read[..head_end])?;
     if status_code == 200 {
         // Nomad: the output of a success is not kept.
         return Ok(Outcome {
@@ -136,6 +135,43 @@ fn http(
         status_code,
         output: String::from_utf8_lossy(&body).into_owned(),
     })
+}
+
+/// Reads until `read` holds a whole head (status line and headers), at most
+/// [`MAX_HEAD_BYTES`] of it, and returns where it ends; what follows it stays in `read`.
+fn read_head(
+    stream: &mut TcpStream,
+    read: &mut Vec<u8>,
+    deadline: Instant,
+) -> std::io::Result<usize> {
+    let mut chunk = [0u8; 4096];
+    let mut searched: usize = 0;
+    loop {
+        // Only what came since the last search (and the three bytes before it): a task
+        // that trickles its headers a byte at a time costs no quadratic scan.
+        let from = searched.saturating_sub(3);
+        if let Some(end) = find(&read[from..], b"\r\n\r\n") {
+            return Ok(from + end + 4);
+        }
+        searched = read.len();
+        if read.len() > MAX_HEAD_BYTES {
+            return Err(std::io::Error::other(format!(
+                "the answer's headers pass {MAX_HEAD_BYTES} bytes"
+            )));
+        }
+        stream.set_read_timeout(Some(remaining(deadline)?))?;
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::Error::other("connection closed before the answer"));
+        }
+        read.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// An informational answer that another follows (`100 Continue`, `103 Early Hints`…);
+/// `101 Switching Protocols` is final, as Go's client takes it.
+fn is_interim(code: u16) -> bool {
+    (100..200).contains(&code) && code != 101
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -289,5 +325,69 @@ mod tests {
         );
         assert!(outcome.success, "{outcome:?}");
         assert_eq!(outcome.status_code, 200);
+    }
+
+    /// 1xx answers are interim (RFC 9110 §15.2): the final answer after them decides, as
+    /// Go's client (Nomad's checker) reads it, whether they come in one write or apart.
+    #[test]
+    fn interim_answers_are_skipped_and_the_final_one_decides() {
+        let continued = serve(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+        );
+        let outcome = run(
+            &get("/"),
+            continued,
+            Duration::from_secs(2),
+            &AtomicBool::new(false),
+        );
+        assert!(outcome.success, "{outcome:?}");
+        assert_eq!(outcome.status_code, 200);
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            if let Ok((mut stream, _)) = listener.accept() {
+                let mut buffer = [0u8; 1024];
+                let _ = stream.read(&mut buffer);
+                let _ = stream.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n");
+                let _ = stream.flush();
+                std::thread::sleep(Duration::from_millis(50));
+                let _ = stream.write_all(b"HTTP/1.1 503 Unavailable\r\n\r\nwarming up");
+            }
+        });
+        let outcome = run(
+            &get("/"),
+            addr,
+            Duration::from_secs(2),
+            &AtomicBool::new(false),
+        );
+        assert!(!outcome.success, "an interim answer passed: {outcome:?}");
+        assert_eq!(
+            (outcome.status_code, outcome.output.as_str()),
+            (503, "warming up")
+        );
+    }
+
+    /// A task that answers only ever interim answers fails, bounded (Go's client gives up
+    /// past five); `101 Switching Protocols` is a final answer.
+    #[test]
+    fn endless_interim_answers_fail_and_101_is_final() {
+        let answer = b"HTTP/1.1 100 Continue\r\n\r\n".repeat(MAX_INTERIM_ANSWERS + 1);
+        let outcome = run(
+            &get("/"),
+            serve(answer),
+            Duration::from_secs(2),
+            &AtomicBool::new(false),
+        );
+        assert!(!outcome.success, "{outcome:?}");
+        assert!(outcome.output.contains("1xx"), "{outcome:?}");
+        let switched = serve(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n".to_vec());
+        let outcome = run(
+            &get("/"),
+            switched,
+            Duration::from_secs(2),
+            &AtomicBool::new(false),
+        );
+        assert_eq!(outcome.status_code, 101, "{outcome:?}");
     }
 }

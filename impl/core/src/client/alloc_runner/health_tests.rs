@@ -156,3 +156,64 @@ fn a_restored_runner_waits_for_its_checks_again() {
     assert!(!restored.health.timer);
     assert!(!starts(&out, Timer::Healthy), "{out:?}");
 }
+
+/// `watched`, its check moved from the main task to a second task `init` of `lifecycle`
+/// (`hook`, `sidecar`) and to a poststop task `flush`.
+fn checked_beside(hook: &str, sidecar: bool) -> Allocation {
+    use crate::spec::{Lifecycle, Task};
+    let mut alloc = watched(None, "");
+    let job = Arc::make_mut(&mut alloc.job);
+    let app = &mut job.task_groups[0].tasks[0];
+    let mut service = app.services.as_ref().expect("a service")[0].clone();
+    app.services.as_mut().expect("a service")[0].checks = None;
+    let mut lifecycle_task = |name: &str, hook: &str, sidecar: bool| {
+        service.name = name.into();
+        Task {
+            name: name.into(),
+            driver: "mock_driver".into(),
+            lifecycle: Some(Lifecycle {
+                hook: hook.into(),
+                sidecar,
+            }),
+            services: Some(vec![service.clone()]),
+            ..Task::default()
+        }
+    };
+    let init = lifecycle_task("init", hook, sidecar);
+    let flush = lifecycle_task("flush", "poststop", false);
+    job.task_groups[0].tasks.extend([init, flush]);
+    alloc
+}
+
+/// A task that does not run throughout the allocation — a prestart or poststart task that
+/// is no sidecar, a poststop task — has no say in its health: its checks are not waited
+/// for (Nomad's health tracker counts the checks of the tasks that keep running only).
+/// Were they counted, the watch would wait for checks nothing runs once the task ended,
+/// and the allocation would be healthy only at its deadline, unhealthy.
+#[test]
+fn checks_of_a_task_that_does_not_run_throughout_do_not_count_for_health() {
+    use crate::client::task_runner::ExitResult;
+    use crate::client::RunnerStep;
+    for hook in ["prestart", "poststart"] {
+        let (mut runner, _) = started(checked_beside(hook, false));
+        assert!(!runner.waits_for_checks(), "{hook}: its checks count");
+        let mut out = Vec::new();
+        let clean = ExitResult {
+            exit_code: 0,
+            signal: None,
+            failure: None,
+        };
+        runner.task_exited(1, clean, SECOND, &mut out);
+        runner.step(RunnerStep::RestartDecision(1), SECOND, &mut out);
+        assert!(
+            runner.health.timer,
+            "{hook}: the wait did not begin once the {hook} task ended: {out:?}"
+        );
+        assert!(runner.timer_fired(Timer::Healthy, 11 * SECOND, &mut Vec::new()));
+        assert_eq!(runner.health.healthy_at, Some(11 * SECOND), "{hook}");
+    }
+    // A sidecar runs throughout: its checks are waited for.
+    let (runner, out) = started(checked_beside("prestart", true));
+    assert!(runner.waits_for_checks());
+    assert!(!starts(&out, Timer::Healthy), "{out:?}");
+}
