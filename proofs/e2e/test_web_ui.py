@@ -155,9 +155,22 @@ def test_stop_without_shutdown_delay_then_start_brings_the_delays_back(agent, pa
 def test_a_plain_stop_waits_and_skip_cuts_the_delay_short(agent, page):
     agent.http("PUT", "/v1/jobs", web_job(agent.address, group_delay_s=30, task_delay_s=30))
     [alloc] = agent.running("web", 1)
+    for job_id, kind, count in [("api", "service", 3), ("nightly-report", "batch", 1)]:
+        agent.http("PUT", "/v1/jobs", {"Job": {"ID": job_id, "Type": kind, "TaskGroups": [{
+            "Name": "g", "Count": count, "Tasks": [{"Name": "t", "Driver": "mock_driver", "Config": {}}]}]}})
     page.goto(f"{agent.address}/ui/jobs")
     expect(page.locator("tr[data-job='web'] .count-running")).to_have_text("1 running")
+    expect(page.locator("tr[data-job='api'] .count-running")).to_have_text("3 running")
     shot(page, "jobs.png")
+    # Nomad's query parameters filter and sort, and survive a reload.
+    page.goto(f"{agent.address}/ui/jobs?search=e&type=service&sort=name&desc=true")
+    expect(page.locator("tr[data-job]")).to_have_count(1)
+    expect(page.locator("tr[data-job='web']")).to_be_visible()
+    page.fill("input[name=search]", "")
+    expect(page.locator("tr[data-job]")).to_have_count(2)
+    assert [row.get_attribute("data-job") for row in page.locator("tr[data-job]").all()] == ["web", "api"]
+    assert "type=service" in page.url and "search" not in page.url
+    page.goto(f"{agent.address}/ui/jobs")
     page.click("tr[data-job='web'] a")
     expect(page.locator("h1")).to_contain_text("web")
     text = choose(page, "Stop", "Stop")
@@ -392,7 +405,7 @@ def test_a_counterexample_drawing_names_the_broken_invariant(page, tmp_path):
     assert int(signal.get_attribute("data-step")) == broken
     lane = signal.get_attribute("data-lane")
     assert section.locator(f".tl-ev-deregistered[data-lane='{lane}']").count() == 0, lane
-    shot(page, "counterexample.png")
+    shot(page, "counterexample-signal-before-deregistration.png")
 
 
 def test_a_page_left_open_holds_no_growing_memory(agent, page):

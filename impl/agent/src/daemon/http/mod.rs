@@ -23,7 +23,8 @@
 //! Not supported: ACL roles, binding rules, auth methods, token expiry and JSON policy
 //! rules; namespaces other than `default` (a job in another is refused; ACL checks are
 //! against `default`); `filter`, `?pretty`, gzip; rescheduling (a failed allocation is not
-//! replaced), scaling, deployments, periodic and parameterized jobs.
+//! replaced), scaling policies (`job scale` and scaling events are served), periodic and
+//! parameterized jobs. `/` and `/ui/…` are the web UI's (`ui.rs`), not the API's.
 
 pub mod acl;
 mod agent;
