@@ -48,6 +48,9 @@ def page(browser):
     opened = context.new_page()
     errors = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
+    # A Content-Security-Policy violation is reported on the console only.
+    opened.on("console", lambda message: errors.append(message.text)
+              if "Content Security Policy" in message.text else None)
     yield opened
     context.close()
     assert not errors, errors
@@ -149,6 +152,13 @@ def test_stop_without_shutdown_delay_then_start_brings_the_delays_back(agent, pa
     assert signals(agent, second["ID"]) == [] and agent.client_status(second["ID"]) == "running"
     agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")
     agent.wait_terminal([second["ID"]], timeout=10)
+
+    # A stopped job can be purged from its page.
+    page.click("summary[data-menu='Purge']")
+    page.click("button[data-action='Purge']")
+    confirm(page)
+    expect(page).to_have_url(f"{agent.address}/ui/jobs")
+    assert agent.http("GET", "/v1/job/web")[0] == 404
 
 
 # invariant: delay_skipped_only_when_flagged
@@ -445,3 +455,131 @@ def test_a_page_left_open_holds_no_growing_memory(agent, page):
     assert nodes_after == nodes
     assert heap_after - heap < 1 << 20, f"the heap grew by {heap_after - heap} bytes"
     agent.http("DELETE", "/v1/job/churn?no_shutdown_delay=true")
+
+
+def test_a_stop_refused_by_a_full_disk_is_shown_as_the_api_worded_it(tmp_path, page):
+    """An error is never swallowed: with the agent's disk full, Stop's confirmation shows the
+    API's 503 in its own words and nothing changes; with room again, the same confirmation
+    stops the job."""
+    mount = tmp_path / "data"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mount)], check=True)
+    agent = Agent(mount)
+    try:
+        agent.start()
+        agent.http("PUT", "/v1/jobs", web_job(agent.address, group_delay_s=30, task_delay_s=30))
+        [alloc] = agent.running("web", 1)
+        page.goto(f"{agent.address}/ui/jobs/web@default")
+        expect(page.locator("summary[data-menu='Stop']")).to_be_visible()
+        filler = mount / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * (1 << 16))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        # The store may have room left in its own file: write until a write is refused.
+        pad = {"Job": {"ID": "pad", "TaskGroups": [{"Name": "g", "Count": 0, "Tasks": [{
+            "Name": "t", "Driver": "raw_exec", "Env": {"PAD": "x" * 200_000},
+            "Config": {"command": "/bin/true"}}]}]}}
+        agent.wait_until("a write to be refused", lambda: agent.http("PUT", "/v1/jobs", pad)[0] >= 500)
+        status, worded, _ = agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")
+        assert status == 503 and "No space left on device" in worded, (status, worded)
+
+        choose(page, "Stop", "Stop without shutdown delay")
+        confirm(page)
+        error = page.locator("dialog.confirm .error")
+        expect(error).to_have_text(f"503: {worded}")
+        assert agent.get("/v1/job/web")["Stop"] is False
+        assert agent.client_status(alloc["ID"]) == "running" and signals(agent, alloc["ID"]) == []
+
+        # Room again: the same confirmation, clicked again, stops the job at once.
+        filler.unlink()
+        agent.wait_until("writes to be taken again",
+                         lambda: agent.http("PUT", "/v1/jobs", pad)[0] == 200)
+        clicked = confirm(page)
+        agent.wait_terminal([alloc["ID"]], timeout=10)
+        [(_, name, at, seen)] = signals(agent, alloc["ID"])
+        assert name == "INT" and at - clicked < PROMPT and seen == {"server-web": 0, "web-group": 0}
+        agent.close()
+        validate_log(agent)
+    finally:
+        agent.close()
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_restart_all_allocations_goes_a_batch_at_a_time_and_waits_the_task_delays(agent, page):
+    agent.http("PUT", "/v1/jobs", web_job(agent.address, count=2, group_delay_s=30, task_delay_s=1))
+    allocs = agent.running("web", 2)
+    page.goto(f"{agent.address}/ui/jobs/web@default")
+    text = choose(page, "Restart", "Restart all allocations")
+    assert "waits task server's 1s" in text and "group" not in text.split("In each,")[1].split(".")[0], text
+    page.fill("dialog.confirm input[name=batch-size]", "1")
+    clicked = confirm(page)
+    expect(page.locator("dialog.confirm")).to_have_count(0, timeout=30_000)
+    runs = {}
+    for alloc in allocs:
+        log = [line for line in agent.task_log(alloc["ID"], "server") if line[0] != "exit"]
+        assert [line[0] for line in log] == ["started", "signal", "started"], log
+        runs[alloc["ID"]] = (log[1][2], log[2][1])  # (signalled, started again)
+        assert log[1][3] == {"server-web": 0, "web-group": 1}, "the task's service was gone, the group's kept"
+    (first_signal, first_again), (second_signal, second_again) = sorted(runs.values())
+    assert first_signal - clicked >= 1.0, "the first restart waited the task's 1 s delay"
+    assert second_signal >= first_again, "the second allocation's restart waited for the first batch"
+    assert second_signal - first_signal >= 1.0
+    agent.http("DELETE", "/v1/job/web?no_shutdown_delay=true")
+    agent.wait_terminal([a["ID"] for a in allocs], timeout=10)
+
+
+def test_names_from_the_api_are_shown_not_run(agent, page):
+    hostile = '<img src=x onerror="document.body.dataset.owned=1">'
+    agent.http("PUT", "/v1/jobs", {"Job": {"ID": "odd", "Name": hostile, "Meta": {"note": hostile},
+                                           "TaskGroups": [{"Name": "g", "Tasks": [{
+                                               "Name": "t", "Driver": "mock_driver", "Config": {}}]}]}})
+    page.goto(f"{agent.address}/ui/jobs")
+    expect(page.locator("tr[data-job='odd'] a")).to_have_text(hostile)
+    page.click("tr[data-job='odd'] a")
+    expect(page.locator("h1")).to_contain_text(hostile)
+    page.click("nav.tabs a:has-text('Definition')")
+    expect(page.locator("pre.definition")).to_contain_text('"note": "<img src=x')
+    assert page.evaluate("document.body.dataset.owned") is None
+    assert page.locator("img").count() == 0
+    agent.http("DELETE", "/v1/job/odd?purge=true")
+
+
+def test_the_timeline_reads_task_events_as_the_api_serves_them(agent, page):
+    """The drawing's reading of event sequences a stop can leave, run in the browser on the
+    page's own module: a task with services but no delay is deregistered before its signal;
+    a SIGKILL after the kill timeout is a cross; a task that exits during its delay gets no
+    signal; a running allocation's restart is not a stop."""
+    page.goto(f"{agent.address}/ui/clients")
+    lanes = page.evaluate("""async () => {
+        const { stopMarks } = await import('/ui/js/timeline.js');
+        const S = 1e9, t = 100 * S;
+        const ev = (Type, Time, Details = {}) => ({ Type, Time, Details });
+        const job = { TaskGroups: [{ Name: 'web', Services: [{ Name: 'g' }], Tasks: [
+            { Name: 'quick', Services: [{ Name: 'q' }] },
+            { Name: 'stubborn', KillTimeout: 2 * S },
+            { Name: 'leaver', ShutdownDelay: 5 * S }] }] };
+        const alloc = (desired, client, states) => ({ Name: 'web[0]', TaskGroup: 'web', DesiredStatus: desired,
+            ClientStatus: client, Job: job, TaskStates: states });
+        const read = (m) => m && Object.fromEntries(m.lanes.map((l) => [l.name.split(' · ').pop(),
+            l.marks.map((x) => `${x.kind}@${(x.at - m.start) / 1e6}`)]));
+        return {
+            stopped: read(stopMarks(alloc('stop', 'complete', {
+                quick: { Events: [ev('Started', 1), ev('Killing', t), ev('Terminated', t + 3e6, { exit_code: '0', signal: '2' })] },
+                stubborn: { Events: [ev('Killing', t), ev('Terminated', t + 2 * S, { exit_code: '137', signal: '9' })] },
+                leaver: { Events: [ev('Killing', t), ev('Waiting for shutdown delay', t), ev('Terminated', t + S, { exit_code: '0' })] },
+            }), t + 10 * S)),
+            restarting: read(stopMarks(alloc('run', 'running', {
+                quick: { Events: [ev('Restart Signaled', t), ev('Killing', t)] } }), t + S)),
+        };
+    }""")
+    stopped = lanes["stopped"]
+    assert stopped["group web"] == ["deregistered@0"], stopped
+    assert stopped["quick"] == ["deregistered@0", "signal@0", "exit@3"], stopped
+    assert stopped["stubborn"] == ["signal@0", "sigkill@2000"], stopped
+    assert stopped["leaver"] == ["delay-waited@0", "exit@1000"], stopped
+    assert lanes["restarting"] is None

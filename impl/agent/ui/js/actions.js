@@ -37,6 +37,16 @@ export function skippedWords(group) {
   return skipped.length ? `skips ${skipped.join(" and ")}` : `skips nothing (group ${group.Name} has no delay)`;
 }
 
+/** What an in-place restart of `group`'s tasks waits: each task's own delay, never the
+ * group's (a restart deregisters no group service). */
+export function restartWords(group, flag) {
+  const tasks = (group.Tasks || []).filter((t) => !(t.Lifecycle && t.Lifecycle.Hook === "poststop"));
+  const delayed = tasks.filter((t) => t.ShutdownDelay);
+  if (delayed.length === 0) return "no task has a shutdown_delay: each is signalled once its services are deregistered";
+  const words = delayed.map((t) => `task ${t.Name}'s ${duration(t.ShutdownDelay)}`).join(" and ");
+  return flag ? `skips ${words}` : `waits ${words} after deregistering the task's services`;
+}
+
 /** What the tasks get once their delays are over. */
 export function killWords(group) {
   return (group.Tasks || [])
@@ -49,10 +59,12 @@ let dialog = null;
 
 /**
  * Asks before acting: a modal with `title`, the `lines` that say what will happen, and a
- * button `verb`. `act()` runs on confirmation; its error is shown in the dialog, as worded.
- * `extra` is an optional form part (a select, a checkbox) read by `act`.
+ * button `verb`. `act({progress, signal})` runs on confirmation: `progress(text)` says how
+ * far it got, `signal` aborts when the dialog is closed (Cancel, Esc) or the page is left;
+ * its error is shown in the dialog, as the API worded it. `extra` is an optional form part
+ * (a field) read by `act`.
  */
-export function confirmAction({ title, lines, verb, danger, extra, act }) {
+export function confirmAction({ title, lines, verb, danger, extra, act, leave }) {
   if (dialog) dialog.remove();
   const status = h("div", { class: "dialog-status", "aria-live": "polite" });
   const go = h("button", { type: "button", class: danger ? "danger" : "primary", "data-confirm": "" }, verb);
@@ -66,15 +78,18 @@ export function confirmAction({ title, lines, verb, danger, extra, act }) {
   dialog = mine;
   document.body.append(mine);
   cancel.addEventListener("click", () => mine.close());
+  const stop = new AbortController();
   mine.addEventListener("close", () => {
+    stop.abort();
     mine.remove();
     if (dialog === mine) dialog = null;
   });
+  if (leave) leave.addEventListener("abort", () => mine.open && mine.close(), { once: true });
   go.addEventListener("click", async () => {
     go.disabled = true;
     status.replaceChildren("Sending…");
     try {
-      const done = await act();
+      const done = await act({ progress: (text) => status.replaceChildren(text), signal: stop.signal });
       status.replaceChildren(done || "Done.");
       setTimeout(() => mine.open && mine.close(), 400);
     } catch (error) {
@@ -99,7 +114,16 @@ export function stopJob(jobId, { purge, flag }) {
 export async function startJob(jobId) {
   const { data: job } = await get(`/v1/job/${seg(jobId)}`);
   job.Stop = false;
-  return write("POST", "/v1/jobs", { Job: job });
+  const body = { Job: job, EnforceIndex: true, JobModifyIndex: job.JobModifyIndex };
+  // The stopped version's source goes with it, as `quiesce job start` and Nomad's UI send
+  // it, so that the new version keeps it; a job registered without one has none (404).
+  try {
+    body.Submission = (await get(`/v1/job/${seg(jobId)}/submission?version=${job.Version}`)).data;
+  } catch (error) {
+    if (error.status !== 404) throw error;
+  }
+  // EnforceIndex: a change made since the job was read is refused, not overwritten.
+  return write("PUT", `/v1/job/${seg(jobId)}`, body);
 }
 
 /** `POST /v1/allocation/:id/stop`, flagged or not. */
@@ -113,44 +137,54 @@ export function restartAlloc(allocId, { task, flag }) {
   return write("POST", `/v1/client/allocation/${seg(allocId)}/restart`, body);
 }
 
-/** Each running task of `alloc` with its count of restarts. */
-function starts(alloc) {
-  const counts = {};
-  for (const [name, state] of Object.entries(alloc.TaskStates || {})) {
-    if (state.State === "running") counts[name] = state.Restarts || 0;
-  }
-  return counts;
-}
-
 /**
  * `job restart` in the browser: the job's running allocations restarted in place, `size`
  * at a time, each batch's tasks running again before the next (Nomad's CLI does the same;
- * its default batch is 1). `progress(text)` is told each step.
+ * its default batch is 1). `progress(text)` is told each step; `signal` stops it between
+ * steps. A failure says how far it got.
  */
-export async function restartJob(jobId, { flag, size }, progress) {
+export async function restartJob(jobId, { flag, size }, { progress, signal }) {
   const { data: allocs } = await get(`/v1/job/${seg(jobId)}/allocations`);
   const running = allocs.filter((a) => a.ClientStatus === "running" && a.DesiredStatus === "run");
   if (running.length === 0) throw new Error("no running allocation to restart");
-  for (let i = 0; i < running.length; i += size) {
-    const batch = running.slice(i, i + size);
-    progress(`Restarting ${Math.min(i + size, running.length)} of ${running.length}…`);
-    const before = await Promise.all(batch.map(async (a) => starts((await get(`/v1/allocation/${seg(a.ID)}`)).data)));
-    await Promise.all(batch.map((a) => restartAlloc(a.ID, { flag })));
-    await Promise.all(batch.map((a, j) => runningAgain(a.ID, before[j])));
+  let done = 0;
+  try {
+    for (let i = 0; i < running.length; i += size) {
+      if (signal.aborted) throw new Error("cancelled");
+      const batch = running.slice(i, i + size);
+      progress(`Restarting ${batch.map((a) => a.Name).join(", ")} (${done} of ${running.length} done)…`);
+      const records = await Promise.all(batch.map(async (a) => (await get(`/v1/allocation/${seg(a.ID)}`)).data));
+      await Promise.all(batch.map((a) => restartAlloc(a.ID, { flag })));
+      await Promise.all(records.map((record) => runningAgain(record, flag, signal)));
+      done += batch.length;
+    }
+  } catch (error) {
+    error.message = `${error.message} (after restarting ${done} of ${running.length} allocations)`;
+    throw error;
   }
   return `Restarted ${plural(running.length, "allocation")}.`;
 }
 
-/** Waits (at most 10 minutes) until every task that ran in `before` runs again. */
-async function runningAgain(allocId, before) {
-  const deadline = Date.now() + 600e3;
+/**
+ * Waits until every task that ran in `before` (an allocation's record) runs again after
+ * one more restart, or its allocation has ended; gives up after the tasks' delays (unless
+ * skipped) and kill timeouts plus five minutes.
+ */
+async function runningAgain(before, flag, signal) {
+  const group = ((before.Job || {}).TaskGroups || []).find((g) => g.Name === before.TaskGroup) || {};
+  const slowest = Math.max(0, ...(group.Tasks || []).map((t) => (flag ? 0 : t.ShutdownDelay || 0) + (t.KillTimeout || 5e9)));
+  const deadline = Date.now() + slowest / 1e6 + 300e3;
+  const counts = Object.entries(before.TaskStates || {})
+    .filter(([, state]) => state.State === "running")
+    .map(([task, state]) => [task, state.Restarts || 0]);
   while (Date.now() < deadline) {
-    const { data: alloc } = await get(`/v1/allocation/${seg(allocId)}`);
+    if (signal.aborted) throw new Error("cancelled");
+    const { data: alloc } = await get(`/v1/allocation/${seg(before.ID)}`);
     if (alloc.ClientStatus !== "running" && alloc.ClientStatus !== "pending") return;
     const now = alloc.TaskStates || {};
     const again = ([task, count]) => now[task] && now[task].State === "running" && (now[task].Restarts || 0) > count;
-    if (Object.entries(before).every(again)) return;
+    if (counts.every(again)) return;
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
-  throw new Error(`allocation ${allocId.slice(0, 8)} did not run again within 10 minutes`);
+  throw new Error(`allocation ${before.Name} did not run again in time`);
 }

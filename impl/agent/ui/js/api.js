@@ -38,11 +38,29 @@ async function send(method, path, body, signal) {
     signal,
     cache: "no-store",
   });
+  learnClock(response);
   const text = await response.text();
   if (!response.ok) throw new ApiError(response.status, text.trim());
   if (text.length > MAX_ANSWER_BYTES) throw new ApiError(0, `answer of ${path} too large`);
   const index = Number(response.headers.get("X-Nomad-Index") || 0);
   return { data: text ? JSON.parse(text) : null, index };
+}
+
+/** How far the agent's clock is ahead of the browser's, in ms (from each answer's `Date`). */
+let clockOffset = 0;
+
+function learnClock(response) {
+  const date = Date.parse(response.headers.get("Date") || "");
+  // `Date` has whole seconds: only an offset of more than a second is taken.
+  if (!Number.isNaN(date)) {
+    const offset = date - Date.now();
+    clockOffset = Math.abs(offset) > 1500 ? offset : 0;
+  }
+}
+
+/** The agent's time now, in Unix nanoseconds (task events carry the agent's clock). */
+export function agentNow() {
+  return (Date.now() + clockOffset) * 1e6;
 }
 
 /** `GET path`: `{data, index}`. */
@@ -61,8 +79,13 @@ export function seg(id) {
 }
 
 const sleep = (ms, signal) => new Promise((resolve) => {
-  const timer = setTimeout(resolve, ms);
-  signal.addEventListener("abort", () => { clearTimeout(timer); resolve(); }, { once: true });
+  const done = () => {
+    clearTimeout(timer);
+    signal.removeEventListener("abort", done);
+    resolve();
+  };
+  const timer = setTimeout(done, ms);
+  signal.addEventListener("abort", done, { once: true });
 });
 
 /** The most bytes of one unfinished line the page holds from the event stream. */
@@ -76,7 +99,6 @@ const MAX_LINE_BYTES = 16 << 20;
  */
 export function follow(topics, index, signal, changed, failed) {
   let next = index;
-  const decoder = new TextDecoder();
   (async () => {
     while (!signal.aborted) {
       const query = topics.map((t) => `topic=${encodeURIComponent(t)}`).join("&");
@@ -90,6 +112,7 @@ export function follow(topics, index, signal, changed, failed) {
           continue;
         }
         failed(null);
+        const decoder = new TextDecoder();
         const reader = response.body.getReader();
         let buffer = "";
         for (;;) {

@@ -17,7 +17,8 @@ const ROUTES = [
   [/^\/ui\/?$/, jobs],
   [/^\/ui\/jobs\/?$/, jobs],
   [/^\/ui\/jobs\/([^/]+)(?:\/(allocations|versions|definition|evaluations))?\/?$/, job],
-  [/^\/ui\/allocations\/([^/]+)\/?$/, allocation],
+  // Nomad's task page (`/ui/allocations/<id>/<task>`) shows the allocation here.
+  [/^\/ui\/allocations\/([^/]+)(?:\/[^/]+)?\/?$/, allocation],
   [/^\/ui\/clients\/?$/, clientsPage],
   [/^\/ui\/clients\/([^/]+)\/?$/, clientPage],
   [/^\/ui\/evaluations\/?$/, evaluations],
@@ -38,16 +39,23 @@ async function route() {
   if (leaving) leaving.abort();
   const controller = new AbortController();
   leaving = controller;
-  const view = document.getElementById("view");
+  // Each page draws into an element of its own: a page left while it was still reading
+  // draws, if at all, into an element no longer shown.
+  const view = h("div", { class: "page" });
+  document.getElementById("view").replaceChildren(view);
   const path = location.pathname;
   let page = notFound;
   let params = [];
   for (const [pattern, candidate] of ROUTES) {
     const match = path.match(pattern);
     if (match) {
-      page = candidate;
-      // Nomad's UI names a job `<id>@<namespace>`; this agent has the default only.
-      params = match.slice(1).map((p) => (p === undefined ? p : decodeURIComponent(p).replace(/@default$/, "")));
+      try {
+        // Nomad's UI names a job `<id>@<namespace>`; this agent has the default only.
+        params = match.slice(1).map((p) => (p === undefined ? p : decodeURIComponent(p).replace(/@default$/, "")));
+        page = candidate;
+      } catch (malformed) {
+        page = notFound;
+      }
       break;
     }
   }
@@ -63,6 +71,7 @@ async function route() {
     navigate,
     setQuery,
     live: (topics, index, refresh) => live(topics, index, refresh, controller.signal, view),
+    every: (ms, tick) => every(ms, tick, controller.signal),
     accessChanged: async () => { await loadAccess(); drawWho(); },
   };
   document.title = `${page.title(params)} · quiesce`;
@@ -82,13 +91,23 @@ function live(topics, index, refresh, signal, view) {
   let running = false;
   let again = false;
   let banner = null;
+  let stale = null;
   const run = async () => {
+    if (signal.aborted) return;
     if (running) { again = true; return; }
     running = true;
     try {
       await refresh();
+      if (stale) { stale.remove(); stale = null; }
     } catch (error) {
-      if (!signal.aborted) console.warn("refresh failed", error);
+      // The page keeps what it last read, and says why it is no longer current, in the
+      // API's words (the job was purged, the token deleted, …).
+      if (!signal.aborted) {
+        if (stale) stale.remove();
+        stale = h("div", { class: "error stale", role: "alert" },
+          `This page is no longer current: ${error.status ? `${error.status}: ` : ""}${error.message}`);
+        view.prepend(stale);
+      }
     }
     await new Promise((resolve) => setTimeout(resolve, 250));
     running = false;
@@ -102,6 +121,13 @@ function live(topics, index, refresh, signal, view) {
       view.prepend(banner);
     }
   });
+}
+
+/** Runs `tick` every `ms` until the page is left (never, if it has been already). */
+function every(ms, tick, signal) {
+  if (signal.aborted) return;
+  const timer = setInterval(tick, ms);
+  signal.addEventListener("abort", () => clearInterval(timer), { once: true });
 }
 
 /** Goes to `path` inside the app. */

@@ -26,42 +26,52 @@ const STOP_TYPES = new Set([T.KILLING, T.WAITING, T.SKIPPING, T.CUT, T.GROUP_WAI
 
 const SIGNALS = { 1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 9: "SIGKILL", 10: "SIGUSR1", 12: "SIGUSR2", 15: "SIGTERM" };
 
-/** The marks of one allocation's stop, by lane: `{start, lanes: [{name, marks}]}`, or null. */
+/** The marks of one allocation's stop, by lane: `{start, lanes: [{name, marks}]}`, or null
+ * if it has not been stopped. `now` is the agent's clock (`agentNow()`). */
 export function stopMarks(alloc, now) {
+  // A running allocation's kills and delays are a restart's, not a stop's.
+  if (alloc.DesiredStatus === "run" && ["running", "pending"].includes(alloc.ClientStatus)) return null;
   const states = alloc.TaskStates || {};
   const job = alloc.Job || {};
   const group = (job.TaskGroups || []).find((g) => g.Name === alloc.TaskGroup) || {};
   const specs = new Map((group.Tasks || []).map((t) => [t.Name, t]));
-  const all = Object.entries(states).flatMap(([task, state]) => (state.Events || []).map((e) => ({ ...e, task })));
+  const every = Object.entries(states).flatMap(([task, state]) => (state.Events || []).map((e) => ({ ...e, task })));
   // A restart kills and delays too: only what came after the last one is this stop's.
-  const restarted = Math.max(0, ...all.filter((e) => e.Type === "Restarting").map((e) => e.Time));
-  const stopEvents = all.filter((e) => STOP_TYPES.has(e.Type) && e.Time > restarted);
+  const restarted = Math.max(0, ...every.filter((e) => e.Type === "Restarting").map((e) => e.Time));
+  const all = every.filter((e) => e.Time > restarted).sort((a, b) => a.Time - b.Time);
+  const stopEvents = all.filter((e) => STOP_TYPES.has(e.Type));
   if (stopEvents.length === 0) return null;
-  const start = Math.min(...stopEvents.map((e) => e.Time));
-  const first = (events, type) => events.find((e) => e.Type === type && e.Time >= start);
+  const start = stopEvents[0].Time;
+  const first = (events, type, after = start) => events.find((e) => e.Type === type && e.Time >= after);
   const name = alloc.Name || alloc.ID;
   const lanes = [];
 
-  // The group: its services go, then its delay.
+  // The group: its services go, then its delay, which ends when the tasks' kills begin.
   const groupMarks = [];
   const groupServices = (group.Services || []).length > 0;
   const waiting = first(all, T.GROUP_WAITING);
   const skipped = first(all, T.GROUP_SKIPPING);
-  const cut = first(all, T.GROUP_CUT);
-  const groupDelay = group.ShutdownDelay || 0;
-  if (waiting || skipped) {
-    const at = (waiting || skipped).Time;
-    if (groupServices) groupMarks.push({ kind: "deregistered", at, label: "services deregistered" });
+  const firstKill = first(all, T.KILLING);
+  const deregisteredAt = (waiting || skipped || firstKill || {}).Time;
+  if (groupServices && deregisteredAt !== undefined) {
+    groupMarks.push({ kind: "deregistered", at: deregisteredAt, label: "services deregistered" });
   }
-  if (waiting) groupMarks.push(delayBar(waiting.Time, groupDelay, cut, now, "group"));
-  else if (skipped) groupMarks.push({ kind: "delay-skipped", at: skipped.Time, label: `delay ${duration(groupDelay)} skipped` });
+  const groupDelay = group.ShutdownDelay || 0;
+  if (waiting) {
+    const cut = first(all, T.GROUP_CUT, waiting.Time);
+    const over = all.find((e) => e.Time > waiting.Time && [T.KILLING, T.WAITING, T.SKIPPING, T.TERMINATED].includes(e.Type));
+    groupMarks.push(delayBar(waiting.Time, groupDelay, cut, over && over.Time, now, "group"));
+  } else if (skipped) {
+    groupMarks.push({ kind: "delay-skipped", at: skipped.Time, label: `delay ${duration(groupDelay)} skipped` });
+  }
   if (groupMarks.length) lanes.push({ name: `${name} · group ${alloc.TaskGroup}`, marks: groupMarks });
 
   const names = Object.keys(states).sort((a, b) => rank(specs.get(a)) - rank(specs.get(b)) || (a < b ? -1 : 1));
   for (const task of names) {
     const spec = specs.get(task) || {};
-    const events = (states[task].Events || []).filter((e) => e.Time >= start);
+    const events = all.filter((e) => e.task === task);
     const marks = [];
+    const ended = first(events, T.TERMINATED);
     const hook = spec.Lifecycle && spec.Lifecycle.Hook;
     if (hook === "poststop") {
       const started = first(events, T.STARTED);
@@ -69,27 +79,32 @@ export function stopMarks(alloc, now) {
     } else {
       const wait = first(events, T.WAITING);
       const skip = first(events, T.SKIPPING);
-      const cutShort = first(events, T.CUT);
       const killing = first(events, T.KILLING);
       const services = (spec.Services || []).length > 0;
+      const began = wait || skip || killing;
+      if (services && began) marks.push({ kind: "deregistered", at: began.Time, label: "services deregistered" });
+      // The signal goes when the task's delay is over: at once if skipped or cut short.
       let signalAt = killing ? killing.Time : null;
-      if (wait || skip) {
-        const at = (wait || skip).Time;
-        if (services) marks.push({ kind: "deregistered", at, label: "services deregistered" });
-      }
       if (wait) {
-        const bar = delayBar(wait.Time, spec.ShutdownDelay || 0, cutShort, now, "task");
+        const delay = spec.ShutdownDelay || 0;
+        const cut = first(events, T.CUT, wait.Time);
+        const exitedEarly = ended && !cut && ended.Time < wait.Time + delay;
+        // Over: at the task's exit if it came first, else when the delay ran out (known from
+        // its exit, or else from the clock: the task may take its kill_timeout to exit).
+        let over = null;
+        if (exitedEarly) over = ended.Time;
+        else if (ended || now >= wait.Time + delay) over = wait.Time + delay;
+        const bar = delayBar(wait.Time, delay, cut, over, now, "task");
         marks.push(bar);
-        signalAt = bar.running ? null : bar.at + bar.length;
+        signalAt = bar.running || exitedEarly ? null : bar.at + bar.length;
       } else if (skip) {
         marks.push({ kind: "delay-skipped", at: skip.Time, label: `delay ${duration(spec.ShutdownDelay || 0)} skipped` });
         signalAt = skip.Time;
       }
-      if (signalAt !== null && killing) {
+      if (signalAt !== null && began && (!ended || ended.Time >= signalAt)) {
         marks.push({ kind: "signal", at: signalAt, label: `${spec.KillSignal || "SIGINT"} sent` });
       }
     }
-    const ended = first(events, T.TERMINATED);
     if (ended) {
       const details = ended.Details || {};
       const signal = details.signal && details.signal !== "0" ? SIGNALS[details.signal] || `signal ${details.signal}` : "";
@@ -107,15 +122,24 @@ function rank(spec) {
   return { prestart: 0, poststart: 2, poststop: 3 }[hook] ?? 1;
 }
 
-/** A delay's bar from `at`: waited in full, cut short by a later event, or still running. */
-function delayBar(at, length, cut, now, whose) {
+/**
+ * A delay's bar from `at`: cut short by `cut`, or over at `over` (the event that shows it
+ * ended), or still being waited — which the events decide, not the clock; `now` only says
+ * how much of it is drawn.
+ */
+function delayBar(at, length, cut, over, now, whose) {
   if (cut && cut.Time >= at) {
     return { kind: "delay-cut", at, length: cut.Time - at, label: `${whose} delay ${duration(length)} cut short after ${duration(cut.Time - at)}` };
   }
-  if (now < at + length) {
-    return { kind: "delay-waited", at, length: now - at, running: true, end: at + length, label: `${whose} delay ${duration(length)} waiting` };
+  if (over !== undefined && over !== null) {
+    const waited = Math.max(0, over - at);
+    const label = waited + 5e7 < length ? `${whose} delay ${duration(length)} ended after ${duration(waited)}` : `${whose} delay ${duration(length)} waited`;
+    return { kind: "delay-waited", at, length: Math.min(waited, length || waited), label };
   }
-  return { kind: "delay-waited", at, length, label: `${whose} delay ${duration(length)} waited` };
+  return {
+    kind: "delay-waited", at, length: Math.min(Math.max(0, now - at), length), running: true, end: at + length,
+    label: `${whose} delay ${duration(length)} waiting`,
+  };
 }
 
 const LABEL_WIDTH = 230;
@@ -141,8 +165,11 @@ function placeLabels(marks, x) {
 
 /** The drawing of the stops of `allocs`, with the list of its marks; null if none stopped. */
 export function timeline(allocs, now) {
-  const stops = allocs.map((a) => stopMarks(a, now)).filter(Boolean);
+  let stops = allocs.map((a) => stopMarks(a, now)).filter(Boolean);
   if (stops.length === 0) return null;
+  // Stops of one moment on one axis: those that began within ten minutes of the latest.
+  const latest = Math.max(...stops.map((st) => st.start));
+  stops = stops.filter((st) => st.start >= latest - 600e9);
   const start = Math.min(...stops.map((st) => st.start));
   const lanes = stops.flatMap((st) => st.lanes);
   const ends = lanes.flatMap((l) => l.marks.map((m) => Math.max(m.at + (m.length || 0), m.end || 0)));

@@ -4,7 +4,8 @@
 //! (a name of the attacker's that resolves to 127.0.0.1, so that the page's own origin is the
 //! agent). Both are refused, ACLs or not: a request whose `Host` names neither a loopback
 //! address, `localhost`, this machine's host name nor the agent's bind address (rebinding),
-//! and a write whose `Origin` is not the agent's own (cross-site). API clients (the CLI,
+//! and a write whose `Origin` is not the agent's own (cross-site): one of its names at its
+//! port, or the request's own `Host` (the web UI, served from the address it writes to). API clients (the CLI,
 //! Nomad's Go and Python clients) send a `Host` that is the address they were given, and no
 //! `Origin`.
 
@@ -32,7 +33,7 @@ pub(super) fn browser_guard(
     }
     let write = !matches!(method, Method::Get | Method::Head | Method::Options);
     if let (true, Some(origin)) = (write, origin) {
-        if !own_origin(bind, origin) {
+        if !own_origin(bind, origin) && !origin_is_host(origin, host) {
             return Err(error(
                 403,
                 format!(
@@ -97,6 +98,20 @@ fn own_origin(bind: SocketAddr, origin: &str) -> bool {
     // A web page's own host: never "any address", even when the agent listens on every
     // one (a page served from another machine's address is not the agent's).
     port == bind.port() && own_host(bind, strip_port(rest))
+}
+
+/// Whether `origin` is the request's own `Host` (which passed [`allowed_host`]): the page
+/// was served from the address the browser sent this request to, the agent's — the web UI
+/// opened at an agent bound to every address, through one of them.
+fn origin_is_host(origin: &str, host: Option<&str>) -> bool {
+    let Some(host) = host else {
+        return false;
+    };
+    ["http://", "https://"].iter().any(|scheme| {
+        origin
+            .strip_prefix(scheme)
+            .is_some_and(|rest| rest.eq_ignore_ascii_case(host))
+    })
 }
 
 /// This machine's host name (a name of its own, not one a web page's author controls).
@@ -179,5 +194,16 @@ mod tests {
             browser_guard(any, &Method::Post, Some("127.0.0.1:4646"), own),
             Ok(())
         );
+        // The web UI opened through one of its addresses writes through the same one.
+        let ui = Some("http://192.0.2.7:4646");
+        assert_eq!(
+            browser_guard(any, &Method::Post, Some("192.0.2.7:4646"), ui),
+            Ok(())
+        );
+        // Not through another, nor from a rebound name that matches its own Host.
+        assert!(browser_guard(any, &Method::Post, Some("192.0.2.8:4646"), ui).is_err());
+        let rebound = Some("http://evil.example:4646");
+        let host = Some("evil.example:4646");
+        assert!(browser_guard(any, &Method::Post, host, rebound).is_err());
     }
 }
