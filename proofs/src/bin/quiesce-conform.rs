@@ -2,7 +2,7 @@
 //! implementation's simulator; or validate an event log against the model.
 
 use clap::{Parser, Subcommand};
-use quiesce_model::config;
+use quiesce_model::config::{self, ModelCfg};
 use quiesce_model::report;
 use quiesce_model::{representative, Checker, Model};
 use quiesce_proofs::lockstep::{walk, WalkOptions};
@@ -34,6 +34,10 @@ struct Cli {
     /// The seed of the random runs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Check and walk this many parts at once (default: one per core). What is printed is
+    /// the same, in the same order, whatever the number.
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 #[derive(Subcommand)]
@@ -160,6 +164,139 @@ fn probe(args: &ProbeArgs) -> Result<bool, String> {
     Ok(outcome.conforms())
 }
 
+/// What one piece of the main job found, as the lines it prints and its figures.
+#[derive(Default)]
+struct Outcome {
+    lines: Vec<String>,
+    ok: bool,
+    transitions: usize,
+    states: usize,
+    mismatches: usize,
+}
+
+/// One part, model-checked: its verdicts, and its count of unique states.
+fn check_part(part: &ModelCfg) -> (Outcome, usize) {
+    let mut out = Outcome {
+        lines: vec![format!("== {}", part.name)],
+        ok: true,
+        ..Outcome::default()
+    };
+    let check_started = Instant::now();
+    let checker = part
+        .clone()
+        .into_model()
+        .checker()
+        .symmetry_fn(representative)
+        .spawn_dfs()
+        .join();
+    let verdicts = report::verdicts(&checker);
+    out.lines.extend(report::verdict_lines(&verdicts));
+    out.ok = !verdicts.iter().any(|v| v.verdict.is_failure());
+    out.lines.push(format!(
+        "model: {} unique states, depth {}, {:.2} s",
+        checker.unique_state_count(),
+        checker.max_depth(),
+        check_started.elapsed().as_secs_f64()
+    ));
+    (out, checker.unique_state_count())
+}
+
+/// One part, walked in lockstep with the implementation.
+fn walk_part(part: &ModelCfg, options: WalkOptions) -> Result<Outcome, String> {
+    if let Some(why) = quiesce_proofs::lockstep::not_walkable(part) {
+        return Ok(Outcome {
+            lines: vec![format!("lockstep: not walked: {why}")],
+            ok: true,
+            ..Outcome::default()
+        });
+    }
+    let report = walk(part, options)?;
+    let mut lines: Vec<String> = report.mismatches.iter().map(|m| m.to_string()).collect();
+    lines.push(format!(
+        "lockstep: {} transitions checked, {} states, mismatches {}, {:.2} s ({:.0} transitions/s)",
+        report.transitions,
+        report.states,
+        report.mismatches.len(),
+        report.seconds,
+        report.transitions as f64 / report.seconds.max(1e-9)
+    ));
+    Ok(Outcome {
+        lines,
+        ok: report.mismatches.is_empty(),
+        transitions: report.transitions,
+        states: report.states,
+        mismatches: report.mismatches.len(),
+    })
+}
+
+/// The random long runs beyond the model's bounds.
+fn conform_random(cases: u32, seed: u64) -> Outcome {
+    let started = Instant::now();
+    match quiesce_proofs::random::runs(&quiesce_proofs::random::large_cfg(), cases, seed, 100) {
+        Ok(summary) => Outcome {
+            lines: vec![format!(
+                "random: {} runs (seed {}), {} steps checked, {} requests ({} in-place restarts), {} restart-policy decisions, up to {} allocations, mismatches 0, {:.2} s",
+                summary.runs,
+                seed,
+                summary.steps,
+                summary.requests,
+                summary.restarts,
+                summary.decisions,
+                summary.max_allocs,
+                started.elapsed().as_secs_f64()
+            )],
+            ok: true,
+            ..Outcome::default()
+        },
+        Err(failure) => Outcome {
+            lines: vec![format!("random: {failure}")],
+            ..Outcome::default()
+        },
+    }
+}
+
+/// Runs `work` on pieces `0..order.len()` on `threads` threads, taking them in `order`,
+/// and hands each result to `done` in the pieces' own order, as soon as it and every piece
+/// before it are done.
+fn in_parallel<T: Send>(
+    threads: usize,
+    order: &[usize],
+    work: impl Fn(usize) -> T + Sync,
+    mut done: impl FnMut(usize, T),
+) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (sender, finished) = std::sync::mpsc::channel::<(usize, T)>();
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, order.len().max(1)) {
+            let sender = sender.clone();
+            let (next, work) = (&next, &work);
+            scope.spawn(move || {
+                while let Some(&piece) =
+                    order.get(next.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+                {
+                    if sender.send((piece, work(piece))).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(sender);
+        let mut waiting = std::collections::BTreeMap::new();
+        let mut handed = 0;
+        for (piece, result) in finished {
+            waiting.insert(piece, result);
+            while let Some(result) = waiting.remove(&handed) {
+                done(handed, result);
+                handed += 1;
+            }
+        }
+    });
+}
+
+/// The main job: every part model-checked, then walked in lockstep, then the random runs,
+/// on `--threads` threads (the parts are independent). The walks take the parts with the
+/// most states first, so that the longest is not left for last; what is printed, and its
+/// order, is the same whatever the number of threads.
 fn conform(cli: &Cli) -> Result<bool, String> {
     let parts = config::configuration(&cli.config)?;
     let options = WalkOptions {
@@ -168,68 +305,60 @@ fn conform(cli: &Cli) -> Result<bool, String> {
         max_mismatches: 1,
     };
     let started = Instant::now();
+    let threads = cli
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mut checked = Vec::with_capacity(parts.len());
+    let all: Vec<usize> = (0..parts.len()).collect();
+    in_parallel(
+        threads,
+        &all,
+        |i| check_part(&parts[i]),
+        |_, c| checked.push(c),
+    );
+    // The random runs are the last piece.
+    let mut order: Vec<usize> = (0..=parts.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(checked.get(i).map_or(0, |(_, states)| *states)));
     let (mut ok, mut transitions, mut states, mut mismatches) = (true, 0, 0, 0);
-    for part in &parts {
-        println!("== {}", part.name);
-        let model = part.clone().into_model();
-        let check_started = Instant::now();
-        let checker = model
-            .clone()
-            .checker()
-            .symmetry_fn(representative)
-            .spawn_dfs()
-            .join();
-        let verdicts = report::verdicts(&checker);
-        for line in report::verdict_lines(&verdicts) {
-            println!("{line}");
-        }
-        ok &= !verdicts.iter().any(|v| v.verdict.is_failure());
-        println!(
-            "model: {} unique states, depth {}, {:.2} s",
-            checker.unique_state_count(),
-            checker.max_depth(),
-            check_started.elapsed().as_secs_f64()
-        );
-        if let Some(why) = quiesce_proofs::lockstep::not_walkable(part) {
-            println!("lockstep: not walked: {why}");
-            continue;
-        }
-        let report = walk(part, options)?;
-        for mismatch in &report.mismatches {
-            println!("{mismatch}");
-        }
-        println!(
-            "lockstep: {} transitions checked, {} states, mismatches {}, {:.2} s ({:.0} transitions/s)",
-            report.transitions,
-            report.states,
-            report.mismatches.len(),
-            report.seconds,
-            report.transitions as f64 / report.seconds.max(1e-9)
-        );
-        ok &= report.mismatches.is_empty();
-        transitions += report.transitions;
-        states += report.states;
-        mismatches += report.mismatches.len();
-    }
-    if let Some(cases) = cli.random {
-        let random_started = Instant::now();
-        match quiesce_proofs::random::runs(&quiesce_proofs::random::large_cfg(), cases, cli.seed, 100) {
-            Ok(summary) => println!(
-                "random: {} runs (seed {}), {} steps checked, {} requests ({} in-place restarts), {} restart-policy decisions, up to {} allocations, mismatches 0, {:.2} s",
-                summary.runs,
-                cli.seed,
-                summary.steps,
-                summary.requests,
-                summary.restarts,
-                summary.decisions,
-                summary.max_allocs,
-                random_started.elapsed().as_secs_f64()
-            ),
-            Err(failure) => {
-                println!("random: {failure}");
-                ok = false;
+    let mut failed = None;
+    let mut checked = checked.into_iter();
+    in_parallel(
+        threads,
+        &order,
+        |i| match parts.get(i) {
+            Some(part) => walk_part(part, options),
+            None => Ok(match cli.random {
+                Some(cases) => conform_random(cases, cli.seed),
+                None => Outcome {
+                    ok: true,
+                    ..Outcome::default()
+                },
+            }),
+        },
+        |_, walked| {
+            let mut tell = |outcome: Outcome| {
+                for line in &outcome.lines {
+                    println!("{line}");
+                }
+                ok &= outcome.ok;
+                transitions += outcome.transitions;
+                states += outcome.states;
+                mismatches += outcome.mismatches;
+            };
+            // A part's check, then its walk; the random runs have no check.
+            if let Some((check, _)) = checked.next() {
+                tell(check);
             }
-        }
+            match walked {
+                Ok(outcome) => tell(outcome),
+                Err(message) => {
+                    failed.get_or_insert(message);
+                }
+            }
+        },
+    );
+    if let Some(message) = failed {
+        return Err(message);
     }
     let seconds = started.elapsed().as_secs_f64();
     println!(
