@@ -26,6 +26,18 @@ WITNESS = os.environ.get("QUIESCE_WITNESS", str(ROOT / "target/release/quiesce-w
 SECOND = 1_000_000_000
 
 
+def fill_disk(path):
+    """Writes `path` until its file system is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * (1 << 16))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def clean_env(**extra):
     """The environment without NOMAD_* variables (the clients read them), plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOMAD_")}

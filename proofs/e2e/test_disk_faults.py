@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import Agent, validate_log
+from conftest import Agent, fill_disk, validate_log
 
 
 def padded_job(job_id, pad_bytes):
@@ -23,18 +23,6 @@ def sleep_job(job_id):
     return {"Job": {"ID": job_id, "TaskGroups": [{"Name": "g", "Tasks": [{
         "Name": "t", "Driver": "raw_exec",
         "Config": {"command": "/bin/sleep", "args": ["1000"]}}]}]}}
-
-
-def fill(path):
-    """Writes `path` until the file system is full."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * (1 << 16))
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture
@@ -55,7 +43,7 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart(s
         agent.http("PUT", "/v1/jobs", sleep_job("first"))
         [alloc] = agent.running("first", 1)
         pid = int(next(p for p in os.listdir("/proc") if p.isdigit() and _is_task(p, alloc)))
-        fill(small_disk / "filler")
+        fill_disk(small_disk / "filler")
         assert agent.proc.poll() is None, agent.stderr()
         # Writes until one fails (the store may have room left in its own file).
         failed, acknowledged = None, []

@@ -16,7 +16,7 @@ import time
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from conftest import ROOT, SECOND, Agent, validate_log, web_job
+from conftest import ROOT, SECOND, Agent, fill_disk, validate_log, web_job
 
 CHROMIUM = "/usr/bin/chromium"
 # As root, without the sandbox; without the background-networking flags Chromium keeps
@@ -472,14 +472,7 @@ def test_a_stop_refused_by_a_full_disk_is_shown_as_the_api_worded_it(tmp_path, p
         page.goto(f"{agent.address}/ui/jobs/web@default")
         expect(page.locator("summary[data-menu='Stop']")).to_be_visible()
         filler = mount / "filler"
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            while True:
-                os.write(fd, b"\0" * (1 << 16))
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        fill_disk(filler)
         # The store may have room left in its own file: write until a write is refused.
         pad = {"Job": {"ID": "pad", "TaskGroups": [{"Name": "g", "Count": 0, "Tasks": [{
             "Name": "t", "Driver": "raw_exec", "Env": {"PAD": "x" * 200_000},

@@ -217,25 +217,20 @@ mod tests {
         }
     }
 
+    /// A run nobody cancels.
+    fn uncancelled(probe: &Probe, addr: SocketAddr, timeout: Duration) -> Outcome {
+        run(probe, addr, timeout, &AtomicBool::new(false))
+    }
+
     #[test]
     fn a_200_passes_and_a_500_fails_with_its_body_kept_bounded() {
         let addr = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec());
-        let outcome = run(
-            &get("/health"),
-            addr,
-            Duration::from_secs(2),
-            &AtomicBool::new(false),
-        );
+        let outcome = uncancelled(&get("/health"), addr, Duration::from_secs(2));
         assert!(outcome.success, "{outcome:?}");
         assert_eq!(outcome.status_code, 200);
         let mut answer = b"HTTP/1.1 500 Oops\r\n\r\n".to_vec();
         answer.extend(std::iter::repeat_n(b'x', 10 * MAX_OUTPUT_BYTES));
-        let outcome = run(
-            &get("/health"),
-            serve(answer),
-            Duration::from_secs(2),
-            &AtomicBool::new(false),
-        );
+        let outcome = uncancelled(&get("/health"), serve(answer), Duration::from_secs(2));
         assert!(!outcome.success);
         assert_eq!(outcome.status_code, 500);
         assert_eq!(outcome.output.len(), MAX_OUTPUT_BYTES);
@@ -246,12 +241,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let started = Instant::now();
-        let outcome = run(
-            &get("/"),
-            addr,
-            Duration::from_millis(300),
-            &AtomicBool::new(false),
-        );
+        let outcome = uncancelled(&get("/"), addr, Duration::from_millis(300));
         assert!(!outcome.success, "{outcome:?}");
         assert!(started.elapsed() < Duration::from_secs(2));
         drop(listener);
@@ -263,24 +253,8 @@ mod tests {
             .unwrap()
             .local_addr()
             .unwrap();
-        assert!(
-            !run(
-                &Probe::Tcp,
-                addr,
-                Duration::from_secs(1),
-                &AtomicBool::new(false)
-            )
-            .success
-        );
-        assert!(
-            !run(
-                &get("/"),
-                addr,
-                Duration::from_secs(1),
-                &AtomicBool::new(false)
-            )
-            .success
-        );
+        assert!(!uncancelled(&Probe::Tcp, addr, Duration::from_secs(1)).success);
+        assert!(!uncancelled(&get("/"), addr, Duration::from_secs(1)).success);
     }
 
     #[test]
@@ -317,12 +291,7 @@ mod tests {
                 }
             }
         });
-        let outcome = run(
-            &get("/"),
-            addr,
-            Duration::from_secs(5),
-            &AtomicBool::new(false),
-        );
+        let outcome = uncancelled(&get("/"), addr, Duration::from_secs(5));
         assert!(outcome.success, "{outcome:?}");
         assert_eq!(outcome.status_code, 200);
     }
@@ -334,12 +303,7 @@ mod tests {
         let continued = serve(
             b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
         );
-        let outcome = run(
-            &get("/"),
-            continued,
-            Duration::from_secs(2),
-            &AtomicBool::new(false),
-        );
+        let outcome = uncancelled(&get("/"), continued, Duration::from_secs(2));
         assert!(outcome.success, "{outcome:?}");
         assert_eq!(outcome.status_code, 200);
 
@@ -355,12 +319,7 @@ mod tests {
                 let _ = stream.write_all(b"HTTP/1.1 503 Unavailable\r\n\r\nwarming up");
             }
         });
-        let outcome = run(
-            &get("/"),
-            addr,
-            Duration::from_secs(2),
-            &AtomicBool::new(false),
-        );
+        let outcome = uncancelled(&get("/"), addr, Duration::from_secs(2));
         assert!(!outcome.success, "an interim answer passed: {outcome:?}");
         assert_eq!(
             (outcome.status_code, outcome.output.as_str()),
@@ -373,21 +332,11 @@ mod tests {
     #[test]
     fn endless_interim_answers_fail_and_101_is_final() {
         let answer = b"HTTP/1.1 100 Continue\r\n\r\n".repeat(MAX_INTERIM_ANSWERS + 1);
-        let outcome = run(
-            &get("/"),
-            serve(answer),
-            Duration::from_secs(2),
-            &AtomicBool::new(false),
-        );
+        let outcome = uncancelled(&get("/"), serve(answer), Duration::from_secs(2));
         assert!(!outcome.success, "{outcome:?}");
         assert!(outcome.output.contains("1xx"), "{outcome:?}");
         let switched = serve(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n".to_vec());
-        let outcome = run(
-            &get("/"),
-            switched,
-            Duration::from_secs(2),
-            &AtomicBool::new(false),
-        );
+        let outcome = uncancelled(&get("/"), switched, Duration::from_secs(2));
         assert_eq!(outcome.status_code, 101, "{outcome:?}");
     }
 }
