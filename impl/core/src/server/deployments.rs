@@ -53,11 +53,15 @@ impl Server {
                     .allocs_by_job(&job.id)
                     .filter(|alloc| !alloc.is_terminal() && alloc.task_group == group.name)
             };
-            // Another deployment's canaries are stopped, not replaced.
-            let replaced = live().any(|alloc| {
-                !super::scheduler::is_canary(alloc)
-                    && alloc.job.as_run(&group.name) != job.as_run(&group.name)
-            });
+            // Another deployment's canaries are stopped, not replaced; a system job's stand
+            // in their allocation's place, and are.
+            let destructive = live()
+                .filter(|alloc| {
+                    (update.canary_in_place || !super::scheduler::is_canary(alloc))
+                        && alloc.job.as_run(&group.name) != job.as_run(&group.name)
+                })
+                .count() as u64;
+            let replaced = destructive > 0;
             let desired = group.count.map_or(1, |count| count.max(0) as usize);
             let to_place = live().count() < desired;
             if replaced || to_place {
@@ -71,7 +75,11 @@ impl Server {
                 };
                 // Canaries for an update of running allocations only (Nomad's
                 // `requiresCanaries`: destructive updates to make).
-                let desired_canaries = if replaced { update.canary } else { 0 };
+                let desired_canaries = if replaced {
+                    update.canaries_for(destructive)
+                } else {
+                    0
+                };
                 groups.insert(
                     group.name.clone(),
                     DeploymentState {

@@ -130,6 +130,12 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                     || (alloc.job_version != job.version
                         && alloc.job.as_run(&group.name) != job.as_run(&group.name))
             });
+        // A system job's canaries take the place of the allocations they update (Nomad's
+        // system scheduler): their indexes are held, and one no longer waited for is an
+        // allocation like any other.
+        let in_place = job
+            .update_of(&group.name)
+            .is_some_and(|update| update.canary_in_place);
         let mut canaries = BTreeSet::new();
         let mut others = Vec::new();
         for alloc in in_group {
@@ -138,7 +144,9 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                 continue;
             }
             let waiting = canarying && deployment.is_some_and(|d| d.id == alloc.deployment_id);
-            if !waiting {
+            if !waiting && in_place {
+                others.push(alloc);
+            } else if !waiting {
                 // Another deployment's, or a failed one's (Nomad's `cancelUnneededCanaries`).
                 plan.stop.push((alloc.id.clone(), DESC_JOB_UPDATE));
             } else if alloc.desired_transition.should_migrate() {
@@ -158,6 +166,9 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
             .filter(|(g, _)| g == &group.name)
             .map(|(_, index)| *index)
             .collect();
+        if in_place {
+            kept.extend(&canaries);
+        }
         for alloc in others {
             let index = index_of(&alloc.name);
             let destructive = alloc.job_version != job.version
@@ -240,7 +251,17 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         let missing = usize::try_from(wanted)
             .unwrap_or(usize::MAX)
             .saturating_sub(canaries.len());
-        if missing > 0 && !replaced.is_empty() {
+        if missing > 0 && in_place {
+            // Each in the place of an allocation it updates, which is stopped for it: the
+            // deployment's first batch.
+            for (alloc, _) in replaced.iter().take(missing) {
+                plan.stop.push((alloc.id.clone(), DESC_UPDATING));
+                plan.place.push(Placement {
+                    previous: Some(alloc.id.clone()),
+                    ..Placement::new(&shared, &group.name, index_of(&alloc.name), true)
+                });
+            }
+        } else if missing > 0 && !replaced.is_empty() {
             let mut indexes: Vec<u64> = replaced.iter().map(|(a, _)| index_of(&a.name)).collect();
             indexes.sort_unstable();
             // More canaries than `count`: the rest on the indexes past it (Nomad's).

@@ -265,6 +265,25 @@ pub struct EffectiveUpdate {
     /// The deployment promotes itself once every canary is healthy.
     #[serde(default)]
     pub auto_promote: bool,
+    /// A system job's (Nomad 1.11's system deployments): `canary` is a percentage of the
+    /// allocations an update replaces, and each canary takes the place of the allocation it
+    /// updates, on its node, instead of standing beside the group's `count`.
+    #[serde(default)]
+    pub canary_in_place: bool,
+}
+
+impl EffectiveUpdate {
+    /// The canaries an update of `destructive` running allocations places (Nomad's
+    /// `DesiredCanaries`): a service job's `canary`; a system job's percentage of them,
+    /// rounded up, at most `max_parallel` (and at most them: one node holds one each).
+    pub fn canaries_for(&self, destructive: u64) -> u64 {
+        if self.canary_in_place {
+            let wanted = (self.canary.saturating_mul(destructive)).div_ceil(100);
+            wanted.min(self.max_parallel).min(destructive)
+        } else {
+            self.canary
+        }
+    }
 }
 
 impl UpdateStrategy {
@@ -276,16 +295,18 @@ impl UpdateStrategy {
     pub const DEFAULT_PROGRESS_DEADLINE_NS: i64 = 600_000_000_000;
 
     /// The strategy a group's rollout follows: the group's fields over the job's over
-    /// Nomad's defaults, as Nomad's API canonicalises a service job (one without any
-    /// `update` block gets the defaults). `None` — every allocation replaced at once, no
-    /// deployment — for other job types (a system job's rolling update is not honoured
-    /// here), and for `max_parallel = 0`.
+    /// Nomad's defaults, as Nomad's API canonicalises a service or system job (one without
+    /// any `update` block gets the defaults). `None` — every allocation replaced at once, no
+    /// deployment — for batch and sysbatch jobs, and for `max_parallel = 0`. A system job's
+    /// `max_parallel` is per group, as Nomad 1.11's system scheduler has it: on this agent's
+    /// one node each group holds one allocation, so its groups are replaced together, each
+    /// watched by the deployment.
     pub fn effective(
         job_type: &str,
         job: Option<&UpdateStrategy>,
         group: Option<&UpdateStrategy>,
     ) -> Option<EffectiveUpdate> {
-        if job_type != "service" {
+        if !matches!(job_type, "service" | "system") {
             return None;
         }
         let pick = |field: fn(&UpdateStrategy) -> Option<i64>, default: i64| {
@@ -315,6 +336,7 @@ impl UpdateStrategy {
                 .and_then(|u| u.auto_promote)
                 .or_else(|| job.and_then(|u| u.auto_promote))
                 .unwrap_or(false),
+            canary_in_place: job_type == "system",
         })
     }
 }
@@ -654,40 +676,7 @@ pub fn decode_register_body_warned(body: &[u8]) -> Result<(Job, Vec<String>), Sp
     let request: JobRegisterRequest = serde_json::from_value(value).map_err(decode_error)?;
     let mut job = request.job;
     job.canonicalize();
-    let mut warnings = classified.warnings;
-    warnings.extend(system_update_warnings(&job));
-    Ok((job, warnings))
-}
-
-/// A system job's `update` asks for what only a deployment gives (canaries, a promotion,
-/// an auto-revert): said, since this agent replaces a system job's allocations at once,
-/// with no deployment. (Nomad's canonical defaults, which Go clients send, ask for none of
-/// that, so they are not warned of.)
-fn system_update_warnings(job: &Job) -> Vec<String> {
-    if !matches!(job.job_type.as_str(), "system" | "sysbatch") {
-        return Vec::new();
-    }
-    let asks = |update: &UpdateStrategy| {
-        update.canary.unwrap_or(0) > 0
-            || update.auto_revert == Some(true)
-            || update.auto_promote == Some(true)
-    };
-    let groups = job
-        .task_groups
-        .iter()
-        .enumerate()
-        .map(|(g, group)| (format!("TaskGroups[{g}].Update"), group.update.as_ref()));
-    std::iter::once(("Update".to_string(), job.update.as_ref()))
-        .chain(groups)
-        .filter(|(_, update)| update.is_some_and(asks))
-        .map(|(at, _)| {
-            format!(
-                "{at}: accepted, not honoured: a {} job's allocations are replaced at once, \
-                 with no deployment (no canary, promotion or auto-revert)",
-                job.job_type
-            )
-        })
-        .collect()
+    Ok((job, classified.warnings))
 }
 
 /// Every field name of the jobspec types, as Nomad spells it.
@@ -834,31 +823,39 @@ mod tests {
         "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/sleep"}}]}]}}"#;
 
     #[test]
-    fn a_system_jobs_update_asking_for_a_deployment_is_warned_of_and_its_defaults_are_not() {
-        let body = |update: &str| {
+    fn a_system_job_rolls_out_per_group_with_canaries_in_place_and_a_sysbatch_one_not_at_all() {
+        let body = |job_type: &str, update: &str| {
             format!(
-                r#"{{"Job": {{"ID": "web", "Type": "system", "Update": {update},
+                r#"{{"Job": {{"ID": "web", "Type": "{job_type}", "Update": {update},
                 "TaskGroups": [{{"Name": "g", "Tasks": [{{"Name": "t", "Driver": "raw_exec",
                 "Config": {{"command": "/bin/sleep"}}}}]}}]}}}}"#
             )
         };
-        let (_, warnings) = parse_register_body_warned(
-            body(r#"{"MaxParallel": 1, "Stagger": 30000000000}"#).as_bytes(),
+        let (job, warnings) = parse_register_body_warned(
+            body("system", r#"{"MaxParallel": 2, "Canary": 50, "AutoRevert": true}"#).as_bytes(),
         )
         .unwrap();
         assert!(
-            !warnings.iter().any(|w| w.starts_with("Update:")),
+            !warnings.iter().any(|w| w.contains("not honoured")),
             "{warnings:?}"
         );
-        let (_, warnings) = parse_register_body_warned(
-            body(r#"{"MaxParallel": 1, "AutoRevert": true}"#).as_bytes(),
-        )
-        .unwrap();
+        let update = job.update_of("g").expect("a system job rolls out");
+        assert_eq!(
+            (update.max_parallel, update.canary, update.auto_revert),
+            (2, 50, true)
+        );
+        assert!(update.canary_in_place);
+        // 50 % of the one allocation an update replaces, rounded up; none of none.
+        assert_eq!((update.canaries_for(1), update.canaries_for(0)), (1, 0));
+        let service = parse_register_body(body("service", r#"{"Canary": 3}"#).as_bytes()).unwrap();
+        let service = service.update_of("g").unwrap();
+        assert_eq!((service.canaries_for(1), service.canary_in_place), (3, false));
+
+        let errors = parse_register_body(body("sysbatch", r#"{"MaxParallel": 1}"#).as_bytes())
+            .expect_err("a sysbatch job has no rollout");
         assert!(
-            warnings.iter().any(|w| w.starts_with(
-                "Update: accepted, not honoured: a system job's allocations are replaced at once"
-            )),
-            "{warnings:?}"
+            errors.to_string().contains(r#"Job type "sysbatch" does not allow update block"#),
+            "{errors}"
         );
     }
 

@@ -128,6 +128,16 @@ impl Job {
                     format!("must not be negative (got {count})"),
                 );
             }
+            if let Some(count) = group.count.filter(|c| *c > 1 && self.job_type == "system") {
+                fail(
+                    format!("{at}.Count"),
+                    format!(
+                        "Job task group {} has count {count}. Count cannot exceed 1 with \
+                         system scheduler",
+                        group.name
+                    ),
+                );
+            }
             if let Some(problem) = group.shutdown_delay_ns.and_then(duration_problem) {
                 fail(format!("{at}.ShutdownDelay"), problem);
             }

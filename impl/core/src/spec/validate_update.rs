@@ -7,6 +7,23 @@ use super::{Job, UpdateStrategy};
 const MAX_UPDATE_DURATION_NS: i64 = 24 * 3600 * 1_000_000_000;
 
 pub(super) fn check(job: &Job, fail: &mut dyn FnMut(String, String)) {
+    // Only service and system jobs roll out (Nomad's `TaskGroup.Validate`, which sees the
+    // job's block merged into each group's).
+    if !matches!(job.job_type.as_str(), "service" | "system") {
+        let blocks = std::iter::once(("Update".to_string(), job.update.as_ref())).chain(
+            job.task_groups
+                .iter()
+                .enumerate()
+                .map(|(g, group)| (format!("TaskGroups[{g}].Update"), group.update.as_ref())),
+        );
+        for (at, _) in blocks.filter(|(_, update)| update.is_some()) {
+            fail(
+                at,
+                format!("Job type {:?} does not allow update block", job.job_type),
+            );
+        }
+        return;
+    }
     if let Some(update) = &job.update {
         fields(fail, "Update", update);
     }
