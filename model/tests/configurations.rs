@@ -75,6 +75,8 @@ fn standard_checks_clean_with_full_history() {
         ("canary-updated-twice", 1_135),
         ("canary-with-alloc-stop", 2_523),
         ("canary-promoted-then-alloc-stop", 4_607),
+        ("system-canary-then-flagged-stop", 2_679),
+        ("system-canary-with-alloc-stop", 3_777),
     ]));
 }
 
@@ -102,6 +104,8 @@ fn standard_checks_clean_with_lean_history() {
         ("canary-updated-twice", 754),
         ("canary-with-alloc-stop", 1_736),
         ("canary-promoted-then-alloc-stop", 1_750),
+        ("system-canary-then-flagged-stop", 1_522),
+        ("system-canary-with-alloc-stop", 2_550),
     ]));
 }
 

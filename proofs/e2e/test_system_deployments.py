@@ -8,7 +8,7 @@ what the witness tasks received."""
 
 import time
 
-from conftest import SECOND, task
+from conftest import SECOND, model_job, task, validate_log
 from test_canaries import task_event_ns
 from test_deployments import release_of, settled, signals
 
@@ -137,3 +137,35 @@ def test_a_flagged_stop_during_a_system_deployment_skips_every_delay(agent):
 def task_event_ns_or_none(agent, alloc_id, kind):
     alloc = agent.get(f"/v1/allocation/{alloc_id}")
     return any(e["Type"] == kind for e in (alloc["TaskStates"].get("server") or {}).get("Events", []))
+
+
+def test_the_models_system_canary_part_on_real_processes_replays_against_the_model(agent):
+    """`standard/system-canary-then-flagged-stop` on witness tasks: the update's canary
+    waits for the first allocation's health (10 s), stops it for its place, and a flagged
+    stop cuts its 30 s + 20 s short; the agent's event log replays against the model, every
+    step judged."""
+    body = model_job(agent, "standard/system-canary-then-flagged-stop")
+    assert body["Job"]["Type"] == "system"
+    assert agent.http("PUT", "/v1/jobs", body)[0] == 200
+    [old] = agent.running("web", 1)
+    body["Job"]["TaskGroups"][0]["Tasks"][0]["Env"]["RELEASE"] = "2"
+    assert agent.http("PUT", "/v1/jobs", body)[0] == 200
+
+    def canary():
+        allocs = agent.allocs("web")
+        placed = [a for a in allocs if (a.get("DeploymentStatus") or {}).get("Canary")]
+        stopping = agent.get(f"/v1/allocation/{old['ID']}")["DesiredStatus"] == "stop"
+        return placed if placed and stopping else None
+
+    [placed] = agent.wait_until("the canary in the old one's place", canary, timeout=40)
+    asked = time.monotonic()
+    agent.cli("job", "stop", "-no-shutdown-delay", "web")
+    agent.wait_terminal([old["ID"], placed["ID"]])
+    [(_, name, at, _)] = signals_of(agent, old["ID"])
+    assert at - asked < 5.0, "the old one's delays were not cut short"
+    report = validate_log(agent, require_full=True)
+    assert "judged" in report, report
+
+
+def signals_of(agent, alloc_id):
+    return [line for line in agent.task_log(alloc_id, "app") if line[0] == "signal"]

@@ -115,8 +115,21 @@ pub fn jobspec(cfg: &ModelCfg) -> Job {
         mode: Some("fail".to_string()),
         render_templates: None,
     };
+    // A system job's canary is a percentage of the allocations an update replaces: the
+    // least that gives the part's count of them.
+    let canary = if cfg.canary_in_place {
+        (u16::from(cfg.canary) * 100).div_ceil(u16::from(cfg.count.max(1)))
+    } else {
+        u16::from(cfg.canary)
+    };
     Job {
         id: cfg.job.to_string(),
+        job_type: if cfg.canary_in_place {
+            "system"
+        } else {
+            "service"
+        }
+        .into(),
         task_groups: vec![TaskGroup {
             name: cfg.group.name.clone(),
             count: Some(i64::from(cfg.count)),
@@ -130,7 +143,7 @@ pub fn jobspec(cfg: &ModelCfg) -> Job {
                 max_parallel: Some(i64::from(cfg.max_parallel)),
                 health_check: Some("task_states".into()),
                 min_healthy_time_ns: Some(10 * SECOND),
-                canary: (cfg.canary > 0).then_some(i64::from(cfg.canary)),
+                canary: (cfg.canary > 0).then_some(i64::from(canary)),
                 auto_promote: (cfg.canary > 0).then_some(true),
                 ..UpdateStrategy::default()
             }),

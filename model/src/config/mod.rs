@@ -257,6 +257,11 @@ pub struct ModelCfg {
     /// promotes a deployment once all its canaries are healthy; an operator's `deployment
     /// promote` is not modelled.
     pub canary: u8,
+    /// A system job's canaries (Nomad 1.11's system deployments): each takes the place of
+    /// the allocation it updates, which is stopped for it through the stop path as the
+    /// deployment's first batch, instead of standing beside the `count`. `canary` is then
+    /// at most `max_parallel`.
+    pub canary_in_place: bool,
 }
 
 impl ModelCfg {

@@ -90,6 +90,7 @@ fn part(
         unrecoverable_crashes: false,
         max_parallel: 1,
         canary: 0,
+        canary_in_place: false,
     }
 }
 
@@ -328,7 +329,38 @@ pub fn standard() -> Vec<ModelCfg> {
             Operator::Script(vec![UpdateJob, alloc(false)]),
             &[CANARIES_PROMOTED, ROLLOUT_COMPLETED],
         )),
+        // A system job's canary (Nomad 1.11): it takes its allocation's place, which is
+        // stopped for it through the stop path, a flagged stop racing it; and an alloc stop
+        // of the old one or of the canary (a new canary takes the canary's place).
+        in_place(canaries(rollout(
+            "system-canary-then-flagged-stop",
+            1,
+            vec![UpdateJob, stop(false, true)],
+            &[
+                CANARIES_PROMOTED,
+                CANARY_STOPPED_WITH_FLAG,
+                ROLLOUT_COMPLETED,
+                ROLLOUT_WAITS_FULL_DELAY,
+                FLAGGED_STOP_DURING_ROLLOUT,
+            ],
+        ))),
+        in_place(canaries(rollout(
+            "system-canary-with-alloc-stop",
+            1,
+            vec![UpdateJob, alloc(false)],
+            &[
+                CANARIES_PROMOTED,
+                ROLLOUT_COMPLETED,
+                ROLLOUT_WAITS_FULL_DELAY,
+            ],
+        ))),
     ]
+}
+
+/// The part as a system job's: its canaries take their allocations' places.
+fn in_place(mut part: ModelCfg) -> ModelCfg {
+    part.canary_in_place = true;
+    part
 }
 
 /// The part with one canary per update, promoted once healthy.

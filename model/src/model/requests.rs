@@ -299,17 +299,7 @@ impl StopPathModel {
         if !state.deployment.is_running() {
             return;
         }
-        let stopping = state
-            .allocs
-            .iter()
-            .filter(|alloc| alloc.rollout_stop && alloc.runner != RunnerPhase::Terminal)
-            .count();
-        let unhealthy = state
-            .allocs
-            .iter()
-            .filter(|alloc| !alloc.is_terminal() && alloc.watched && !alloc.abandoned)
-            .count();
-        let busy = stopping + unhealthy;
+        let busy = Self::batch_in_flight(state);
         let room = if self.has(Fault::RolloutIgnoresMaxParallel) {
             MAX_ALLOCS
         } else if busy == 0 {
@@ -356,6 +346,67 @@ impl StopPathModel {
         }
     }
 
+    /// The allocations of the last batch not done yet: stopped by a rollout and still
+    /// stopping, or placed by a deployment and not yet decided healthy (a failed
+    /// deployment's hold nothing). The next batch waits for none of them left.
+    fn batch_in_flight(state: &State) -> usize {
+        let stopping = state
+            .allocs
+            .iter()
+            .filter(|alloc| alloc.rollout_stop && alloc.runner != RunnerPhase::Terminal)
+            .count();
+        let unhealthy = state
+            .allocs
+            .iter()
+            .filter(|alloc| !alloc.is_terminal() && alloc.watched && !alloc.abandoned)
+            .count();
+        stopping + unhealthy
+    }
+
+    /// A system job's canaries still missing, each in the place of an older allocation,
+    /// which is stopped for it as a rollout stops one (its delays waited), once the last
+    /// batch is done (DESIGN.md 10b); or, when nothing older is left, on the place of a
+    /// canary that migrated. They are the deployment's first batch: at most `canary`, which
+    /// is at most `max_parallel`.
+    fn place_canaries_in_place(&self, state: &mut State, spec: SpecDigest) {
+        let generation = spec.generation;
+        let older = |alloc: &Alloc| !alloc.is_terminal() && alloc.spec.generation < generation;
+        let canaries = state
+            .allocs
+            .iter()
+            .filter(|alloc| {
+                alloc.canary && !alloc.is_terminal() && alloc.spec.generation == generation
+            })
+            .count();
+        let in_flight = Self::batch_in_flight(state) > 0;
+        for _ in canaries..usize::from(self.cfg.canary) {
+            let next = (0..state.allocs.len())
+                .filter(|&ix| older(&state.allocs[ix]))
+                .min_by_key(|&ix| {
+                    let alloc = &state.allocs[ix];
+                    (alloc.runner != RunnerPhase::Pending, alloc.pack())
+                });
+            match next {
+                Some(_) if in_flight => return,
+                Some(ix) => {
+                    let alloc = &mut state.allocs[ix];
+                    alloc.desired_stop = true;
+                    alloc.rollout_stop = true;
+                    if self.has(Fault::RolloutSkipsDelay) {
+                        alloc.no_shutdown_delay = true;
+                    }
+                }
+                None => {
+                    let live = state.allocs.iter().filter(|a| !a.is_terminal()).count();
+                    if live >= usize::from(self.cfg.count) {
+                        return;
+                    }
+                }
+            }
+            self.place(state, spec, true);
+        }
+    }
+
     /// Reconcile: stop every non-terminal allocation of a stopped job; stop and replace
     /// migrating ones, and the older versions' for a rollout; place up to `count` (§1.6).
     pub(super) fn process_eval(&self, state: &mut State) {
@@ -373,11 +424,12 @@ impl StopPathModel {
         let canarying = state.deployment == Deployment::Canaries;
         // A canary not of the deployment awaiting promotion (an older one's, a failed
         // one's) is not needed (Nomad's `cancelUnneededCanaries`).
-        for alloc in state.allocs.iter_mut() {
-            if alloc.canary
-                && !alloc.is_terminal()
-                && !(canarying && alloc.spec.generation == generation)
-            {
+        // A system job's canary stands in its allocation's place: one no longer waited for
+        // is an allocation like any other.
+        let in_place = self.cfg.canary_in_place;
+        let awaited = |alloc: &Alloc| canarying && alloc.spec.generation == generation;
+        for alloc in state.allocs.iter_mut().filter(|_| !in_place) {
+            if alloc.canary && !alloc.is_terminal() && !awaited(alloc) {
                 alloc.desired_stop = true;
             }
         }
@@ -392,7 +444,8 @@ impl StopPathModel {
                 // While canaries wait for promotion, a migrating older allocation is
                 // replaced at its own version (Nomad's `downgradeNonCanary`), under its own
                 // name: beside the canary that took it, if one did.
-                if canarying && alloc.spec.generation != generation {
+                // A system job's is not: a canary takes its place below.
+                if canarying && !in_place && alloc.spec.generation != generation {
                     downgraded.push((alloc.spec, alloc.beside_canary));
                     alloc.beside_canary = false;
                 }
@@ -409,7 +462,9 @@ impl StopPathModel {
             placed.beside_canary = beside_canary;
         }
         self.roll_out(state, generation);
-        if state.deployment == Deployment::Canaries && to_replace {
+        if state.deployment == Deployment::Canaries && in_place {
+            self.place_canaries_in_place(state, latest.spec);
+        } else if state.deployment == Deployment::Canaries && to_replace {
             let canaries = state
                 .allocs
                 .iter()
@@ -420,11 +475,12 @@ impl StopPathModel {
                 self.take_a_name_for_the_canary(state, generation);
             }
         }
-        // Canaries not yet promoted are beside the `count`, not part of it.
+        // Canaries not yet promoted are beside the `count`, not part of it (a system job's
+        // are in it).
         let live = state
             .allocs
             .iter()
-            .filter(|alloc| !alloc.is_terminal() && !alloc.canary)
+            .filter(|alloc| !alloc.is_terminal() && (in_place || !alloc.canary))
             .count();
         for _ in live..usize::from(self.cfg.count) {
             self.place(state, latest.spec, false);

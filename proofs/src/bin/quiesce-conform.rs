@@ -38,6 +38,10 @@ struct Cli {
     /// the same, in the same order, whatever the number.
     #[arg(long)]
     threads: Option<usize>,
+    /// Check and walk only these parts of the configuration (repeatable; every part when
+    /// none is named). For working on one part: the main job names none.
+    #[arg(long = "part")]
+    parts: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -298,7 +302,13 @@ fn in_parallel<T: Send>(
 /// most states first, so that the longest is not left for last; what is printed, and its
 /// order, is the same whatever the number of threads.
 fn conform(cli: &Cli) -> Result<bool, String> {
-    let parts = config::configuration(&cli.config)?;
+    let mut parts = config::configuration(&cli.config)?;
+    if !cli.parts.is_empty() {
+        for name in &cli.parts {
+            config::named_part(&cli.config, Some(name))?;
+        }
+        parts.retain(|part| cli.parts.contains(&part.name));
+    }
     let options = WalkOptions {
         max_depth: cli.depth,
         symmetry: !cli.no_symmetry,

@@ -210,6 +210,7 @@ impl Instance {
                     && new.cfg.count == old.cfg.count
                     && new.cfg.max_parallel == old.cfg.max_parallel
                     && new.cfg.canary == old.cfg.canary
+                    && new.cfg.canary_in_place == old.cfg.canary_in_place
                     && new.cfg.restart_attempts == old.cfg.restart_attempts
             }
             _ => false,
@@ -497,7 +498,7 @@ fn model_of(spec: &Job, group: &str) -> Result<StopPathModel, String> {
         ));
     }
     let restart_attempts = restart_attempts(spec, group)?;
-    let canary = canary_of(spec, group)?;
+    let canary = canary_of(spec, group, count as u64)?;
     let cfg = ModelCfg {
         name: format!("{}/{group}", spec.id),
         job: spec.id.clone(),
@@ -518,6 +519,9 @@ fn model_of(spec: &Job, group: &str) -> Result<StopPathModel, String> {
             u8::try_from(update.max_parallel).unwrap_or(u8::MAX)
         }),
         canary,
+        canary_in_place: spec
+            .update_of(group)
+            .is_some_and(|update| update.canary_in_place),
     };
     Ok(cfg.into_model())
 }
@@ -525,7 +529,7 @@ fn model_of(spec: &Job, group: &str) -> Result<StopPathModel, String> {
 /// The group's canaries, as the model has them: promoted by the deployment itself once all
 /// are healthy (`auto_promote`), in the job's only group with canaries (the implementation
 /// promotes a job's groups together; the model follows one group).
-fn canary_of(spec: &Job, group: &str) -> Result<u8, String> {
+fn canary_of(spec: &Job, group: &str, count: u64) -> Result<u8, String> {
     let Some(update) = spec.update_of(group).filter(|update| update.canary > 0) else {
         return Ok(0);
     };
@@ -547,10 +551,12 @@ fn canary_of(spec: &Job, group: &str) -> Result<u8, String> {
              group"
         ));
     }
-    u8::try_from(update.canary)
+    // A system job's is a percentage of the allocations an update replaces: of every one.
+    let canaries = update.canaries_for(count);
+    u8::try_from(canaries)
         .ok()
         .filter(|canary| usize::from(*canary) < MAX_ALLOCS)
-        .ok_or_else(|| format!("canary {} is past the model's bounds", update.canary))
+        .ok_or_else(|| format!("canary {canaries} is past the model's bounds"))
 }
 
 /// The group's restart attempts, one for every task, as the model has them: `mode = "fail"`

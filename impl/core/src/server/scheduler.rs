@@ -179,7 +179,10 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                 // replaced (Nomad's `computeStop` stops it as not needed). Else its
                 // replacement belongs to the deployment, which is not done until it is
                 // healthy (Nomad's `isDeploymentComplete`: nothing left to migrate).
-                if kept.insert(index) {
+                if canarying && in_place && alloc.job_version != job.version {
+                    // A system job's: a canary takes its place below.
+                    rolled_out = false;
+                } else if kept.insert(index) {
                     rolled_out = false;
                     // A replacement in the same plan, never carrying the flag; while
                     // canaries wait, at the allocation's own version (Nomad's
@@ -238,10 +241,6 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                 rollouts.push((group.name.clone(), index_of(&alloc.name), alloc.id.clone()));
             }
         }
-        for index in (0..count).filter(|index| !kept.contains(index)) {
-            plan.place
-                .push(Placement::new(&shared, &group.name, index, false));
-        }
         // The canaries still missing, while the deployment runs (not paused), on the
         // indexes of the allocations they would replace first (Nomad's `NextCanaries`).
         let wanted = deployment
@@ -252,16 +251,32 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
             .unwrap_or(usize::MAX)
             .saturating_sub(canaries.len());
         if missing > 0 && in_place {
-            // Each in the place of an allocation it updates, which is stopped for it: the
-            // deployment's first batch.
-            for (alloc, _) in replaced.iter().take(missing) {
+            let room = rollout_room(store, job, &group.name, deployment);
+            let mut placed = Vec::new();
+            // Each in the place of an older allocation, stopped for it as a rollout stops
+            // one, once the last batch is done (DESIGN.md 10b): the deployment's first batch.
+            for (alloc, _) in replaced.iter().take(missing).filter(|_| room > 0) {
                 plan.stop.push((alloc.id.clone(), DESC_UPDATING));
+                placed.push((index_of(&alloc.name), Some(alloc.id.clone())));
+            }
+            // Nothing older left to stand for: on the index a canary that migrated left.
+            if replaced.is_empty() {
+                let free = (0..count).filter(|index| !kept.contains(index));
+                placed.extend(free.take(missing).map(|index| (index, None)));
+            }
+            for (index, previous) in placed {
+                kept.insert(index);
                 plan.place.push(Placement {
-                    previous: Some(alloc.id.clone()),
-                    ..Placement::new(&shared, &group.name, index_of(&alloc.name), true)
+                    previous,
+                    ..Placement::new(&shared, &group.name, index, true)
                 });
             }
-        } else if missing > 0 && !replaced.is_empty() {
+        }
+        for index in (0..count).filter(|index| !kept.contains(index)) {
+            plan.place
+                .push(Placement::new(&shared, &group.name, index, false));
+        }
+        if missing > 0 && !in_place && !replaced.is_empty() {
             let mut indexes: Vec<u64> = replaced.iter().map(|(a, _)| index_of(&a.name)).collect();
             indexes.sort_unstable();
             // More canaries than `count`: the rest on the indexes past it (Nomad's).

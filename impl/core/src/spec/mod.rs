@@ -832,7 +832,11 @@ mod tests {
             )
         };
         let (job, warnings) = parse_register_body_warned(
-            body("system", r#"{"MaxParallel": 2, "Canary": 50, "AutoRevert": true}"#).as_bytes(),
+            body(
+                "system",
+                r#"{"MaxParallel": 2, "Canary": 50, "AutoRevert": true}"#,
+            )
+            .as_bytes(),
         )
         .unwrap();
         assert!(
@@ -849,12 +853,17 @@ mod tests {
         assert_eq!((update.canaries_for(1), update.canaries_for(0)), (1, 0));
         let service = parse_register_body(body("service", r#"{"Canary": 3}"#).as_bytes()).unwrap();
         let service = service.update_of("g").unwrap();
-        assert_eq!((service.canaries_for(1), service.canary_in_place), (3, false));
+        assert_eq!(
+            (service.canaries_for(1), service.canary_in_place),
+            (3, false)
+        );
 
         let errors = parse_register_body(body("sysbatch", r#"{"MaxParallel": 1}"#).as_bytes())
             .expect_err("a sysbatch job has no rollout");
         assert!(
-            errors.to_string().contains(r#"Job type "sysbatch" does not allow update block"#),
+            errors
+                .to_string()
+                .contains(r#"Job type "sysbatch" does not allow update block"#),
             "{errors}"
         );
     }

@@ -291,7 +291,12 @@ fn describe_part(part: &ModelCfg, symmetry: bool, bfs: bool) -> String {
         words.insert(1, format!("{} nodes", part.nodes));
     }
     if part.canary > 0 {
-        words.insert(2, format!("canary {} (auto_promote)", part.canary));
+        let place = if part.canary_in_place {
+            ", in place"
+        } else {
+            ""
+        };
+        words.insert(2, format!("canary {} (auto_promote{place})", part.canary));
     }
     if let Some(fault) = part.fault {
         words.push(format!("fault {fault}"));
