@@ -151,7 +151,7 @@ fn pass(shared: &Shared, forced: bool) -> Collected {
     let collected = core.server.collect_garbage(cutoffs);
     if !collected.is_empty() {
         core.commit(None, Vec::new());
-        shared.notify(&core);
+        shared.notify(&mut core);
     }
     drop(core);
     let mut state = shared.gc.state();

@@ -458,8 +458,10 @@ struct Asleep {
 /// What every thread of the agent shares.
 pub struct Shared {
     core: Mutex<Core>,
-    /// Sent after every write while a blocking query waits on it (on the HTTP runtime).
+    /// Sent after every write while an event stream waits on it (on the HTTP runtime).
     changes: tokio::sync::watch::Sender<()>,
+    /// The blocking queries waiting, each on what it read (`http::watch`).
+    pub watchers: http::Watchers,
     /// Notified when there is an evaluation to process: the scheduler waits on it.
     evals: Condvar,
     /// Notified when there is an update to pull or an exit to apply: the client workers
@@ -491,10 +493,13 @@ impl Shared {
         self.core.lock().expect("the core lock is never poisoned")
     }
 
-    /// Wakes the blocking queries (every write changes the index), and the scheduler and
-    /// the client workers if there is work for them — only those asleep. Called with the
-    /// core locked.
-    pub fn notify(&self, core: &Core) {
+    /// Wakes the blocking queries that watch what the writes since the last call moved,
+    /// the event streams, and the scheduler and the client workers if there is work for
+    /// them — only those asleep. Called with the core locked (a blocking query registers
+    /// under the same lock: `http/watch.rs`).
+    pub fn notify(&self, core: &mut Core) {
+        let moved = core.server.store.drain_moved();
+        self.watchers.publish(&moved);
         if self.changes.receiver_count() > 0 {
             self.changes.send_replace(());
         }
@@ -519,9 +524,11 @@ impl Shared {
     /// Wakes every reader waiting for a write (the agent is stopping).
     pub fn wake_readers(&self) {
         self.changes.send_replace(());
+        self.watchers.wake_all();
     }
 
-    /// Changes as soon as there is a write (every write changes the index).
+    /// Changes as soon as there is a write (every write changes the index): what the event
+    /// streams wait on.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
         self.changes.subscribe()
     }

@@ -148,7 +148,7 @@ pub(super) fn first_heartbeat(shared: &Arc<Shared>, mut node: Node) {
         if let Err(error) = core.commit_durably() {
             say!("storing the node's first heartbeat: {error}");
         }
-        shared.notify(&core);
+        shared.notify(&mut core);
         drop(core);
         announce_ready(&id);
     });

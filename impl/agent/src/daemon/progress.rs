@@ -23,7 +23,7 @@ pub(super) fn run(shared: Arc<Shared>) {
                 if let Err(error) = core.commit_durably() {
                     say!("deployment watcher: storing a failed deployment: {error}");
                 }
-                shared.notify(&core);
+                shared.notify(&mut core);
             }
             core.server.next_progress_deadline()
         };

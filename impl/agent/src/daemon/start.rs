@@ -36,6 +36,8 @@ impl Agent {
         let mut store = StateStore::restore(loaded.index, loaded.tables, loaded.table_indexes);
         store.limit_job_versions(config.gc.job_max_versions);
         store.set_clock(unix_now_ns);
+        // Blocking queries wake on what each write moved (`http/watch.rs`).
+        store.watch_moves();
         // The event stream's journal starts with this run, as Nomad's event buffer does.
         // `QUIESCE_NO_JOURNAL` leaves it out, to measure what it costs (`server/events.rs`).
         if std::env::var_os("QUIESCE_NO_JOURNAL").is_none() {
@@ -123,6 +125,7 @@ impl Agent {
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             changes: tokio::sync::watch::Sender::new(()),
+            watchers: http::Watchers::default(),
             evals: Condvar::new(),
             work: Condvar::new(),
             runners: Mutex::new(BTreeMap::new()),
@@ -178,7 +181,7 @@ impl Agent {
                         }
                     }
                     if wake {
-                        shared.notify(&core);
+                        shared.notify(&mut core);
                     }
                 })
                 .map_err(|e| format!("starting the exit watcher: {e}"))?;

@@ -70,7 +70,7 @@ fn forget_if_gone(shared: &Arc<Shared>, id: &AllocId, shell: &RunnerShell<Daemon
     ];
     core.commit(None, forget);
     // Whatever the commit took for the client to pull, someone is woken for it.
-    shared.notify(&core);
+    shared.notify(&mut core);
     drop(core);
     drop(registry);
     // Its directory goes once newer ones are kept (Nomad's client `gc_max_allocs`).
@@ -107,7 +107,7 @@ pub(super) fn scheduler_loop(shared: Arc<Shared>) {
         if let Err(error) = core.commit_durably() {
             crate::daemon::say!("scheduler: storing the plan: {error}");
         }
-        shared.notify(&core);
+        shared.notify(&mut core);
     }
 }
 

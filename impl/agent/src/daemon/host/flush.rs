@@ -39,7 +39,7 @@ impl DaemonHost {
         );
         let effects = core.take_writes();
         self.pending.effects.extend(effects);
-        shared.notify(&core);
+        shared.notify(&mut core);
     }
 
     // invariant: prestop_hooks_always_run
@@ -119,7 +119,7 @@ impl DaemonHost {
         } else {
             Some(core.commit_durable(stored, writes))
         };
-        shared.notify(&core);
+        shared.notify(&mut core);
         drop(core);
         for (_, signaller, request) in pending.requests {
             if let Err(error) = signaller.send(request) {
@@ -139,7 +139,7 @@ impl DaemonHost {
                 let mut core = shared.core();
                 core.server.client_report(&self.alloc, report);
                 core.commit(None, Vec::new());
-                shared.notify(&core);
+                shared.notify(&mut core);
             }
         }
     }

@@ -220,7 +220,10 @@ fn acl_write(
         index
     );
     let stored = core.commit_durably_with(writes);
-    shared.notify(&core);
+    shared.notify(&mut core);
+    // No table of the store moved, yet every blocking query looks at its token again: one
+    // deleted ends its queries with a 403 now, not at their next write.
+    shared.watchers.wake_all();
     if let Err(e) = stored {
         // The write is kept and stored once it can be: a token made by it (the bootstrap's
         // above all, which cannot be made again) is of use only if its secret is known.

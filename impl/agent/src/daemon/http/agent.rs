@@ -119,6 +119,7 @@ pub(super) fn metrics(shared: &Shared, query: &Query) -> Result<Reply, ApiError>
     let runners = shared.runner_count();
     let (connections, shed) = shared.connections.get().map_or((0, 0), |c| c.counts());
     let collected = shared.gc.total();
+    let watched = shared.watchers.counts();
     let (jobs, allocs, index, evals, versions) = {
         let core = shared.core();
         let store = &core.server.store;
@@ -151,6 +152,22 @@ pub(super) fn metrics(shared: &Shared, query: &Query) -> Result<Reply, ApiError>
         (
             "quiesce.http.unsent_answer_bytes",
             shared.answers.unsent() as f64,
+        ),
+        // Blocking queries (`watch.rs`): waiting now; since the start, how often a write
+        // woke one, and whether its read then answered or waited again; refused for room.
+        ("quiesce.http.blocked_queries", watched.waiting as f64),
+        ("quiesce.http.blocked_query_wakeups", watched.woken as f64),
+        (
+            "quiesce.http.blocked_query_wakeups_answered",
+            watched.answered as f64,
+        ),
+        (
+            "quiesce.http.blocked_query_wakeups_waited_again",
+            watched.waited_again as f64,
+        ),
+        (
+            "quiesce.http.blocked_queries_refused",
+            watched.refused as f64,
         ),
     ];
     match query.get("format") {

@@ -19,6 +19,7 @@ pub(super) fn get_alloc(shared: &Shared, id: &str, query: &Query) -> Result<Repl
     read_one(
         shared,
         query,
+        Object::of(Table::Allocs, id),
         |s| s.alloc(id),
         index,
         "alloc not found",
@@ -41,6 +42,7 @@ pub(super) fn get_eval(shared: &Shared, id: &str, query: &Query) -> Result<Reply
     read_one(
         shared,
         query,
+        Object::of(Table::Evals, id),
         |s| s.eval(id),
         index,
         "eval not found",
@@ -232,7 +234,7 @@ pub(super) fn stub_reply((chosen, index): Stubs, resources: bool) -> Result<Repl
 
 pub(super) fn list_allocs(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
     let resources = query.bool("resources")?;
-    let core = blocking_table(shared, query, allocs_table)?;
+    let core = blocking_table(shared, query, &[Table::Allocs])?;
     let prefix = query.get("prefix").unwrap_or("");
     let chosen = stubs(
         &core,
@@ -344,7 +346,7 @@ pub(super) fn list_evals(shared: &Shared, query: &Query) -> Result<Reply, ApiErr
                 .ok_or_else(|| error(400, format!("Invalid next_token {token:?}")))?,
         ),
     };
-    let core = blocking_table(shared, query, evals_table)?;
+    let core = blocking_table(shared, query, &[Table::Evals])?;
     let prefix = query.get("prefix").unwrap_or("");
     let job = query.get("job");
     let status = query.get("status");
@@ -390,7 +392,7 @@ pub(super) fn list_evals(shared: &Shared, query: &Query) -> Result<Reply, ApiErr
 }
 
 pub(super) fn eval_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking_table(shared, query, allocs_table)?;
+    let core = blocking_table(shared, query, &[Table::Allocs])?;
     let chosen = stubs(
         &core,
         core.server.store.allocs().filter(|a| a.eval_id == id),
@@ -409,7 +411,7 @@ pub(super) fn deployment_allocs(
     if id.is_empty() {
         return Err(error(400, "missing deployment ID"));
     }
-    let core = blocking_table(shared, query, allocs_table)?;
+    let core = blocking_table(shared, query, &[Table::Allocs])?;
     let chosen = stubs(
         &core,
         core.server

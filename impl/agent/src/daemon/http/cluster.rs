@@ -113,7 +113,7 @@ pub(super) fn list_volumes(shared: &Shared, query: &Query) -> Result<Reply, ApiE
 }
 
 /// A blocking query on a table that never changes (its index is 1): one past it waits out
-/// its `wait`, as Nomad's does.
+/// its `wait` (no write wakes it), as Nomad's does.
 fn unchanging(shared: &Shared, query: &Query) -> Result<(), ApiError> {
-    blocking_on(shared, query, |_| 1).map(drop)
+    blocking_on(shared, query, |_| 1, |_| Vec::new()).map(drop)
 }

@@ -19,7 +19,12 @@ fn table_index(store: &StateStore) -> u64 {
 /// `GET /v1/deployments`: every deployment, oldest first (Nomad's order by create index),
 /// or those whose ID starts with `prefix`.
 pub(super) fn list_deployments(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking_on(shared, query, |core| table_index(&core.server.store))?;
+    let core = blocking_on(
+        shared,
+        query,
+        |core| table_index(&core.server.store),
+        |_| vec![Key::Table(Table::Deployments)],
+    )?;
     let prefix = query.get("prefix").unwrap_or_default();
     let store = &core.server.store;
     let mut found: Vec<&Deployment> = store
@@ -36,6 +41,7 @@ pub(super) fn get_deployment(shared: &Shared, id: &str, query: &Query) -> Result
     read_one(
         shared,
         query,
+        Object::of(Table::Deployments, id),
         |store| store.deployment(id),
         |_, deployment| deployment.modify_index,
         "deployment not found",
@@ -51,7 +57,12 @@ pub(super) fn job_deployments(
     query: &Query,
     latest: bool,
 ) -> Result<Reply, ApiError> {
-    let core = blocking_on(shared, query, |core| table_index(&core.server.store))?;
+    let core = blocking_on(
+        shared,
+        query,
+        |core| table_index(&core.server.store),
+        |_| vec![Key::Table(Table::Deployments)],
+    )?;
     let store = &core.server.store;
     let body = if latest {
         store

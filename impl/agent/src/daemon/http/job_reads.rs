@@ -101,10 +101,17 @@ pub(super) fn job_submission(shared: &Shared, id: &str, query: &Query) -> Result
                 "Unable to parse job submission version parameter (version=N is required)",
             )
         })?;
-    let core = blocking_on(shared, query, |core| {
-        let store = &core.server.store;
-        store.job(id).map_or(store.index(), |job| job.modify_index)
-    })?;
+    let index_of = |store: &StateStore| {
+        store
+            .job(id)
+            .map_or(store.table_indexes().jobs, |job| job.modify_index)
+    };
+    let core = blocking_on(
+        shared,
+        query,
+        |core| index_of(&core.server.store),
+        |core| watch_job(&core.server.store, id),
+    )?;
     let store = &core.server.store;
     let found = store
         .job_versions(id)
@@ -114,7 +121,7 @@ pub(super) fn job_submission(shared: &Shared, id: &str, query: &Query) -> Result
     let Some(submission) = found.and_then(|job| job.submission.as_deref()) else {
         return Err(error(404, "job source not found"));
     };
-    let index = store.job(id).map_or(store.index(), |job| job.modify_index);
+    let index = index_of(store);
     ok(
         serde_json::to_value(submission).expect("submissions serialize"),
         index,
@@ -124,7 +131,7 @@ pub(super) fn job_submission(shared: &Shared, id: &str, query: &Query) -> Result
 /// `GET /v1/job/:id/services`: every registration of the job's allocations, as
 /// `/v1/service/:name` shows them.
 pub(super) fn job_services(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking_table(shared, query, |t| t.services)?;
+    let core = blocking_table(shared, query, &[Table::Services])?;
     let store = &core.server.store;
     if store.job(id).is_none() {
         return Err(error(404, "job not found"));

@@ -60,7 +60,18 @@ struct Page<'a> {
 
 pub(super) fn job_statuses(shared: &Shared, query: &Query, body: &[u8]) -> Result<Reply, ApiError> {
     let asked = asked(query, body)?;
-    let core = blocking_on(shared, query, |core| page(&core.server.store, &asked).index)?;
+    // The page's index follows its jobs, their allocations and latest deployments, and
+    // the jobs table: woken by those tables.
+    let core = blocking_on(
+        shared,
+        query,
+        |core| page(&core.server.store, &asked).index,
+        |_| {
+            [Table::Jobs, Table::Allocs, Table::Deployments]
+                .map(Key::Table)
+                .to_vec()
+        },
+    )?;
     let store = &core.server.store;
     let Page {
         jobs,

@@ -139,10 +139,11 @@ fn scale_request(fields: &Map<String, Value>, id: &str) -> Result<ScaleRequest, 
 }
 
 /// The index `GET /v1/job/:id/scale` answers and blocks on: the job's, its allocations'
-/// table's and its scaling events' (the store's, while there is no such job).
+/// table's and its scaling events' (the jobs table's, while there is no such job). Woken by
+/// the job's allocations, not the table's: those of other jobs change nothing it shows.
 fn scale_status_index(core: &Core, id: &str) -> u64 {
     let store = &core.server.store;
-    store.job(id).map_or(store.index(), |job| {
+    store.job(id).map_or(store.table_indexes().jobs, |job| {
         let events = store.scaling_events(id).map_or(0, |e| e.modify_index);
         job.modify_index
             .max(store.table_indexes().allocs)
@@ -154,7 +155,15 @@ fn scale_status_index(core: &Core, id: &str) -> u64 {
 /// terminal), running, healthy and unhealthy in their deployment — and its scaling events,
 /// newest first (Nomad's `JobScaleStatusResponse`).
 pub(super) fn scale_status(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking_on(shared, query, |core| scale_status_index(core, id))?;
+    let watch = |core: &Core| match core.server.store.job(id) {
+        None => vec![Key::Table(Table::Jobs)],
+        Some(_) => vec![
+            Key::Object(Table::Jobs, id.to_string()),
+            Key::JobAllocs(id.to_string()),
+            Key::Object(Table::ScalingEvents, id.to_string()),
+        ],
+    };
+    let core = blocking_on(shared, query, |core| scale_status_index(core, id), watch)?;
     let store = &core.server.store;
     let job = store.job(id).ok_or_else(|| error(404, "job not found"))?;
     let events = store.scaling_events(id).map(|job| &job.scaling_events);

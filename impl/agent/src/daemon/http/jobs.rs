@@ -12,11 +12,30 @@ pub(super) fn job_index(store: &StateStore, job: &Job) -> u64 {
         .fold(job.modify_index, u64::max)
 }
 
+/// What a read of a job's record (its versions, its submissions) waits on: the job, or
+/// while there is none, the jobs table.
+pub(super) fn watch_job(store: &StateStore, id: &str) -> Vec<Key> {
+    match store.job(id) {
+        Some(_) => vec![Key::Object(Table::Jobs, id.to_string())],
+        None => vec![Key::Table(Table::Jobs)],
+    }
+}
+
+/// A job, as a blocking read of it watches it: its record and its allocations.
+fn job_object(id: &str) -> Object<'_> {
+    Object {
+        table: Table::Jobs,
+        id,
+        also: AlsoOn::JobAllocs,
+    }
+}
+
 pub(super) fn get_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     let index = job_index;
     read_one(
         shared,
         query,
+        job_object(id),
         |s| s.job(id),
         index,
         "job not found",
@@ -29,6 +48,7 @@ pub(super) fn job_summary(shared: &Shared, id: &str, query: &Query) -> Result<Re
     read_one(
         shared,
         query,
+        job_object(id),
         |s| s.job(id),
         index,
         "job not found",
@@ -93,7 +113,7 @@ pub(super) fn summary(core: &Core, job: &Job) -> Value {
 
 pub(super) fn list_jobs(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
     let meta = query.bool("meta")?;
-    let core = blocking_table(shared, query, jobs_table)?;
+    let core = blocking_table(shared, query, &JOBS_LIST)?;
     let prefix = query.get("prefix").unwrap_or("");
     let jobs: Vec<Value> = core
         .server
@@ -116,17 +136,27 @@ pub(super) fn list_jobs(shared: &Shared, query: &Query) -> Result<Reply, ApiErro
             stub
         })
         .collect();
-    ok(json!(jobs), jobs_table(&core.server.store.table_indexes()))
+    ok(
+        json!(jobs),
+        tables_index(&core.server.store.table_indexes(), &JOBS_LIST),
+    )
 }
 
 pub(super) fn job_versions(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     let with_diffs = query.bool("diffs")?;
-    let core = blocking_on(shared, query, |core| {
-        let store = &core.server.store;
-        store.job_versions(id).map_or(store.index(), |versions| {
-            versions.iter().map(|j| j.modify_index).max().unwrap_or(0)
-        })
-    })?;
+    let core = blocking_on(
+        shared,
+        query,
+        |core| {
+            let store = &core.server.store;
+            store
+                .job_versions(id)
+                .map_or(store.table_indexes().jobs, |versions| {
+                    versions.iter().map(|j| j.modify_index).max().unwrap_or(0)
+                })
+        },
+        |core| watch_job(&core.server.store, id),
+    )?;
     let versions = core
         .server
         .store
@@ -163,7 +193,13 @@ pub(super) fn job_versions(shared: &Shared, id: &str, query: &Query) -> Result<R
 
 pub(super) fn job_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     query.bool("all")?;
-    let core = blocking_table(shared, query, allocs_table)?;
+    // The allocations table's index, as Nomad's; woken by the job's allocations only.
+    let core = blocking_on(
+        shared,
+        query,
+        |core| core.server.store.table_indexes().allocs,
+        |_| vec![Key::JobAllocs(id.to_string())],
+    )?;
     let chosen = stubs(
         &core,
         core.server.store.allocs_by_job(id).filter(|a| !a.tombstone),
@@ -173,7 +209,7 @@ pub(super) fn job_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Rep
 }
 
 pub(super) fn job_evals(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking_table(shared, query, evals_table)?;
+    let core = blocking_table(shared, query, &[Table::Evals])?;
     let evals: Vec<Value> = core
         .server
         .store

@@ -12,7 +12,8 @@
 //! What every read shares: `index` and `wait`; a list answers, and blocks on, the index of
 //! its own table (`StateStore::table_indexes`, Nomad's `index` table: jobs with their
 //! allocations, since a job's status follows them; allocations; evaluations; services;
-//! nodes), one object its `ModifyIndex`; unset string IDs are `""`. Errors are Nomad's texts
+//! nodes), one object its `ModifyIndex` (its table's while it does not exist); a blocking
+//! query wakes only for a write to what it read (`watch.rs`); unset string IDs are `""`. Errors are Nomad's texts
 //! (`job not found`, `alloc not found`, `eval not found`, `Invalid method`, `Enforcing job
 //! modify index …`). A path the agent does not serve is a 404 saying so; a job endpoint it
 //! does not serve (`/scale`, `/revert`, `/dispatch`, …) is named, never taken for a job ID.
@@ -52,6 +53,7 @@ pub mod routes;
 mod server;
 mod services;
 mod ui;
+pub mod watch;
 
 use acl::{authority, check, Need};
 use agent::*;
@@ -66,6 +68,8 @@ use nodes::*;
 use request::*;
 pub use server::{runtime, serve, HttpLimits};
 use services::*;
+pub use watch::Watchers;
+use watch::{Key, Table};
 
 use super::host::DRIVERS;
 use super::persist::StoreError;
@@ -116,8 +120,10 @@ fn plain(body: Value) -> Result<Reply, ApiError> {
 pub struct ApiError {
     pub status: u16,
     pub message: String,
-    /// Not an answer yet: a blocking query found nothing new and waits up to this long.
+    /// Not an answer yet: a blocking query found nothing new and waits up to this long,
+    /// for a write to what it read (`watch.rs`; `None`: for its `wait` alone).
     blocked: Option<Duration>,
+    waiter: Option<watch::Waiter>,
     /// `Retry-After` (seconds): a refusal for now, not for good.
     retry_after: Option<u32>,
 }
@@ -127,6 +133,7 @@ fn error(status: u16, message: impl Into<String>) -> ApiError {
         status,
         message: message.into(),
         blocked: None,
+        waiter: None,
         retry_after: None,
     }
 }
@@ -159,12 +166,14 @@ impl From<StoreError> for ApiError {
 }
 
 impl ApiError {
-    /// A blocking query that waits for a write, for at most `wait` (see [`answer`]).
-    fn blocked(wait: Duration) -> ApiError {
+    /// A blocking query that waits for a write its `waiter` watches, for at most `wait`
+    /// (see [`answer`]).
+    fn blocked(wait: Duration, waiter: Option<watch::Waiter>) -> ApiError {
         ApiError {
             status: 200,
             message: String::new(),
             blocked: Some(wait),
+            waiter,
             retry_after: None,
         }
     }
@@ -200,14 +209,14 @@ pub struct ApiRequest {
 pub const MAX_BODY_BYTES: usize = 8 << 20;
 
 /// Answers a request on the handler threads. A blocking query that finds nothing new
-/// waits here, on no thread, for the next write (or its `wait`), then asks again.
+/// waits here, on no thread, for a write to what it read (its waiter, registered by the
+/// look: `watch.rs`) or its `wait`, then asks again.
 async fn answer(shared: Arc<Shared>, request: ApiRequest) -> Result<Reply, ApiError> {
     let request = Arc::new(request);
     let mut deadline = None;
+    let mut woken = false;
     loop {
         let waited_out = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
-        // Subscribed before the handler looks, so a write in between is not missed.
-        let mut changes = shared.changes();
         let (on, asked) = (Arc::clone(&shared), Arc::clone(&request));
         let attempt =
             match tokio::task::spawn_blocking(move || handle(&on, &asked, waited_out)).await {
@@ -224,12 +233,30 @@ async fn answer(shared: Arc<Shared>, request: ApiRequest) -> Result<Reply, ApiEr
         match attempt {
             Err(ApiError {
                 blocked: Some(wait),
+                waiter,
                 ..
             }) if !waited_out => {
+                if woken {
+                    shared.watchers.count_after_wake(false);
+                }
                 let until = *deadline.get_or_insert_with(|| server::deadline_after(wait));
-                let _ = tokio::time::timeout_at(until, changes.changed()).await;
+                woken = match waiter {
+                    Some(waiter) => tokio::time::timeout_at(until, waiter.woken()).await.is_ok(),
+                    None => {
+                        tokio::time::sleep_until(until).await;
+                        false
+                    }
+                };
+                if woken {
+                    shared.watchers.count_woken();
+                }
             }
-            answered => return answered,
+            answered => {
+                if woken {
+                    shared.watchers.count_after_wake(true);
+                }
+                return answered;
+            }
         }
     }
 }

@@ -101,7 +101,7 @@ fn node_stub(node: &Node) -> Value {
 pub(super) fn list_nodes(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
     let with_resources = query.bool("resources")?;
     let with_attributes = query.bool("os")?;
-    let core = blocking_table(shared, query, |t| t.nodes)?;
+    let core = blocking_table(shared, query, &[Table::Nodes])?;
     let prefix = query.get("prefix").unwrap_or("");
     let nodes: Vec<Value> = core
         .server
@@ -131,6 +131,7 @@ pub(super) fn get_node(shared: &Shared, id: &str, query: &Query) -> Result<Reply
     read_one(
         shared,
         query,
+        Object::of(Table::Nodes, id),
         |s| s.node(id),
         index,
         "node not found",
@@ -143,7 +144,7 @@ pub(super) fn get_node(shared: &Shared, id: &str, query: &Query) -> Result<Reply
 /// lists no longer show them): how a purge's monitor knows when they are dead.
 pub(super) fn node_allocs(shared: &Shared, id: &str, query: &Query) -> Result<Reply, ApiError> {
     // An unknown node has no allocations (Nomad answers an empty list too).
-    let core = blocking_table(shared, query, allocs_table)?;
+    let core = blocking_table(shared, query, &[Table::Allocs])?;
     // Full allocations, as Nomad's: copied under the lock (each shares its job version's
     // `Arc`), rendered after it is released, as the lists' stubs are. The answer is counted
     // against the agent's budget of answers not yet taken, as every store read's is.

@@ -2,8 +2,8 @@
 //! everything a client can make the agent hold (DESIGN.md, "Limits"; each is documented in
 //! README.md). Connections are tasks, not threads: an idle one costs a socket and a few
 //! KiB. Requests are answered on a bounded pool of threads (the handlers take the core's
-//! lock, a blocking call); a blocking query waits for a write on no thread at all, then
-//! answers on the pool.
+//! lock, a blocking call); a blocking query waits for a write to what it read on no
+//! thread at all, then answers on the pool.
 //!
 //! | limit | value | past it |
 //! |---|---|---|

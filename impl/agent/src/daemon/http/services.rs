@@ -3,7 +3,7 @@
 use super::*;
 
 pub(super) fn list_services(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking_table(shared, query, |t| t.services)?;
+    let core = blocking_table(shared, query, &[Table::Services])?;
     // Each name's tags: the union of its registrations' (Nomad's stub), sorted.
     let mut names: BTreeMap<(String, String), std::collections::BTreeSet<String>> = BTreeMap::new();
     for service in core.server.store.services() {
@@ -33,7 +33,7 @@ pub(super) fn list_services(shared: &Shared, query: &Query) -> Result<Reply, Api
 }
 
 pub(super) fn get_service(shared: &Shared, name: &str, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking_table(shared, query, |t| t.services)?;
+    let core = blocking_table(shared, query, &[Table::Services])?;
     let node = core.node.clone();
     let registrations: Vec<Value> = core
         .server

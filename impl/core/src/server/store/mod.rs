@@ -14,6 +14,7 @@
 
 mod deployments;
 mod journal;
+mod moved;
 mod scaling;
 mod status;
 
@@ -23,6 +24,7 @@ use super::structs::{
     AllocId, Allocation, Deployment, EvalId, Evaluation, JobId, Node, NodeId, ServiceRegistration,
 };
 use crate::spec::Job;
+pub use moved::{Moved, MAX_MOVED};
 use status::Counts;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -72,6 +74,9 @@ pub struct StateStore {
     /// keeps none. With it, the write in progress: what it changed so far.
     events: Option<EventJournal>,
     open: Option<OpenWrite>,
+    /// What writes moved since the last drain, when a host wakes readers by it (the
+    /// daemon); `None` notes nothing (`moved.rs`).
+    moved: Option<Moved>,
     /// At most this many versions of each job are kept (`None`: all).
     max_job_versions: Option<usize>,
     /// Where a write's time comes from (the daemon's wall clock). Without one no record is
@@ -217,6 +222,7 @@ impl StateStore {
                 open.order.push(record.clone());
             }
         }
+        self.moved_record(&record);
         if let Some(written) = self.written.as_mut() {
             written.insert(record);
         }
@@ -437,6 +443,7 @@ impl StateStore {
 
     pub(super) fn put_alloc(&mut self, mut alloc: Allocation) {
         self.wrote(Record::Alloc(alloc.id.clone()));
+        self.moved_allocs_of(&alloc.job_id);
         if let Some(now) = self.now {
             if alloc.create_time == 0 {
                 alloc.create_time = now;
@@ -488,6 +495,7 @@ impl StateStore {
             alloc.alloc_modify_index = index;
             self.client_changes.push(alloc.id.clone());
         }
+        self.moved_allocs_of(&job_id);
         self.recount(&job_id, gone, came);
         true
     }
@@ -503,6 +511,7 @@ impl StateStore {
         });
         self.wrote(Record::Alloc(id.to_string()));
         if let Some(alloc) = self.allocs.remove(id) {
+            self.moved_allocs_of(&alloc.job_id);
             self.recount(&alloc.job_id, Counts::of(&alloc), Counts::default());
             self.client_changes.push(alloc.id.clone());
             if let Some(ids) = self.allocs_by_job.get_mut(&alloc.job_id) {
