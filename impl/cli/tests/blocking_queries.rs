@@ -115,9 +115,10 @@ impl Drop for InProcess {
 }
 
 impl InProcess {
-    fn start() -> InProcess {
+    /// `name`: the test's, so that tests running at once have data dirs of their own.
+    fn start(name: &str) -> InProcess {
         let data_dir =
-            std::env::temp_dir().join(format!("quiesce-blocking-{}", std::process::id()));
+            std::env::temp_dir().join(format!("quiesce-blocking-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data_dir);
         let config = AgentConfig::new(
             data_dir.clone(),
@@ -159,7 +160,7 @@ impl InProcess {
 
 #[test]
 fn a_blocking_query_wakes_only_for_what_it_read() {
-    let agent = InProcess::start();
+    let agent = InProcess::start("only");
     let address = agent.address.clone();
     call(&address, "PUT", "/v1/jobs", Some(&idle_job("many", ALLOCS)));
     call(&address, "PUT", "/v1/jobs", Some(&idle_job("other", 1)));
@@ -237,4 +238,49 @@ fn a_blocking_query_wakes_only_for_what_it_read() {
     wait_for("every waiter gone with its client", || {
         (agent.agent.shared.watchers.counts().waiting == 0).then_some(())
     });
+}
+
+/// The reads whose answers follow a job's allocations (the jobs list, a job's summary) are
+/// woken by an allocation's write alone: no write to the job's record comes with it.
+#[test]
+fn reads_that_follow_a_jobs_allocations_wake_for_an_allocation_alone() {
+    let agent = InProcess::start("follow");
+    let address = agent.address.clone();
+    call(&address, "PUT", "/v1/jobs", Some(&idle_job("solo", 1)));
+    let [(alloc, _)]: [(String, u64); 1] = agent.running("solo", 1).try_into().unwrap();
+    let listed = call(&address, "GET", "/v1/jobs", None).index.unwrap();
+    let summary = call(&address, "GET", "/v1/job/solo/summary", None)
+        .index
+        .unwrap();
+    let on_list = send(
+        &address,
+        "GET",
+        &format!("/v1/jobs?index={listed}&wait=5m"),
+        None,
+    );
+    let on_summary = send(
+        &address,
+        "GET",
+        &format!("/v1/job/solo/summary?index={summary}&wait=5m"),
+        None,
+    );
+    wait_for("both queries waiting", || {
+        (agent.agent.shared.watchers.counts().waiting == 2).then_some(())
+    });
+    call(
+        &address,
+        "PUT",
+        &format!("/v1/allocation/{alloc}/stop"),
+        None,
+    );
+    let list = read_answer(on_list);
+    assert!(
+        list.index.unwrap() > listed,
+        "the jobs list answered its old index"
+    );
+    let summary_now = read_answer(on_summary);
+    assert!(
+        summary_now.index.unwrap() > summary,
+        "the summary answered its old index"
+    );
 }

@@ -325,3 +325,78 @@ fn an_alloc_stop_of_the_old_allocation_before_its_canary_is_placed_gives_its_pla
     assert!(b.deployment_status.as_ref().is_some_and(|s| s.canary));
     assert_eq!(b.job_version, 1);
 }
+
+/// The deployment is never done before its promotion: the canary's place is kept for a
+/// canary whatever happens to the one that had it.
+fn promotion_still_wanted(server: &mut Server) {
+    let deployment = server.store.latest_deployment("agents").unwrap().clone();
+    assert_eq!(deployment.status, "running", "{deployment:?}");
+    assert!(!deployment.task_groups["b"].promoted);
+    let b = live(server)
+        .into_iter()
+        .find(|a| a.task_group == "b")
+        .expect("b's place is filled");
+    assert!(
+        b.deployment_status.as_ref().is_some_and(|s| s.canary),
+        "b's place went to a plain allocation of the new version"
+    );
+    health(server, &ids(&live(server)), true);
+    assert_eq!(deployment_status(server).1, "running", "done unpromoted");
+    server
+        .promote_deployment(&deployment.id, true, &[])
+        .unwrap();
+    settle(server);
+    assert_eq!(deployment_status(server).1, "successful");
+}
+
+#[test]
+fn a_canary_stopped_while_the_deployment_is_paused_is_replaced_by_a_canary() {
+    let (mut server, old) = running(canary(50, false));
+    server.register_job(job("2", canary(50, false))).unwrap();
+    settle(&mut server);
+    stopped(&mut server, &old);
+    let deployment = server.store.latest_deployment("agents").unwrap().id.clone();
+    server.pause_deployment(&deployment, true).unwrap();
+    settle(&mut server);
+    let first = live(&server)[1].clone();
+    server.stop_alloc(&first.id, false).unwrap();
+    settle(&mut server);
+    stopped(&mut server, std::slice::from_ref(&first.id));
+    server.pause_deployment(&deployment, false).unwrap();
+    settle(&mut server);
+    promotion_still_wanted(&mut server);
+}
+
+#[test]
+fn a_canary_that_must_wait_for_its_allocations_port_still_comes_as_a_canary() {
+    use quiesce_core::spec::{Network, Port};
+    let with_port = |mut job: Job| {
+        job.task_groups[1].networks = Some(vec![Network {
+            reserved_ports: Some(vec![Port {
+                label: "admin".into(),
+                value: 28000,
+                ..Port::default()
+            }]),
+            ..Network::default()
+        }]);
+        job
+    };
+    let mut server = Server::new(vec!["node-0".into()], 3);
+    server
+        .register_job(with_port(job("1", canary(100, false))))
+        .unwrap();
+    settle(&mut server);
+    let old = ids(&live(&server));
+    health(&mut server, &old, true);
+    server
+        .register_job(with_port(job("2", canary(100, false))))
+        .unwrap();
+    settle(&mut server);
+    // The old b holds port 28000 until its client has stopped it: the canary waits.
+    assert_eq!(
+        stop_description(&server, &old[1]),
+        (DesiredStatus::Stop, UPDATING.into())
+    );
+    stopped(&mut server, &old);
+    promotion_still_wanted(&mut server);
+}

@@ -122,20 +122,22 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
             .and_then(|d| d.task_groups.get(&group.name))
             .is_some_and(|state| state.desired_canaries > 0 && !state.promoted);
         let in_group: Vec<_> = live.iter().filter(|a| a.task_group == group.name).collect();
-        // Nothing to replace and no canary of its own waiting: no canary is needed (Nomad
-        // wants canaries only for destructive updates).
-        let canarying = canarying
-            && in_group.iter().any(|alloc| {
-                (is_canary(alloc) && deployment.is_some_and(|d| d.id == alloc.deployment_id))
-                    || (alloc.job_version != job.version
-                        && alloc.job.as_run(&group.name) != job.as_run(&group.name))
-            });
         // A system job's canaries take the place of the allocations they update (Nomad's
-        // system scheduler): their indexes are held, and one no longer waited for is an
-        // allocation like any other.
+        // system scheduler): their indexes are held, one no longer waited for is an
+        // allocation like any other, and until the promotion a free index is a canary's
+        // (one whose placement failed, or that migrated, leaves nothing older behind).
         let in_place = job
             .update_of(&group.name)
             .is_some_and(|update| update.canary_in_place);
+        // Nothing to replace and no canary of its own waiting: no canary is needed (Nomad
+        // wants canaries only for destructive updates).
+        let canarying = canarying
+            && (in_place
+                || in_group.iter().any(|alloc| {
+                    (is_canary(alloc) && deployment.is_some_and(|d| d.id == alloc.deployment_id))
+                        || (alloc.job_version != job.version
+                            && alloc.job.as_run(&group.name) != job.as_run(&group.name))
+                }));
         let mut canaries = BTreeSet::new();
         let mut others = Vec::new();
         for alloc in in_group {
@@ -250,7 +252,17 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         let missing = usize::try_from(wanted)
             .unwrap_or(usize::MAX)
             .saturating_sub(canaries.len());
-        if missing > 0 && in_place {
+        // A system job's, paused or not: what is missing is a canary.
+        let missing_in_place = deployment
+            .filter(|_| canarying && in_place)
+            .and_then(|d| d.task_groups.get(&group.name))
+            .map_or(0, |state| {
+                usize::try_from(state.desired_canaries)
+                    .unwrap_or(usize::MAX)
+                    .saturating_sub(canaries.len())
+            });
+        if missing_in_place > 0 {
+            let missing = missing_in_place;
             let room = rollout_room(store, job, &group.name, deployment);
             let mut placed = Vec::new();
             // Each in the place of an older allocation, stopped for it as a rollout stops
@@ -259,7 +271,8 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                 plan.stop.push((alloc.id.clone(), DESC_UPDATING));
                 placed.push((index_of(&alloc.name), Some(alloc.id.clone())));
             }
-            // Nothing older left to stand for: on the index a canary that migrated left.
+            // Nothing older left to stand for: on the index a canary that migrated left, or
+            // that a canary whose placement failed never took.
             if replaced.is_empty() {
                 let free = (0..count).filter(|index| !kept.contains(index));
                 placed.extend(free.take(missing).map(|index| (index, None)));

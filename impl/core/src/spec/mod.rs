@@ -287,6 +287,21 @@ impl EffectiveUpdate {
 }
 
 impl UpdateStrategy {
+    /// Nomad's API's `Empty`: nothing set to other than its zero. (`nomad job inspect`
+    /// shows such a block on every batch job: the server's job-level strategy is a value.)
+    pub fn is_empty(&self) -> bool {
+        let zero = |value: Option<i64>| value.is_none_or(|v| v == 0);
+        zero(self.stagger_ns)
+            && zero(self.max_parallel)
+            && self.health_check.as_deref().is_none_or(str::is_empty)
+            && zero(self.min_healthy_time_ns)
+            && zero(self.healthy_deadline_ns)
+            && zero(self.progress_deadline_ns)
+            && self.auto_revert != Some(true)
+            && self.auto_promote != Some(true)
+            && zero(self.canary)
+    }
+
     /// Nomad's defaults (`api.DefaultUpdateStrategy`): one at a time, healthy after 10 s,
     /// unhealthy after 5 m, the deployment failed after 10 m without progress.
     pub const DEFAULT_MAX_PARALLEL: i64 = 1;
@@ -858,6 +873,11 @@ mod tests {
             (3, false)
         );
 
+        // What `nomad job inspect` shows of any batch job: an empty block, accepted.
+        let zeros = r#"{"Stagger": 0, "MaxParallel": 0, "HealthCheck": "", "MinHealthyTime": 0,
+            "HealthyDeadline": 0, "ProgressDeadline": 0, "AutoRevert": false,
+            "AutoPromote": false, "Canary": 0}"#;
+        parse_register_body(body("batch", zeros).as_bytes()).expect("an empty block");
         let errors = parse_register_body(body("sysbatch", r#"{"MaxParallel": 1}"#).as_bytes())
             .expect_err("a sysbatch job has no rollout");
         assert!(

@@ -8,9 +8,10 @@ const MAX_UPDATE_DURATION_NS: i64 = 24 * 3600 * 1_000_000_000;
 
 pub(super) fn check(job: &Job, fail: &mut dyn FnMut(String, String)) {
     // Only service and system jobs roll out (Nomad's `TaskGroup.Validate`, which sees the
-    // job's block merged into each group's).
+    // job's block merged into each group's when it is not empty, and any group's own).
     if !matches!(job.job_type.as_str(), "service" | "system") {
-        let blocks = std::iter::once(("Update".to_string(), job.update.as_ref())).chain(
+        let job_level = job.update.as_ref().filter(|update| !update.is_empty());
+        let blocks = std::iter::once(("Update".to_string(), job_level)).chain(
             job.task_groups
                 .iter()
                 .enumerate()

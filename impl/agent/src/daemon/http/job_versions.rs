@@ -139,11 +139,12 @@ fn scale_request(fields: &Map<String, Value>, id: &str) -> Result<ScaleRequest, 
 }
 
 /// The index `GET /v1/job/:id/scale` answers and blocks on: the job's, its allocations'
-/// table's and its scaling events' (the jobs table's, while there is no such job). Woken by
-/// the job's allocations, not the table's: those of other jobs change nothing it shows.
+/// table's and its scaling events' (the store's, while there is no such job, as Nomad's
+/// `LatestIndex`; it is woken then by the jobs table). Woken by the job's allocations, not
+/// the table's: those of other jobs change nothing it shows.
 fn scale_status_index(core: &Core, id: &str) -> u64 {
     let store = &core.server.store;
-    store.job(id).map_or(store.table_indexes().jobs, |job| {
+    store.job(id).map_or(store.index(), |job| {
         let events = store.scaling_events(id).map_or(0, |e| e.modify_index);
         job.modify_index
             .max(store.table_indexes().allocs)

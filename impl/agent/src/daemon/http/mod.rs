@@ -216,7 +216,9 @@ async fn answer(shared: Arc<Shared>, request: ApiRequest) -> Result<Reply, ApiEr
     let mut deadline = None;
     let mut woken = false;
     loop {
-        let waited_out = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+        // The agent stopping ends every wait: the query answers what there is.
+        let waited_out = deadline.is_some_and(|d| tokio::time::Instant::now() >= d)
+            || shared.stopping.load(std::sync::atomic::Ordering::SeqCst);
         let (on, asked) = (Arc::clone(&shared), Arc::clone(&request));
         let attempt =
             match tokio::task::spawn_blocking(move || handle(&on, &asked, waited_out)).await {

@@ -93,6 +93,9 @@ struct Registry {
     next_id: u64,
     /// The waiters of each key, by their ID.
     by_key: HashMap<Key, HashMap<u64, Arc<Notify>>>,
+    /// Every waiter, keys or none (one that waits for its `wait` alone is woken by
+    /// [`Watchers::wake_all`] too).
+    all: HashMap<u64, Arc<Notify>>,
     waiters: usize,
 }
 
@@ -152,6 +155,7 @@ impl Watchers {
         registry.waiters += 1;
         let id = registry.next_id;
         let notify = Arc::new(Notify::new());
+        registry.all.insert(id, Arc::clone(&notify));
         for key in &keys {
             registry
                 .by_key
@@ -237,7 +241,7 @@ impl Watchers {
 }
 
 fn wake_every(registry: &Registry) {
-    for notify in registry.by_key.values().flat_map(HashMap::values) {
+    for notify in registry.all.values() {
         notify.notify_one();
     }
 }
@@ -264,6 +268,7 @@ impl Drop for Waiter {
                 }
             }
         }
+        registry.all.remove(&self.id);
         registry.waiters -= 1;
     }
 }
@@ -333,6 +338,12 @@ mod tests {
             .all(woken));
         watchers.wake_all();
         assert!(woken(&on_b));
+        // One with no keys (it waits for its `wait` alone) is woken by `wake_all` too.
+        let keyless = watchers.wait_on(Vec::new()).unwrap();
+        watchers.publish(&moved(&[Record::Job("web".into())], &["web"]));
+        assert!(!woken(&keyless));
+        watchers.wake_all();
+        assert!(woken(&keyless));
     }
 
     #[test]
@@ -346,6 +357,7 @@ mod tests {
         drop(second);
         assert_eq!(watchers.counts().waiting, 0);
         assert!(watchers.registry().by_key.is_empty(), "no key left behind");
+        assert!(watchers.registry().all.is_empty(), "no waiter left behind");
         let held: Vec<Waiter> = (0..MAX_WAITERS)
             .map(|n| {
                 watchers
