@@ -400,3 +400,24 @@ fn a_canary_that_must_wait_for_its_allocations_port_still_comes_as_a_canary() {
     stopped(&mut server, &old);
     promotion_still_wanted(&mut server);
 }
+
+#[test]
+fn a_group_no_node_can_run_opens_no_deployment() {
+    use quiesce_core::spec::Constraint;
+    let mut elsewhere = job("1", None);
+    for group in &mut elsewhere.task_groups {
+        group.constraints = Some(vec![Constraint {
+            l_target: "${node.class}".into(),
+            r_target: "gpu".into(),
+            operand: "=".into(),
+        }]);
+    }
+    let mut server = Server::new(vec!["node-0".into()], 3);
+    server.register_job(elsewhere).unwrap();
+    settle(&mut server);
+    assert!(live(&server).is_empty());
+    assert!(
+        server.store.latest_deployment("agents").is_none(),
+        "a deployment that could only fail at its progress deadline"
+    );
+}

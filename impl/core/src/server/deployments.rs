@@ -48,6 +48,16 @@ impl Server {
             let Some(update) = job.update_of(&group.name) else {
                 continue;
             };
+            // A system job's group that no node can run has nothing to deploy (Nomad's
+            // system scheduler leaves it out: no candidate node).
+            let runnable = || {
+                self.nodes
+                    .iter()
+                    .any(|node| super::placement::feasible(&self.store, node, job, group))
+            };
+            if job.job_type == "system" && !runnable() {
+                continue;
+            }
             let live = || {
                 self.store
                     .allocs_by_job(&job.id)
