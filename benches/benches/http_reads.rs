@@ -1,24 +1,34 @@
 //! The agent's read path under a crowd (issue 29, goal 5): 1,000 running allocations
 //! (`mock_driver` tasks, so that no process runs beside the agent), and 1,000 clients at
 //! once, each asking `GET /v1/allocations` then `GET /v1/jobs`, [`ROUNDS`] times. Prints
-//! the latency of each request (connect to the last byte of the answer), p50, p99 and the
-//! slowest, per path and overall, with the answers' sizes and the agent's CPU time.
+//! the latency of each request (from connecting to the last byte of the answer, and to the
+//! answer read), p50, p99 and the slowest, per path and overall, with the answers' sizes and
+//! the agent's CPU time.
 //!
 //! The agent is this benchmark binary run as `http_reads agent DIR` (its CPU time is its
 //! own); each client is a thread with a fresh HTTP/1.0 connection per request, as a client
-//! without keep-alive sends them.
+//! without keep-alive sends them. The crowd runs twice: without `Accept-Encoding`, then
+//! with `Accept-Encoding: gzip`, as Go's `net/http` client sends it by default (a gzip
+//! answer is decompressed, as that client does: "read" is to the answer decompressed, "last
+//! byte" to its last byte sent).
 //!
-//! Run: `cargo bench -p quiesce-benches --bench http_reads` (about half a minute). Goal:
-//! p99 ≤ 100 ms.
+//! Run: `cargo bench --profile ci -p quiesce-benches --bench http_reads` (about half a
+//! minute). Goal: p99 ≤ 100 ms.
 //!
-//! Measured (2 cores, shared with a compiler's run; `--profile ci`): 6,000 requests in
-//! 3.9–4.0 s, p50 450–580 ms, p99 1.2–1.8 s (`/v1/allocations`, 1.8 MB each: p99
-//! 1.2–1.8 s; `/v1/jobs`, 0.5 kB: p99 0.6–1.0 s, queued behind them). Far from the goal,
-//! and not for the agent's own work: `perf record -a` puts 4% of the samples in the agent's
-//! code (the answer is built once per store index and shared, `http/answers.rs`), 20% in
-//! the kernel copying answers out of it, 38% in the clients receiving them. 1,000 clients
-//! × 1.8 MB is 1.8 GB per round on loopback; what would help is fewer bytes (gzip, as Nomad
-//! answers `Accept-Encoding: gzip`, encoded once per index with the shared answer).
+//! Measured before gzip (2 cores, shared with a compiler's run; `--profile ci`): 6,000
+//! requests in 3.9–4.0 s, p50 450–580 ms, p99 1.2–1.8 s (`/v1/allocations`, 1.8 MB each:
+//! p99 1.2–1.8 s; `/v1/jobs`, 0.5 kB: p99 0.6–1.0 s, queued behind them). `perf record -a`
+//! put 4% of the samples in the agent's code, 20% in the kernel copying answers out of it,
+//! 38% in the clients receiving them: 1,000 clients × 1.8 MB is 1.8 GB per round.
+//!
+//! With gzip (`daemon/http/gzip.rs`: the answer compressed once per index, 1.84 MB to
+//! 59 kB, and shared; same machine, load average 4 from another engineer's build): plain
+//! p50 354 ms, p99 2.41 s; gzip p50 278 ms, p99 509 ms, in 1.74 s instead of 4.04 s, the
+//! agent's CPU 0.81 s instead of 2.11 s. Busier runs (load 5–8): gzip p99 1.05–2.09 s
+//! against plain 1.62–3.91 s. Still not the goal, and no longer the bytes: the crowd is a
+//! closed loop, so its latency is about 1,000 / throughput (p50 278 ms at 3,450
+//! requests/s), and the throughput is the two cores' — 1,000 client threads each making a
+//! TCP connection per request, beside the agent. Decompressing costs a client 1–5 ms.
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -88,30 +98,81 @@ impl Agent {
     }
 }
 
-/// One request on a fresh HTTP/1.0 connection: the status and the body's size.
-fn exchange(address: &str, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+/// How a client asks for its answers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    /// No `Accept-Encoding`: the answer as it is.
+    Plain,
+    /// `Accept-Encoding: gzip`, as Go's `net/http` client sends by default; a gzip answer is
+    /// decompressed, as that client does before the caller reads it.
+    Gzip,
+}
+
+/// An answer: its status, its body as sent (compressed or not) and as read, and when its
+/// last byte came (before it was decompressed).
+struct Answer {
+    status: u16,
+    sent: usize,
+    body: Vec<u8>,
+    last_byte: Instant,
+}
+
+/// One request on a fresh HTTP/1.0 connection.
+fn exchange(address: &str, method: &str, path: &str, body: &[u8], encoding: Encoding) -> Answer {
     let mut stream = TcpStream::connect(address).expect("the agent accepts");
+    let accept = match encoding {
+        Encoding::Plain => "",
+        Encoding::Gzip => "Accept-Encoding: gzip\r\n",
+    };
     let head = format!(
-        "{method} {path} HTTP/1.0\r\nHost: {address}\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.0\r\nHost: {address}\r\n{accept}Content-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).expect("sent");
     stream.write_all(body).expect("sent");
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).expect("an answer");
+    let last_byte = Instant::now();
     let end = answer
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .expect("a head");
-    let status = String::from_utf8_lossy(&answer[9..12])
-        .parse()
-        .expect("a status");
-    (status, answer.split_off(end + 4))
+    let head = String::from_utf8_lossy(&answer[..end]).to_ascii_lowercase();
+    let status = head[9..12].parse().expect("a status");
+    let sent = answer.split_off(end + 4);
+    let gzipped = head
+        .lines()
+        .any(|line| line.starts_with("content-encoding:") && line.contains("gzip"));
+    assert!(
+        !gzipped || encoding == Encoding::Gzip,
+        "gzip only when asked for"
+    );
+    let body = if gzipped {
+        let mut plain = Vec::new();
+        flate2::read::GzDecoder::new(&sent[..])
+            .read_to_end(&mut plain)
+            .expect("a gzip body");
+        plain
+    } else {
+        sent.clone()
+    };
+    Answer {
+        status,
+        sent: sent.len(),
+        body,
+        last_byte,
+    }
 }
 
 fn running(agent: &Agent) -> usize {
-    let (_, body) = exchange(&agent.address, "GET", "/v1/allocations", b"");
-    let allocs: Value = serde_json::from_slice(&body).expect("JSON");
+    let answer = exchange(
+        &agent.address,
+        "GET",
+        "/v1/allocations",
+        b"",
+        Encoding::Plain,
+    );
+    let allocs: Value = serde_json::from_slice(&answer.body).expect("JSON");
     allocs
         .as_array()
         .expect("a list")
@@ -149,18 +210,39 @@ fn main() {
     let job = format!(
         r#"{{"Job":{{"ID":"reads","TaskGroups":[{{"Name":"g","Count":{ALLOCS},"Tasks":[{{"Name":"idle","Driver":"mock_driver","Config":{{}}}}]}}]}}}}"#
     );
-    let (status, body) = exchange(&agent.address, "PUT", "/v1/jobs", job.as_bytes());
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let answer = exchange(
+        &agent.address,
+        "PUT",
+        "/v1/jobs",
+        job.as_bytes(),
+        Encoding::Plain,
+    );
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
     let deadline = Instant::now() + Duration::from_secs(120);
     while running(&agent) < ALLOCS {
         assert!(Instant::now() < deadline, "{ALLOCS} allocations never ran");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let sizes: Vec<usize> = PATHS
-        .iter()
-        .map(|path| exchange(&agent.address, "GET", path, b"").1.len())
-        .collect();
+    for encoding in [Encoding::Plain, Encoding::Gzip] {
+        crowd(&agent, encoding);
+    }
+}
 
+/// 1,000 clients at once, each reading both paths [`ROUNDS`] times, asking as `encoding`
+/// says; prints the table.
+fn crowd(agent: &Agent, encoding: Encoding) {
+    let sizes: Vec<(usize, usize)> = PATHS
+        .iter()
+        .map(|path| {
+            let answer = exchange(&agent.address, "GET", path, b"", encoding);
+            (answer.sent, answer.body.len())
+        })
+        .collect();
     let start = Arc::new(Barrier::new(CLIENTS + 1));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|_| {
@@ -173,9 +255,9 @@ fn main() {
                     for _ in 0..ROUNDS {
                         for (n, path) in PATHS.iter().enumerate() {
                             let began = Instant::now();
-                            let (status, _) = exchange(&address, "GET", path, b"");
-                            assert_eq!(status, 200, "GET {path}");
-                            took.push((n, began.elapsed()));
+                            let answer = exchange(&address, "GET", path, b"", encoding);
+                            assert_eq!(answer.status, 200, "GET {path}");
+                            took.push((n, answer.last_byte - began, began.elapsed()));
                         }
                     }
                     took
@@ -186,42 +268,60 @@ fn main() {
     let cpu_before = agent.cpu();
     start.wait();
     let began = Instant::now();
-    let mut took: Vec<Vec<Duration>> = vec![Vec::new(); PATHS.len()];
+    // Per path: to the last byte, and to the answer read (decompressed, if gzip).
+    let mut took: Vec<[Vec<Duration>; 2]> = vec![[Vec::new(), Vec::new()]; PATHS.len()];
     for client in clients {
-        for (n, latency) in client.join().expect("a client") {
-            took[n].push(latency);
+        for (n, last_byte, read) in client.join().expect("a client") {
+            took[n][0].push(last_byte);
+            took[n][1].push(read);
         }
     }
     let wall = began.elapsed();
     let cpu = agent.cpu() - cpu_before;
     let requests = CLIENTS * ROUNDS * PATHS.len();
+    let asked = match encoding {
+        Encoding::Plain => "no Accept-Encoding",
+        Encoding::Gzip => "Accept-Encoding: gzip",
+    };
     println!(
-        "{ALLOCS} running allocations, {CLIENTS} clients × {ROUNDS} rounds: {requests} requests \
-         in {:.2} s ({:.0}/s), the agent's CPU {:.2} s",
+        "\n{asked}: {ALLOCS} running allocations, {CLIENTS} clients × {ROUNDS} rounds: \
+         {requests} requests in {:.2} s ({:.0}/s), the agent's CPU {:.2} s",
         wall.as_secs_f64(),
         requests as f64 / wall.as_secs_f64(),
         cpu.as_secs_f64()
     );
-    println!("| path | answer | p50 | p99 | slowest |");
-    println!("|---|---|---|---|---|");
-    let mut all = Vec::new();
+    println!("| path | sent (answer) | last byte p50 | p99 | read p50 | p99 | slowest |");
+    println!("|---|---|---|---|---|---|---|");
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut all: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
     for (n, path) in PATHS.iter().enumerate() {
-        took[n].sort();
-        all.extend_from_slice(&took[n]);
-        let row = &took[n];
+        for (kind, row) in took[n].iter_mut().enumerate() {
+            row.sort();
+            all[kind].extend_from_slice(row);
+        }
+        let [last, read] = &took[n];
         println!(
-            "| GET {path} | {} kB | {:.1} ms | {:.1} ms | {:.1} ms |",
-            sizes[n] / 1000,
-            at(row, 0.5).as_secs_f64() * 1e3,
-            at(row, 0.99).as_secs_f64() * 1e3,
-            at(row, 1.0).as_secs_f64() * 1e3,
+            "| GET {path} | {:.1} kB ({:.1} kB) | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | \
+             {:.1} ms |",
+            sizes[n].0 as f64 / 1e3,
+            sizes[n].1 as f64 / 1e3,
+            ms(at(last, 0.5)),
+            ms(at(last, 0.99)),
+            ms(at(read, 0.5)),
+            ms(at(read, 0.99)),
+            ms(at(read, 1.0)),
         );
     }
-    all.sort();
+    for row in &mut all {
+        row.sort();
+    }
+    let [last, read] = &all;
     println!(
-        "| both | | {:.1} ms | {:.1} ms | {:.1} ms |",
-        at(&all, 0.5).as_secs_f64() * 1e3,
-        at(&all, 0.99).as_secs_f64() * 1e3,
-        at(&all, 1.0).as_secs_f64() * 1e3,
+        "| both | | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms |",
+        ms(at(last, 0.5)),
+        ms(at(last, 0.99)),
+        ms(at(read, 0.5)),
+        ms(at(read, 0.99)),
+        ms(at(read, 1.0)),
     );
 }

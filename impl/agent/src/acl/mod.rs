@@ -171,9 +171,23 @@ pub struct AclStore {
     policies: BTreeMap<String, (Policy, Rules)>,
     /// The index of the bootstrap, once it is done.
     bootstrapped: Option<u64>,
+    /// The index of the last write since the agent started (0 before one): the shared
+    /// answers are keyed on it (`daemon/http/answers.rs`).
+    written: u64,
 }
 
 impl AclStore {
+    /// The index of the last write since the agent started.
+    pub fn index(&self) -> u64 {
+        self.written
+    }
+
+    /// Notes a write made at `index` (each change takes an index of its own).
+    pub fn wrote(&mut self, index: u64) {
+        debug_assert!(index > self.written, "ACL writes come in index order");
+        self.written = index;
+    }
+
     /// The store as loaded; a stored policy whose rules no longer read is an error naming
     /// it (never silently a policy that grants nothing, or everything).
     pub fn restore(

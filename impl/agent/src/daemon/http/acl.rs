@@ -213,6 +213,7 @@ fn acl_write(
     let index = core.server.store.index() + 1;
     let (answer, writes) =
         change(&mut core.acl, index, crate::daemon::unix_now_ns()).map_err(acl_error)?;
+    core.acl.wrote(index);
     assert_eq!(
         core.server
             .store

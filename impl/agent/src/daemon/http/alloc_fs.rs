@@ -138,6 +138,7 @@ pub(super) fn alloc_fs(
                 next_token: None,
                 raw: Some(bytes),
                 encoded: None,
+                gzipped: false,
                 json: None,
             })
         }

@@ -387,6 +387,7 @@ pub(super) fn list_evals(shared: &Shared, query: &Query) -> Result<Reply, ApiErr
         next_token,
         raw: None,
         encoded: None,
+        gzipped: false,
         json: None,
     })
 }

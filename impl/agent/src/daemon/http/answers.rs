@@ -6,9 +6,11 @@
 //! closed the connection, and up to 32 handler threads building copies at once. Now:
 //!
 //! * **One encoded copy per answer and state.** A read of the store is keyed by its URL,
-//!   its token and the store's index (every write moves it, ACL writes included, so a key
-//!   names one answer); while any client still holds a copy of that answer, a request with
-//!   the same key gets the same bytes, without building it again.
+//!   its token, the index of what it reads and the index of the last ACL write (a key
+//!   names one answer: see [`Key`]); while any client still holds a copy of that answer, a
+//!   request with the same key gets the same bytes, without building it again.
+//! * **One gzip copy beside it**, made by the first request that takes gzip (`gzip.rs`) and
+//!   shared by the later ones; either copy keeps both, and both count against the budget.
 //! * **At most [`MAX_BUILDERS`] answers built at once.** A request waits for its turn and
 //!   then looks again, so a crowd asking for the same list builds it once.
 //! * **A budget of unsent bytes.** Every whole answer counts, from its encoding until the
@@ -29,7 +31,7 @@
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 /// The most bytes of encoded answers held agent-wide before new ones are refused.
 pub const MAX_UNSENT_BYTES: usize = 64 << 20;
@@ -39,23 +41,41 @@ pub const MAX_BUILDERS: usize = 4;
 /// Entries of the cache looked at for a sweep of dead ones, once it holds this many.
 const SWEEP_AT: usize = 4096;
 
-/// Which answer: the URL as sent, the token it was asked with, the store's index.
+/// Which answer: the URL as sent, the token it was asked with, the index of what the
+/// answer reads, and the index of the last ACL write.
+///
+/// `index` must move with every write that can change the answer: the store's index (every
+/// write moves it) for any read, or, for a list, the latest index of the tables it reads
+/// (each write moves its table's: `StateStore::table_indexes`), so that a write elsewhere
+/// leaves the list's answer shared. `acl_index` moves with every ACL write: a token's
+/// rights are checked when the answer is built, not when it is served again.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Key {
     pub url: String,
     pub token: Option<String>,
     pub index: u64,
+    pub acl_index: u64,
 }
 
-/// An answer's bytes and their share of the budget, given back when the last copy goes.
+/// An answer's bytes, its gzip copy once made, and their share of the budget, given back
+/// when the last copy of either goes.
 struct Encoded {
     bytes: Vec<u8>,
+    /// Made once, by the first request that takes gzip; `None` if it was no smaller.
+    gzip: OnceLock<Option<Vec<u8>>>,
     unsent: Arc<AtomicUsize>,
+}
+
+impl Encoded {
+    fn gzip_len(&self) -> usize {
+        self.gzip.get().and_then(Option::as_ref).map_or(0, Vec::len)
+    }
 }
 
 impl Drop for Encoded {
     fn drop(&mut self) {
-        self.unsent.fetch_sub(self.bytes.len(), Ordering::Relaxed);
+        let held = self.bytes.len() + self.gzip_len();
+        self.unsent.fetch_sub(held, Ordering::Relaxed);
     }
 }
 
@@ -65,6 +85,53 @@ struct Copy(Arc<Encoded>);
 impl AsRef<[u8]> for Copy {
     fn as_ref(&self) -> &[u8] {
         &self.0.bytes
+    }
+}
+
+/// The owner of a [`Bytes`] copy of the gzip bytes (made before one is handed out).
+struct GzipCopy(Arc<Encoded>);
+
+impl AsRef<[u8]> for GzipCopy {
+    fn as_ref(&self) -> &[u8] {
+        self.0
+            .gzip
+            .get()
+            .and_then(Option::as_deref)
+            .expect("a gzip copy is handed out once made")
+    }
+}
+
+/// An answer in the cache: its plain bytes, and its gzip copy on demand.
+pub struct Answer(Arc<Encoded>);
+
+impl Answer {
+    /// The answer's bytes, as encoded.
+    pub fn plain(&self) -> Bytes {
+        Bytes::from_owner(Copy(Arc::clone(&self.0)))
+    }
+
+    /// The answer gzip-compressed (`gzip.rs`): made by the first caller, while others of
+    /// the same answer wait for it, and shared by every later one. `None` — send it plain —
+    /// for an answer under [`super::gzip::MIN_BYTES`], one that does not compress, or one
+    /// whose copy is not made yet while the budget of unsent bytes is spent.
+    pub fn gzip(&self) -> Option<Bytes> {
+        let encoded = &self.0;
+        if encoded.bytes.len() < super::gzip::MIN_BYTES {
+            return None;
+        }
+        if encoded.gzip.get().is_none()
+            && encoded.unsent.load(Ordering::Relaxed) >= MAX_UNSENT_BYTES
+        {
+            return None;
+        }
+        let made = encoded.gzip.get_or_init(|| {
+            let compressed = super::gzip::compress(&encoded.bytes);
+            let held = compressed.as_ref().map_or(0, Vec::len);
+            encoded.unsent.fetch_add(held, Ordering::Relaxed);
+            compressed
+        });
+        made.as_ref()?;
+        Some(Bytes::from_owner(GzipCopy(Arc::clone(encoded))))
     }
 }
 
@@ -117,27 +184,29 @@ impl Answers {
         self.unsent.fetch_add(bytes.len(), Ordering::Relaxed);
         Bytes::from_owner(Copy(Arc::new(Encoded {
             bytes,
+            gzip: OnceLock::new(),
             unsent: Arc::clone(&self.unsent),
         })))
     }
 
     /// The answer for `key`, if a client still holds a copy of it.
-    pub fn get(&self, key: &Key) -> Option<(Bytes, Meta)> {
+    pub fn get(&self, key: &Key) -> Option<(Answer, Meta)> {
         let cache = self
             .cache
             .lock()
             .expect("the answers' cache is never poisoned");
         let entry = cache.get(key)?;
         let encoded = entry.encoded.upgrade()?;
-        Some((Bytes::from_owner(Copy(encoded)), entry.meta.clone()))
+        Some((Answer(encoded), entry.meta.clone()))
     }
 
     /// Encodes `bytes` as the answer for `key`, shared with later requests of that key while
     /// any copy is held.
-    pub fn keep(&self, key: Key, bytes: Vec<u8>, meta: Meta) -> Bytes {
+    pub fn keep(&self, key: Key, bytes: Vec<u8>, meta: Meta) -> Answer {
         self.unsent.fetch_add(bytes.len(), Ordering::Relaxed);
         let encoded = Arc::new(Encoded {
             bytes,
+            gzip: OnceLock::new(),
             unsent: Arc::clone(&self.unsent),
         });
         let mut cache = self
@@ -154,7 +223,7 @@ impl Answers {
                 meta,
             },
         );
-        Bytes::from_owner(Copy(encoded))
+        Answer(encoded)
     }
 
     /// Waits for a turn to build an answer: at most [`MAX_BUILDERS`] at once.
@@ -180,6 +249,7 @@ mod tests {
             url: "/v1/allocations".into(),
             token: None,
             index,
+            acl_index: 0,
         }
     }
 
@@ -194,9 +264,9 @@ mod tests {
     #[test]
     fn an_answer_is_shared_while_held_and_counted_until_its_last_copy_goes() {
         let answers = Answers::default();
-        let first = answers.keep(key(7), vec![b'x'; 1000], meta());
+        let first = answers.keep(key(7), vec![b'x'; 1000], meta()).plain();
         assert_eq!(answers.unsent(), 1000);
-        let (second, _) = answers.get(&key(7)).expect("held, so shared");
+        let second = answers.get(&key(7)).expect("held, so shared").0.plain();
         assert_eq!(
             second.as_ptr(),
             first.as_ptr(),
@@ -219,6 +289,39 @@ mod tests {
         assert_eq!(answers.unsent(), 10);
         drop(held);
         assert_eq!(answers.unsent(), 0);
+    }
+
+    #[test]
+    fn a_gzip_copy_is_made_once_shared_and_counted_with_its_answer() {
+        let answers = Answers::default();
+        let plain = br#"{"ID":"web","ClientStatus":"running"},"#.repeat(100);
+        let kept = answers.keep(key(7), plain.clone(), meta());
+        assert_eq!(answers.unsent(), plain.len());
+        let first = kept.gzip().expect("a large answer that compresses");
+        let compressed = first.len();
+        assert!(compressed < plain.len() / 10, "{compressed} bytes");
+        assert_eq!(answers.unsent(), plain.len() + compressed);
+        drop(kept);
+        let (again, _) = answers.get(&key(7)).expect("a gzip copy holds its answer");
+        let second = again.gzip().expect("made already");
+        assert_eq!(
+            second.as_ptr(),
+            first.as_ptr(),
+            "the same bytes, not a copy"
+        );
+        assert_eq!(answers.unsent(), plain.len() + compressed, "counted once");
+        let mut back = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&second[..]), &mut back)
+            .unwrap();
+        assert_eq!(back, plain);
+        drop((again, first, second));
+        assert_eq!(answers.unsent(), 0, "both given back with the last copy");
+        let small = answers.keep(
+            key(8),
+            vec![b'x'; super::super::gzip::MIN_BYTES - 1],
+            meta(),
+        );
+        assert!(small.gzip().is_none(), "a small answer goes plain");
     }
 
     #[test]

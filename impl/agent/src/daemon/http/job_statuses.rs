@@ -89,6 +89,7 @@ pub(super) fn job_statuses(shared: &Shared, query: &Query, body: &[u8]) -> Resul
         next_token,
         raw: None,
         encoded: None,
+        gzipped: false,
         json: Some(json),
     })
 }

@@ -423,6 +423,7 @@ pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError>
             next_token: None,
             raw: None,
             encoded: None,
+            gzipped: false,
             json: None,
         });
     }
@@ -435,6 +436,7 @@ pub(super) fn parse_hcl(shared: &Shared, body: &[u8]) -> Result<Reply, ApiError>
         next_token: None,
         raw: None,
         encoded: None,
+        gzipped: false,
         json: None,
     })
 }

@@ -87,6 +87,8 @@ pub(super) async fn follow(
         url,
         token: token.clone(),
         body: bytes::Bytes::new(),
+        // Each read's frame is read here, not sent as it is.
+        gzip: false,
         _reading: None,
     };
     let first = answer(Arc::clone(&shared), read(first_url)).await?;
@@ -258,6 +260,7 @@ pub(super) fn task_logs(shared: &Shared, alloc_id: &str, query: &Query) -> Resul
             next_token: None,
             raw: Some(data),
             encoded: None,
+            gzipped: false,
             json: None,
         });
     }

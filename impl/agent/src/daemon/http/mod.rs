@@ -23,9 +23,9 @@
 //!
 //! Not supported: ACL roles, binding rules, auth methods, token expiry and JSON policy
 //! rules; namespaces other than `default` (a job in another is refused; ACL checks are
-//! against `default`); `filter`, `?pretty`, gzip; rescheduling (a failed allocation is not
-//! replaced), scaling policies (`job scale` and scaling events are served), periodic and
-//! parameterized jobs. `/` and `/ui/…` are the web UI's (`ui.rs`), not the API's.
+//! against `default`); `filter`, `?pretty`; gzip but for the store's reads (`gzip.rs`);
+//! rescheduling (a failed allocation is not replaced), scaling policies (`job scale` and
+//! scaling events are served), periodic and parameterized jobs. `/` and `/ui/…` are the web UI's (`ui.rs`), not the API's.
 
 pub mod acl;
 mod agent;
@@ -39,6 +39,7 @@ pub mod connections;
 mod deployments;
 mod events;
 pub(super) mod guard;
+mod gzip;
 mod job_reads;
 mod job_statuses;
 mod job_versions;
@@ -52,6 +53,7 @@ mod request;
 pub mod routes;
 mod server;
 mod services;
+mod stalling;
 mod ui;
 pub mod watch;
 
@@ -97,6 +99,8 @@ pub struct Reply {
     /// `body`, encoded already: an answer shared by the requests that asked for it
     /// (`answers.rs`).
     encoded: Option<bytes::Bytes>,
+    /// `encoded` is the answer gzip-compressed (`gzip.rs`).
+    gzipped: bool,
     /// The answer's JSON text, built by its handler instead of `body` where the order of
     /// the fields is Nomad's (a `Value`'s keys are sorted); not yet counted or shared.
     json: Option<Vec<u8>>,
@@ -111,6 +115,7 @@ fn plain(body: Value) -> Result<Reply, ApiError> {
         next_token: None,
         raw: None,
         encoded: None,
+        gzipped: false,
         json: None,
     })
 }
@@ -187,6 +192,7 @@ fn ok(body: Value, index: u64) -> Result<Reply, ApiError> {
         next_token: None,
         raw: None,
         encoded: None,
+        gzipped: false,
         json: None,
     })
 }
@@ -200,6 +206,8 @@ pub struct ApiRequest {
     /// `X-Nomad-Token`, or the token of `Authorization: Bearer`.
     pub token: Option<String>,
     pub body: bytes::Bytes,
+    /// Its `Accept-Encoding` takes gzip (`gzip.rs`).
+    pub gzip: bool,
     /// The body's share of [`server::MAX_BODY_READERS`], held until the request is done.
     pub(super) _reading: Option<tokio::sync::OwnedSemaphorePermit>,
 }
@@ -294,7 +302,7 @@ fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Rep
         )
     };
     if request.method == Method::Get && shares_answers(&path) {
-        shared_answer(shared, request, route)
+        shared_answer(shared, request, &path, route)
     } else if (request.method == Method::Get && path.starts_with("/v1/client/fs/"))
         || (request.method == Method::Post && path == job_statuses::PATH)
     {
@@ -346,36 +354,44 @@ fn shares_answers(path: &str) -> bool {
 /// A read's answer as [`answers::Answers`] holds it: the one already encoded for this URL,
 /// token and index if a client still holds it; else built — at most a few at once, and
 /// only while the agent-wide budget of unsent answers has room — encoded once, and kept
-/// for the next request of the same key.
+/// for the next request of the same key. A request that takes gzip gets the answer's one
+/// gzip copy, made once too.
 fn shared_answer(
     shared: &Shared,
     request: &ApiRequest,
+    path: &str,
     build: impl FnOnce() -> Result<Reply, ApiError>,
 ) -> Result<Reply, ApiError> {
     let answers = &shared.answers;
-    let key = || answers::Key {
-        url: request.url.clone(),
-        token: request.token.clone(),
-        index: shared.core().server.store.index(),
+    let key = || {
+        let core = shared.core();
+        answers::Key {
+            url: request.url.clone(),
+            token: request.token.clone(),
+            index: answer_index(&core, path),
+            acl_index: core.acl.index(),
+        }
     };
-    let held = |key: &answers::Key| {
-        answers.get(key).map(|(bytes, meta)| Reply {
+    let sent = |answer: answers::Answer, meta: answers::Meta| {
+        let gzip = if request.gzip { answer.gzip() } else { None };
+        Reply {
             status: meta.status,
             body: Value::Null,
             index: meta.index,
             next_token: meta.next_token,
             raw: None,
-            encoded: Some(bytes),
+            gzipped: gzip.is_some(),
+            encoded: Some(gzip.unwrap_or_else(|| answer.plain())),
             json: None,
-        })
+        }
     };
-    if let Some(reply) = held(&key()) {
-        return Ok(reply);
+    if let Some((answer, meta)) = answers.get(&key()) {
+        return Ok(sent(answer, meta));
     }
     let _turn = answers.turn();
     let key = key();
-    if let Some(reply) = held(&key) {
-        return Ok(reply);
+    if let Some((answer, meta)) = answers.get(&key) {
+        return Ok(sent(answer, meta));
     }
     if !answers.has_room() {
         return Err(over_budget(answers));
@@ -389,12 +405,23 @@ fn shared_answer(
         index: reply.index,
         next_token: reply.next_token.clone(),
     };
-    let bytes = answers.keep(key, reply_bytes(&mut reply), meta);
-    Ok(Reply {
-        body: Value::Null,
-        encoded: Some(bytes),
-        ..reply
-    })
+    let answer = answers.keep(key, reply_bytes(&mut reply), meta.clone());
+    Ok(sent(answer, meta))
+}
+
+/// The index a shared read's answer follows (its cache key's, `answers::Key`): for a list
+/// that reads only the tables named here, the latest of theirs, so that a write to another
+/// table leaves its answer shared; for any other read, the store's. A handler that comes
+/// to read another table must name it here.
+fn answer_index(core: &Core, path: &str) -> u64 {
+    let tables: &[Table] = match path {
+        // Each allocation's node name is read from the nodes (`allocs::node_name`).
+        "/v1/allocations" => &[Table::Allocs, Table::Nodes],
+        "/v1/jobs" => &JOBS_LIST,
+        "/v1/evaluations" => &[Table::Evals],
+        _ => return core.server.store.index(),
+    };
+    tables_index(&core.server.store.table_indexes(), tables)
 }
 
 /// A read whose answer is not shared — a file's (up to a MiB of log, more as JSON), a

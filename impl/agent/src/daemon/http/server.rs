@@ -13,7 +13,7 @@
 //! | URL | [`MAX_URL_BYTES`] | 414 |
 //! | body | [`MAX_BODY_BYTES`] | 413, unread |
 //! | time to send a body | [`BODY_TIMEOUT`] | 408 |
-//! | an answer the client stops taking (less than [`MIN_TAKEN`] in the time) | [`WRITE_TIMEOUT`] | the connection is reset |
+//! | an answer the client stops taking (less than [`MIN_TAKEN`](super::stalling::MIN_TAKEN) in the time) | [`WRITE_TIMEOUT`] | the connection is reset |
 //! | bodies read or held at once (only POST and PUT bodies are read) | [`MAX_BODY_READERS`] | the next waits |
 //! | threads answering | [`MAX_HANDLER_THREADS`] | the next request waits |
 //!
@@ -33,7 +33,9 @@ use crate::daemon::Shared;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{
+    HeaderValue, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, VARY,
+};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::sync::Arc;
@@ -115,6 +117,7 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 use super::connections::{Admission, Busy, Handle, Registry};
+use super::stalling::Stalling;
 
 /// The kernel's send buffer of a connection (it doubles it for its bookkeeping).
 const SEND_BUFFER_BYTES: usize = 128 << 10;
@@ -198,7 +201,12 @@ async fn serve_connection(
         let busy = on.busy();
         let answered = respond(Arc::clone(&shared), Arc::clone(&bodies), request);
         async move {
-            let response = answered.await?;
+            let mut response = answered.await?;
+            // As Nomad's gzip handler, on every answer: what is sent depends on the request's
+            // `Accept-Encoding` (`gzip.rs`), so a cache must not serve one to the other.
+            response
+                .headers_mut()
+                .insert(VARY, HeaderValue::from_static("Accept-Encoding"));
             Ok::<_, std::convert::Infallible>(response.map(|body| Tracked { body, _busy: busy }))
         }
     });
@@ -249,6 +257,14 @@ impl hyper::body::Body for Tracked {
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
         std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
     }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// `accept` failing for want of a descriptor (or of kernel memory for one).
@@ -259,8 +275,8 @@ fn out_of_descriptors(error: &std::io::Error) -> bool {
     )
 }
 
-/// An answer's body: whole, or a stream of chunks (a followed task log) until its sender
-/// is done or the client has gone.
+/// An answer's body: whole (sent with its `Content-Length`), or a stream of chunks (a
+/// followed task log, the event stream) until its sender is done or the client has gone.
 pub enum AnswerBody {
     Whole(Option<Bytes>),
     Stream(tokio::sync::mpsc::Receiver<Bytes>),
@@ -281,6 +297,21 @@ impl hyper::body::Body for AnswerBody {
             AnswerBody::Stream(chunks) => chunks
                 .poll_recv(cx)
                 .map(|chunk| chunk.map(|b| Ok(hyper::body::Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, AnswerBody::Whole(None))
+    }
+
+    /// A whole answer's size is known: hyper sends it as `Content-Length` rather than
+    /// chunks, so a client knows how much is coming and that all of it came.
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            AnswerBody::Whole(bytes) => {
+                hyper::body::SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            AnswerBody::Stream(_) => hyper::body::SizeHint::default(),
         }
     }
 }
@@ -340,6 +371,7 @@ async fn respond(
         url: url.to_string(),
         token,
         body,
+        gzip: super::gzip::accepted(header("Accept-Encoding").as_deref()),
         _reading: reading,
     };
     if super::events::streams(&request) {
@@ -425,6 +457,7 @@ async fn read_body(
 /// text.
 fn render(answers: &super::Answers, answer: Result<Reply, ApiError>) -> Response<AnswerBody> {
     let mut retry_after = None;
+    let mut gzip = false;
     let (status, content_type, body, index, next_token) = match answer {
         Ok(Reply {
             status,
@@ -441,10 +474,14 @@ fn render(answers: &super::Answers, answer: Result<Reply, ApiError>) -> Response
         Ok(Reply {
             status,
             encoded: Some(encoded),
+            gzipped,
             index,
             next_token,
             ..
-        }) => (status, "application/json", encoded, index, next_token),
+        }) => {
+            gzip = gzipped;
+            (status, "application/json", encoded, index, next_token)
+        }
         Ok(mut reply) => {
             let text = answers.hold(super::reply_bytes(&mut reply));
             let next = reply.next_token;
@@ -467,6 +504,9 @@ fn render(answers: &super::Answers, answer: Result<Reply, ApiError>) -> Response
     super::ui::secure(&mut response);
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if gzip {
+        headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
     // An answer is the cluster's state at one index: never kept by a browser or a proxy.
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(seconds) = retry_after {
@@ -487,155 +527,4 @@ fn render(answers: &super::Answers, answer: Result<Reply, ApiError>) -> Response
 /// When a blocking query gives up waiting: `wait` after it began.
 pub(super) fn deadline_after(wait: Duration) -> tokio::time::Instant {
     tokio::time::Instant::from_std(Instant::now() + wait)
-}
-
-/// A connection whose writes fail once the client has stopped taking its answer (see
-/// [`WRITE_TIMEOUT`]); reads are the stream's own.
-///
-/// The timer is armed when a write cannot go on, and disarmed once the answer is all
-/// handed to the kernel (a flush) or the client has taken [`MIN_TAKEN`] since it was armed:
-/// a client that takes a few KiB now and then (a tiny receive window) is as stuck as one
-/// that takes nothing. When it fires the connection is reset (`SO_LINGER` 0), so that the
-/// kernel does not keep the unsent answer for a client that will not read it.
-struct Stalling {
-    stream: tokio::net::TcpStream,
-    timeout: Duration,
-    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-    /// Bytes the client took since the timer was armed.
-    taken: usize,
-}
-
-/// What a client must take of an answer per [`WRITE_TIMEOUT`] once it has stalled (about
-/// 35 KB/s: any client that reads does).
-pub const MIN_TAKEN: usize = 1 << 20;
-
-/// What a write-side operation did, for the timer.
-enum Done {
-    Wrote(usize),
-    Flushed,
-}
-
-impl Stalling {
-    fn new(stream: tokio::net::TcpStream, timeout: Duration) -> Stalling {
-        Stalling {
-            stream,
-            timeout,
-            stalled: None,
-            taken: 0,
-        }
-    }
-
-    /// `poll` of a write-side operation, failing it once the client has stopped taking the
-    /// answer for the timeout.
-    fn timed<T>(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-        poll: impl FnOnce(
-            std::pin::Pin<&mut tokio::net::TcpStream>,
-            &mut std::task::Context<'_>,
-        ) -> std::task::Poll<std::io::Result<T>>,
-        done: impl FnOnce(&T) -> Done,
-    ) -> std::task::Poll<std::io::Result<T>> {
-        use std::future::Future;
-        use std::task::Poll;
-        match poll(std::pin::Pin::new(&mut self.stream), cx) {
-            Poll::Ready(Ok(value)) => {
-                match done(&value) {
-                    Done::Flushed => self.stalled = None,
-                    Done::Wrote(n) if self.stalled.is_some() => {
-                        self.taken += n;
-                        if self.taken >= MIN_TAKEN {
-                            self.stalled = None;
-                        }
-                    }
-                    Done::Wrote(_) => {}
-                }
-                Poll::Ready(Ok(value))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => {
-                if self.stalled.is_none() {
-                    self.stalled = Some(Box::pin(tokio::time::sleep(self.timeout)));
-                    self.taken = 0;
-                }
-                let stalled = self.stalled.as_mut().expect("armed above");
-                match stalled.as_mut().poll(cx) {
-                    Poll::Ready(()) => {
-                        let reset = libc::linger {
-                            l_onoff: 1,
-                            l_linger: 0,
-                        };
-                        let _ = nix::sys::socket::setsockopt(
-                            &self.stream,
-                            nix::sys::socket::sockopt::Linger,
-                            &reset,
-                        );
-                        Poll::Ready(Err(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            "the client stopped taking the answer",
-                        )))
-                    }
-                    Poll::Pending => Poll::Pending,
-                }
-            }
-        }
-    }
-}
-
-impl tokio::io::AsyncRead for Stalling {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for Stalling {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        self.timed(
-            cx,
-            |stream, cx| stream.poll_write(cx, buf),
-            |n| Done::Wrote(*n),
-        )
-    }
-
-    fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        self.timed(
-            cx,
-            |stream, cx| stream.poll_write_vectored(cx, bufs),
-            |n| Done::Wrote(*n),
-        )
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        self.timed(cx, |stream, cx| stream.poll_flush(cx), |()| Done::Flushed)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        self.timed(
-            cx,
-            |stream, cx| stream.poll_shutdown(cx),
-            |()| Done::Flushed,
-        )
-    }
 }
