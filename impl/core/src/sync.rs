@@ -1,5 +1,5 @@
 //! The primitives shared between the daemon's threads, from std — or from loom under
-//! `--cfg quiesce_loom`, so that loom explores every interleaving of the production code
+//! the cfg `quiesce_loom` (the `loom` feature, build.rs), so that loom explores every interleaving of the production code
 //! that uses them. Nothing else in the crate names `std::sync` for state loom must see.
 
 #[cfg(not(quiesce_loom))]

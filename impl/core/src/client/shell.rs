@@ -13,7 +13,7 @@
 //! every event, so no wake-up is lost.
 //!
 //! Timers are explicit events (`fire`), so that loom, which has no time, can drive them. The
-//! primitives come from `crate::sync`: std normally, loom under `--cfg quiesce_loom`.
+//! primitives come from `crate::sync`: std normally, loom under the cfg `quiesce_loom` (the `loom` feature).
 //!
 //! A shell made with [`RunnerShell::unstarted`] takes no step before
 //! [`RunnerShell::start`] has carried out its creation's commands: a kill step must not

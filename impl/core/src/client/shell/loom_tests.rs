@@ -1,6 +1,6 @@
 //! loom: every interleaving of the shell's threads around one runner, at the preemption
 //! bound `LOOM_MAX_PREEMPTIONS` (3 in CI). Run with
-//! `RUSTFLAGS="--cfg quiesce_loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p quiesce-core --release loom`.
+//! `LOOM_MAX_PREEMPTIONS=3 cargo test -p quiesce-core --release --features loom loom`.
 //!
 //! As in the daemon, the runner has no thread of its own: the threads that deliver events
 //! (updates, timers, exits) take the kill path's steps. The main thread ends each test with
