@@ -12,12 +12,12 @@
 //! The agent runs in this process (its tasks are `mock_driver`'s, so 1,000 allocations cost
 //! no process), which is how the test reads its counters directly.
 
-use quiesce_agent::daemon::{self, AgentConfig};
+mod support;
+
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use support::{wait_for, PATIENCE};
 
 /// Allocations running, each with one query waiting on it.
 const ALLOCS: usize = 1_000;
@@ -28,19 +28,6 @@ const ON_OTHER_JOB: usize = 10;
 /// Wake-ups allowed beyond one per stopped allocation's query (none is expected: a stop's
 /// first write moves the allocation's index, so its query answers at its first wake-up).
 const SLACK: u64 = 5;
-
-const PATIENCE: Duration = Duration::from_secs(60);
-
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = f() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// An answer: its status, `X-Nomad-Index`, and body.
 struct Answer {
@@ -104,31 +91,14 @@ fn idle_job(id: &str, count: usize) -> Value {
 /// An agent with a client in this process, its data dir removed with it.
 struct InProcess {
     address: String,
-    data_dir: std::path::PathBuf,
-    agent: daemon::Agent,
-}
-
-impl Drop for InProcess {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
+    agent: support::Agent,
 }
 
 impl InProcess {
-    /// `name`: the test's, so that tests running at once have data dirs of their own.
     fn start(name: &str) -> InProcess {
-        let data_dir =
-            std::env::temp_dir().join(format!("quiesce-blocking-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&data_dir);
-        let config = AgentConfig::new(
-            data_dir.clone(),
-            "127.0.0.1:0".parse().expect("an address"),
-            Path::new(env!("CARGO_BIN_EXE_quiesce")).to_path_buf(),
-        );
-        let agent = daemon::spawn(config).expect("the agent starts");
+        let agent = support::Agent::start("blocking", name, |_| {});
         InProcess {
-            address: agent.shared.config.bind.to_string(),
-            data_dir,
+            address: agent.address.clone(),
             agent,
         }
     }
@@ -168,7 +138,7 @@ fn a_blocking_query_wakes_only_for_what_it_read() {
     agent.running("other", 1);
     let other = call(&address, "GET", "/v1/job/other/allocations", None);
     let other_job = call(&address, "GET", "/v1/job/other", None);
-    let before = agent.agent.shared.watchers.counts();
+    let before = agent.agent.agent.shared.watchers.counts();
     assert_eq!(before.waiting, 0);
 
     // One query per allocation, on its own index; and some on the other job.
@@ -192,7 +162,7 @@ fn a_blocking_query_wakes_only_for_what_it_read() {
         .collect();
     let all = (ALLOCS + ON_OTHER_JOB) as u64;
     wait_for("every query waiting", || {
-        (agent.agent.shared.watchers.counts().waiting == all).then_some(())
+        (agent.agent.agent.shared.watchers.counts().waiting == all).then_some(())
     });
 
     for (n, (id, index)) in allocs.iter().enumerate().take(STOPPED) {
@@ -209,7 +179,7 @@ fn a_blocking_query_wakes_only_for_what_it_read() {
         assert_eq!(woken.body["DesiredStatus"], "stop", "{id}");
     }
 
-    let after = agent.agent.shared.watchers.counts();
+    let after = agent.agent.agent.shared.watchers.counts();
     let (woken, answered) = (after.woken - before.woken, after.answered - before.answered);
     assert!(
         woken <= STOPPED as u64 + SLACK,
@@ -236,7 +206,7 @@ fn a_blocking_query_wakes_only_for_what_it_read() {
     drop(waiting);
     drop(on_other);
     wait_for("every waiter gone with its client", || {
-        (agent.agent.shared.watchers.counts().waiting == 0).then_some(())
+        (agent.agent.agent.shared.watchers.counts().waiting == 0).then_some(())
     });
 }
 
@@ -265,7 +235,7 @@ fn reads_that_follow_a_jobs_allocations_wake_for_an_allocation_alone() {
         None,
     );
     wait_for("both queries waiting", || {
-        (agent.agent.shared.watchers.counts().waiting == 2).then_some(())
+        (agent.agent.agent.shared.watchers.counts().waiting == 2).then_some(())
     });
     call(
         &address,

@@ -5,25 +5,12 @@
 //! before; and a list's shared answer, keyed on the tables it reads, still follows every
 //! write to them and every ACL change, while a client holds its older copy.
 
-use quiesce_agent::daemon::{self, AgentConfig};
+mod support;
+
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
-use std::time::{Duration, Instant};
-
-const PATIENCE: Duration = Duration::from_secs(60);
-
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = f() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use support::{wait_for, PATIENCE};
 
 /// An answer as sent: status, headers (names in lower case), body bytes.
 struct Answer {
@@ -108,32 +95,17 @@ fn head(method: &str, path: &str, extra: &[(&str, &str)], body_len: usize) -> St
 /// An agent in this process, its data dir removed with it.
 struct InProcess {
     address: String,
-    data_dir: std::path::PathBuf,
-    agent: daemon::Agent,
+    agent: support::Agent,
     token: Option<String>,
-}
-
-impl Drop for InProcess {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
 }
 
 impl InProcess {
     fn start(name: &str, acl_enabled: bool) -> InProcess {
-        let data_dir =
-            std::env::temp_dir().join(format!("quiesce-gzip-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&data_dir);
-        let mut config = AgentConfig::new(
-            data_dir.clone(),
-            "127.0.0.1:0".parse().expect("an address"),
-            Path::new(env!("CARGO_BIN_EXE_quiesce")).to_path_buf(),
-        );
-        config.acl_enabled = acl_enabled;
-        let agent = daemon::spawn(config).expect("the agent starts");
+        let agent = support::Agent::start("gzip", name, |config| {
+            config.acl_enabled = acl_enabled;
+        });
         let mut running = InProcess {
-            address: agent.shared.config.bind.to_string(),
-            data_dir,
+            address: agent.address.clone(),
             agent,
             token: None,
         };
@@ -218,7 +190,7 @@ impl InProcess {
     /// A client that asks for `path` and never reads: the agent holds the answer's bytes
     /// until the connection goes (the answer must be larger than the sockets' buffers).
     fn hold(&self, path: &str, token: Option<&str>) -> TcpStream {
-        let before = self.agent.shared.answers.unsent();
+        let before = self.agent.agent.shared.answers.unsent();
         let mut headers = vec![("Connection", "close")];
         headers.extend(token.map(|t| ("X-Nomad-Token", t)));
         let mut stream = self.connect();
@@ -226,7 +198,7 @@ impl InProcess {
             .write_all(head("GET", path, &headers, 0).as_bytes())
             .expect("sent");
         wait_for("the answer held for a client that does not read", || {
-            (self.agent.shared.answers.unsent() > before).then_some(())
+            (self.agent.agent.shared.answers.unsent() > before).then_some(())
         });
         stream
     }
@@ -334,7 +306,7 @@ fn blocking_queries_and_the_event_stream_work_with_gzip() {
     let on_allocs = blocked(format!("/v1/allocations?index={}&wait=60s", allocs.index()));
     let on_jobs = blocked(format!("/v1/jobs?index={}&wait=60s", jobs.index()));
     wait_for("both queries waiting", || {
-        (agent.agent.shared.watchers.counts().waiting == 2).then_some(())
+        (agent.agent.agent.shared.watchers.counts().waiting == 2).then_some(())
     });
 
     // The event stream is not compressed (Nomad's drops gzip from it): ndjson in chunks.

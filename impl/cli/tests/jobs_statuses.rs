@@ -9,11 +9,11 @@
 #[allow(dead_code)]
 mod harness;
 
+mod support;
+
 use harness::{wait_for, Agent};
-use quiesce_agent::daemon::{self, AgentConfig};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{json, Value};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Nomad's `JobStatusesJob`, in its order (`nomad/structs/job.go`).
@@ -403,32 +403,17 @@ fn a_blocking_statuses_query_wakes_on_an_allocation_change() {
 /// A client-less agent in this process (its jobs stay pending), ACLs as asked.
 struct InProcess {
     base: String,
-    data_dir: std::path::PathBuf,
-    _agent: daemon::Agent,
-}
-
-impl Drop for InProcess {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
+    _agent: support::Agent,
 }
 
 impl InProcess {
     fn start(name: &str, acl_enabled: bool) -> InProcess {
-        let data_dir =
-            std::env::temp_dir().join(format!("quiesce-statuses-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&data_dir);
-        let mut config = AgentConfig::new(
-            data_dir.clone(),
-            "127.0.0.1:0".parse().expect("an address"),
-            Path::new(env!("CARGO_BIN_EXE_quiesce")).to_path_buf(),
-        );
-        config.client_enabled = false;
-        config.acl_enabled = acl_enabled;
-        let agent = daemon::spawn(config).expect("the agent starts");
+        let agent = support::Agent::start("statuses", name, |config| {
+            config.client_enabled = false;
+            config.acl_enabled = acl_enabled;
+        });
         InProcess {
-            base: format!("http://{}", agent.shared.config.bind),
-            data_dir,
+            base: format!("http://{}", agent.address),
             _agent: agent,
         }
     }
