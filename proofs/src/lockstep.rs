@@ -28,7 +28,7 @@
 //! validation's models offer both outcomes for every crash ([`not_walkable`] says so).
 
 use crate::adapter::{extend_ids, jobspec, step_of};
-use crate::observe::{diff, of_model, of_sim};
+use crate::observe::{diff, of_model, of_sim, of_sim_cached, GenerationCache};
 use quiesce_core::server::structs::AllocId;
 use quiesce_core::sim::Simulator;
 use quiesce_core::step::Step;
@@ -198,6 +198,7 @@ pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> 
         depth: 0,
     }];
     let mut actions = Vec::new();
+    let mut generations = GenerationCache::default();
     while let Some(mut frame) = stack.pop() {
         if let Some(mismatch) = compare_enabled(&model, &frame) {
             report.mismatches.push(mismatch);
@@ -237,7 +238,7 @@ pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> 
             let mut ids = frame.ids.clone();
             extend_ids(&sim, &cfg.job, &mut ids);
             let expected = of_model(&model, &next);
-            let actual = of_sim(&sim, &cfg.job, tasks, &ids);
+            let actual = of_sim_cached(&sim, &cfg.job, tasks, &ids, &mut generations);
             if expected != actual {
                 report.mismatches.push(fail(diff(&expected, &actual)));
                 continue;

@@ -16,6 +16,7 @@ use quiesce_core::spec::Job;
 use quiesce_model::state::{Alloc, Delay, Deployment, RestartMark, RunnerPhase, State, TaskPhase};
 use quiesce_model::StopPathModel;
 use std::fmt::Write;
+use std::sync::{Arc, Weak};
 
 /// A stored job version as far as the stop path is concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,19 +186,74 @@ fn alloc_of_model(alloc: &Alloc, tasks: usize) -> AllocObs {
 
 /// The simulator's observation; `ids` are its allocations in placement order.
 pub fn of_sim(sim: &Simulator, job_id: &str, tasks: usize, ids: &[AllocId]) -> Observation {
+    of_sim_cached(sim, job_id, tasks, ids, &mut GenerationCache::default())
+}
+
+/// Each stored version's number and generation (see [`generations`]).
+type Generations = Vec<(u64, u8)>;
+
+/// Each stored version's generation, remembered for the last few lists of versions seen.
+/// Simulator clones share a job's versions (`StateStore::job_versions_shared`) until one
+/// is written, so most steps of a walk find them here instead of comparing every version's
+/// spec with the one before it again.
+#[derive(Debug, Default)]
+pub struct GenerationCache {
+    /// A `Weak` keeps its allocation's address from being reused; while an `Arc` to the
+    /// same address lives its versions are unchanged (a write to shared versions copies
+    /// them, and `Arc::make_mut` moves them away from a `Weak`).
+    entries: Vec<(Weak<Vec<Job>>, Generations)>,
+    next: usize,
+}
+
+impl GenerationCache {
+    const SIZE: usize = 16;
+
+    fn of(&mut self, versions: &Arc<Vec<Job>>) -> &[(u64, u8)] {
+        let found = self
+            .entries
+            .iter()
+            .position(|(weak, _)| std::ptr::eq(weak.as_ptr(), Arc::as_ptr(versions)));
+        let ix = match found {
+            Some(ix) => ix,
+            None => {
+                let entry = (Arc::downgrade(versions), generations(versions));
+                if self.entries.len() < Self::SIZE {
+                    self.entries.push(entry);
+                    self.entries.len() - 1
+                } else {
+                    let ix = self.next;
+                    self.next = (self.next + 1) % Self::SIZE;
+                    self.entries[ix] = entry;
+                    ix
+                }
+            }
+        };
+        &self.entries[ix].1
+    }
+}
+
+/// [`of_sim`], the versions' generations looked up in `cache` first.
+pub fn of_sim_cached(
+    sim: &Simulator,
+    job_id: &str,
+    tasks: usize,
+    ids: &[AllocId],
+    cache: &mut GenerationCache,
+) -> Observation {
     let store = &sim.server.store;
-    let versions = store.job_versions(job_id).unwrap_or_default();
-    let generations = generations(versions);
+    let shared = store.job_versions_shared(job_id);
+    let versions: &[Job] = shared.map_or(&[], |versions| versions.as_slice());
+    let generations = shared.map_or(&[][..], |versions| cache.of(versions));
     Observation {
         versions: versions
             .iter()
-            .zip(&generations)
+            .zip(generations)
             .map(|(job, &(_, generation))| version_of_job(job, generation))
             .collect(),
         eval_pending: sim.server.eval_pending(),
         allocs: ids
             .iter()
-            .map(|id| alloc_of_sim(sim, id, tasks, &generations))
+            .map(|id| alloc_of_sim(sim, id, tasks, generations))
             .collect(),
         status: store.job(job_id).map(|job| store.job_status(job)),
         deployment: store
@@ -221,7 +277,7 @@ fn generations(versions: &[Job]) -> Vec<(u64, u8)> {
         .iter()
         .enumerate()
         .map(|(ix, job)| {
-            if ix > 0 && versions[ix - 1].spec_only() != job.spec_only() {
+            if ix > 0 && !versions[ix - 1].same_spec(job) {
                 generation = generation.saturating_add(1);
             }
             (job.version, generation)

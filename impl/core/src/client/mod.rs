@@ -15,6 +15,7 @@ pub use task_runner::{ExitResult, RestartMark, TaskPhase, TaskRunner};
 use crate::server::structs::{AllocId, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The client's default `max_kill_timeout`: 30 s.
 pub const DEFAULT_MAX_KILL_TIMEOUT_NS: i64 = 30_000_000_000;
@@ -105,7 +106,9 @@ pub struct Client {
     pub max_kill_timeout_ns: i64,
     /// `AllocModifyIndex` of the last pulled copy of each allocation.
     pub pulled: BTreeMap<AllocId, u64>,
-    pub runners: BTreeMap<AllocId, AllocRunner>,
+    /// Shared between clones (the lockstep walk clones a simulator per transition): a step
+    /// copies only the runner it changes.
+    pub runners: BTreeMap<AllocId, Arc<AllocRunner>>,
 }
 
 impl Client {
@@ -137,11 +140,11 @@ impl Client {
         self.pulled
             .insert(alloc.id.clone(), alloc.alloc_modify_index);
         match self.runners.get_mut(&alloc.id) {
-            Some(runner) => runner.update(alloc, now, out),
+            Some(runner) => Arc::make_mut(runner).update(alloc, now, out),
             None => {
                 let id = alloc.id.clone();
                 let runner = AllocRunner::new(alloc, self.max_kill_timeout_ns, now, out);
-                self.runners.insert(id, runner);
+                self.runners.insert(id, Arc::new(runner));
             }
         }
     }

@@ -124,7 +124,9 @@ pub struct TaskState {
     pub started_at: i64,
     #[serde(default, with = "crate::gotime::serde_time")]
     pub finished_at: i64,
-    pub events: Vec<TaskEvent>,
+    /// Shared between copies (the runner's, the server's last report of it, a cloned
+    /// simulator's): recording an event copies them.
+    pub events: std::sync::Arc<Vec<TaskEvent>>,
 }
 
 impl TaskState {
@@ -148,7 +150,7 @@ impl Default for TaskState {
             last_restart: 0,
             started_at: 0,
             finished_at: 0,
-            events: Vec::new(),
+            events: std::sync::Arc::default(),
         }
     }
 }

@@ -48,6 +48,7 @@ use crate::step::log::{EventLog, LogEntry};
 use crate::step::{Effect, Step};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SimError {
@@ -186,7 +187,7 @@ impl Simulator {
     pub fn runner(&self, alloc: &str) -> Option<&AllocRunner> {
         self.clients
             .values()
-            .find_map(|client| client.runners.get(alloc))
+            .find_map(|client| client.runners.get(alloc).map(Arc::as_ref))
     }
 
     fn client_of(&self, alloc: &str) -> Option<NodeId> {
@@ -455,6 +456,7 @@ impl Simulator {
             .clients
             .get_mut(&node)
             .and_then(|c| c.runners.get_mut(alloc))
+            .map(Arc::make_mut)
             .expect("client_of found it");
         let ix = match task {
             Some(name) => Some(
@@ -482,6 +484,7 @@ impl Simulator {
             .clients
             .get_mut(&node)
             .and_then(|c| c.runners.get_mut(&alloc))
+            .map(Arc::make_mut)
             .ok_or_else(not_enabled)?;
         let task_ix = match step.task() {
             Some(name) => Some(
@@ -586,7 +589,7 @@ impl Simulator {
         for node in nodes {
             let ids: Vec<AllocId> = self.clients[&node].runners.keys().cloned().collect();
             for id in ids {
-                let stored = self.clients[&node].runners[&id].clone();
+                let stored = AllocRunner::clone(&self.clients[&node].runners[&id]);
                 if stored.phase == RunnerPhase::Terminal {
                     continue;
                 }
@@ -605,7 +608,7 @@ impl Simulator {
                     .get_mut(&node)
                     .expect("node")
                     .runners
-                    .insert(id.clone(), restored);
+                    .insert(id.clone(), Arc::new(restored));
                 self.execute(&node, &id, commands)?;
             }
         }
@@ -655,6 +658,7 @@ impl Simulator {
                             .clients
                             .get_mut(node)
                             .and_then(|c| c.runners.get_mut(alloc))
+                            .map(Arc::make_mut)
                             .expect("runner");
                         runner.task_exited(task, exit, now, &mut follow_ups);
                     }

@@ -3,6 +3,7 @@
 //! whose errors name the field and the problem (`validate.rs`).
 
 pub mod fields;
+mod same_spec;
 mod validate;
 pub mod validate_checks;
 pub mod validate_extra;

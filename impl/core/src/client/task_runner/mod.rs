@@ -175,9 +175,10 @@ impl TaskRunner {
         if event.event_type == event_types::RESTARTING {
             self.state.last_restart = event.time;
         }
-        self.state.events.push(event);
-        if self.state.events.len() > MAX_TASK_EVENTS {
-            self.state.events.remove(0);
+        let events = std::sync::Arc::make_mut(&mut self.state.events);
+        events.push(event);
+        if events.len() > MAX_TASK_EVENTS {
+            events.remove(0);
         }
     }
 

@@ -44,8 +44,9 @@ pub struct Tables {
 #[derive(Clone, Debug, Default)]
 pub struct StateStore {
     index: u64,
-    /// Every stored version of each job, oldest first. A purged job is gone.
-    jobs: BTreeMap<JobId, Vec<Job>>,
+    /// Every stored version of each job, oldest first. A purged job is gone. Shared between
+    /// clones (the lockstep walk clones a simulator per transition): a write copies them.
+    jobs: BTreeMap<JobId, Arc<Vec<Job>>>,
     /// Shared with the event journal: a write copies a record only if an event still
     /// holds the version it changes (see `journal.rs`).
     allocs: BTreeMap<AllocId, Arc<Allocation>>,
@@ -171,7 +172,7 @@ impl StateStore {
         for alloc in allocs {
             store.put_alloc(alloc);
         }
-        store.jobs = jobs;
+        store.jobs = jobs.into_iter().map(|(id, v)| (id, Arc::new(v))).collect();
         for eval in evals {
             store.put_eval(eval);
         }
@@ -235,7 +236,7 @@ impl StateStore {
 
     /// Every version of a job (for a durable copy).
     pub fn job_versions_owned(&self, id: &str) -> Option<&Vec<Job>> {
-        self.jobs.get(id)
+        self.jobs.get(id).map(Arc::as_ref)
     }
 
     /// An allocation, tombstone or not (for a durable copy).
@@ -281,7 +282,13 @@ impl StateStore {
     }
 
     pub fn job_versions(&self, id: &str) -> Option<&[Job]> {
-        self.jobs.get(id).map(Vec::as_slice)
+        self.jobs.get(id).map(|versions| versions.as_slice())
+    }
+
+    /// A job's stored versions as clones of the store share them: the same `Arc` until one
+    /// of them is written (the lockstep walk remembers what it derived from them).
+    pub fn job_versions_shared(&self, id: &str) -> Option<&Arc<Vec<Job>>> {
+        self.jobs.get(id)
     }
 
     pub fn jobs(&self) -> impl Iterator<Item = &Job> {
@@ -370,7 +377,7 @@ impl StateStore {
     // invariant: jobspec_unchanged
     pub(super) fn put_job_version(&mut self, job: Job) {
         self.wrote(Record::Job(job.id.clone()));
-        let versions = self.jobs.entry(job.id.clone()).or_default();
+        let versions = Arc::make_mut(self.jobs.entry(job.id.clone()).or_default());
         debug_assert!(
             versions
                 .last()
@@ -394,6 +401,7 @@ impl StateStore {
         let Some(stored) = self
             .jobs
             .get_mut(id)
+            .map(Arc::make_mut)
             .and_then(|versions| versions.iter_mut().find(|v| v.version == version))
         else {
             return false;

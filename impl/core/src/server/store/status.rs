@@ -26,6 +26,7 @@
 use super::{Record, StateStore};
 use crate::server::structs::Allocation;
 use crate::spec::Job;
+use std::sync::Arc;
 
 /// What a job's status is derived from: its allocations (tombstones aside), and how many of
 /// them are not yet terminal on their client.
@@ -110,11 +111,15 @@ impl StateStore {
             self.counts.remove(job_id);
         }
         let index = self.index;
-        let Some(job) = self.jobs.get_mut(job_id).and_then(|v| v.last_mut()) else {
+        let Some(job) = self.jobs.get(job_id).and_then(|v| v.last()) else {
             return;
         };
         if was.status(job.stop) != now.status(job.stop) {
-            job.modify_index = index;
+            // Only now: the versions are shared between clones, and a write copies them.
+            let versions = self.jobs.get_mut(job_id).map(Arc::make_mut);
+            if let Some(job) = versions.and_then(|v| v.last_mut()) {
+                job.modify_index = index;
+            }
             self.wrote(Record::Job(job_id.to_string()));
         }
     }
