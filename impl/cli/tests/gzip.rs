@@ -10,6 +10,7 @@ mod support;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::time::{Duration, Instant};
 use support::{wait_for, PATIENCE};
 
 /// An answer as sent: status, headers (names in lower case), body bytes.
@@ -469,4 +470,25 @@ fn a_shared_list_follows_its_writes_and_acl_changes_while_an_older_copy_is_held(
         );
         assert_eq!(answer.status, 403, "{encoding}");
     }
+}
+
+/// A blocking query that waited out is answered at its own index; while a client still
+/// holds that answer, the same query sent again waits its `wait` as well (Go's watchers
+/// send it again as it is), not given the held answer at once.
+#[test]
+fn a_blocking_query_again_waits_though_an_answer_that_waited_out_is_held() {
+    let agent = InProcess::start("waited", false);
+    agent.run("many", 400);
+    let index = agent.get("/v1/allocations", None).index();
+    let path = format!("/v1/allocations?index={index}&wait=1s");
+    let _held = agent.hold(&path, None);
+    let asked = Instant::now();
+    let again = agent.get(&path, None);
+    let waited = asked.elapsed();
+    assert_eq!((again.status, again.index()), (200, index));
+    // The held answer would come in milliseconds; the query's own wait is a second.
+    assert!(
+        waited >= Duration::from_millis(800),
+        "answered after {waited:?}, without waiting"
+    );
 }

@@ -21,10 +21,23 @@ pub(super) fn acl_error(e: AclError) -> ApiError {
 
 /// What the request's token may do; an unknown token is refused here, before any route.
 pub(super) fn authority(shared: &Shared, token: Option<&str>) -> Result<Authority, ApiError> {
+    authority_at(shared, token).map(|(authority, _)| authority)
+}
+
+/// [`authority`], with the index of the last ACL write it was read at (under the same
+/// lock): a shared answer built with this authority is kept under that index, never a later
+/// one (`mod.rs`, `shared_answer`).
+pub(super) fn authority_at(
+    shared: &Shared,
+    token: Option<&str>,
+) -> Result<(Authority, u64), ApiError> {
+    let core = shared.core();
+    let at = core.acl.index();
     if !shared.config.acl_enabled {
-        return Ok(Authority::Unchecked);
+        return Ok((Authority::Unchecked, at));
     }
-    shared.core().acl.authority(token).map_err(acl_error)
+    let authority = core.acl.authority(token).map_err(acl_error)?;
+    Ok((authority, at))
 }
 
 /// What a route needs of the token.

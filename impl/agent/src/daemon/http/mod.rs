@@ -275,7 +275,7 @@ async fn answer(shared: Arc<Shared>, request: ApiRequest) -> Result<Reply, ApiEr
 /// blocking query's wait too), the URL, the route. A blocking query whose index has not
 /// passed answers [`ApiError::blocked`] unless `waited_out`.
 fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Reply, ApiError> {
-    let authority = authority(shared, request.token.as_deref())?;
+    let (authority, acl_index) = acl::authority_at(shared, request.token.as_deref())?;
     let (path, query) = split_url(&request.url);
     let writes = !matches!(request.method, Method::Get | Method::Head | Method::Options);
     if writes && !WRITE_NOTHING.contains(&path.as_str()) {
@@ -302,7 +302,13 @@ fn handle(shared: &Shared, request: &ApiRequest, waited_out: bool) -> Result<Rep
         )
     };
     if request.method == Method::Get && shares_answers(&path) {
-        shared_answer(shared, request, &path, route)
+        // A blocking query's wanted index: an answer at or below it is no answer for it
+        // (one a query that waited out was given) unless this one waited out too.
+        let past = match (waited_out, query.get("index")) {
+            (false, Some(index)) => index.parse::<u64>().unwrap_or(0),
+            _ => 0,
+        };
+        shared_answer(shared, request, &path, acl_index, past, route)
     } else if (request.method == Method::Get && path.starts_with("/v1/client/fs/"))
         || (request.method == Method::Post && path == job_statuses::PATH)
     {
@@ -356,10 +362,17 @@ fn shares_answers(path: &str) -> bool {
 /// only while the agent-wide budget of unsent answers has room — encoded once, and kept
 /// for the next request of the same key. A request that takes gzip gets the answer's one
 /// gzip copy, made once too.
+///
+/// `acl_index` is the ACL index the request's authority was read at: an answer is kept
+/// under it, so that one built with rights since taken away is never given to a later
+/// request. `past`: a blocking query's index; a kept answer at or below it is not given
+/// (it is one a query that waited out took), the read is asked instead, and blocks.
 fn shared_answer(
     shared: &Shared,
     request: &ApiRequest,
     path: &str,
+    acl_index: u64,
+    past: u64,
     build: impl FnOnce() -> Result<Reply, ApiError>,
 ) -> Result<Reply, ApiError> {
     let answers = &shared.answers;
@@ -369,9 +382,10 @@ fn shared_answer(
             url: request.url.clone(),
             token: request.token.clone(),
             index: answer_index(&core, path),
-            acl_index: core.acl.index(),
+            acl_index,
         }
     };
+    let fresh = |meta: &answers::Meta| past == 0 || meta.index.is_some_and(|index| index > past);
     let sent = |answer: answers::Answer, meta: answers::Meta| {
         let gzip = if request.gzip { answer.gzip() } else { None };
         Reply {
@@ -385,12 +399,12 @@ fn shared_answer(
             json: None,
         }
     };
-    if let Some((answer, meta)) = answers.get(&key()) {
+    if let Some((answer, meta)) = answers.get(&key()).filter(|(_, meta)| fresh(meta)) {
         return Ok(sent(answer, meta));
     }
     let _turn = answers.turn();
     let key = key();
-    if let Some((answer, meta)) = answers.get(&key) {
+    if let Some((answer, meta)) = answers.get(&key).filter(|(_, meta)| fresh(meta)) {
         return Ok(sent(answer, meta));
     }
     if !answers.has_room() {
