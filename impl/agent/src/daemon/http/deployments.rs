@@ -16,15 +16,23 @@ fn table_index(store: &StateStore) -> u64 {
     store.table_indexes().deployments.max(1)
 }
 
-/// `GET /v1/deployments`: every deployment, oldest first (Nomad's order by create index),
-/// or those whose ID starts with `prefix`.
-pub(super) fn list_deployments(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
-    let core = blocking_on(
+/// A blocking read of the deployments table: its index, and woken by its writes.
+fn blocking_deployments<'a>(
+    shared: &'a Shared,
+    query: &Query,
+) -> Result<std::sync::MutexGuard<'a, Core>, ApiError> {
+    blocking_on(
         shared,
         query,
         |core| table_index(&core.server.store),
         |_| vec![Key::Table(Table::Deployments)],
-    )?;
+    )
+}
+
+/// `GET /v1/deployments`: every deployment, oldest first (Nomad's order by create index),
+/// or those whose ID starts with `prefix`.
+pub(super) fn list_deployments(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
+    let core = blocking_deployments(shared, query)?;
     let prefix = query.get("prefix").unwrap_or_default();
     let store = &core.server.store;
     let mut found: Vec<&Deployment> = store
@@ -57,12 +65,7 @@ pub(super) fn job_deployments(
     query: &Query,
     latest: bool,
 ) -> Result<Reply, ApiError> {
-    let core = blocking_on(
-        shared,
-        query,
-        |core| table_index(&core.server.store),
-        |_| vec![Key::Table(Table::Deployments)],
-    )?;
+    let core = blocking_deployments(shared, query)?;
     let store = &core.server.store;
     let body = if latest {
         store
