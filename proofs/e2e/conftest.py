@@ -389,5 +389,21 @@ def validate_log(agent, require_full=False):
     if require_full:
         command.append("--require-full")
     done = subprocess.run(command, capture_output=True, text=True)
-    assert done.returncode == 0, f"{done.stdout}{done.stderr}"
+    assert done.returncode == 0, f"{done.stdout}{done.stderr}{log_around(agent, done.stdout)}"
     return done.stdout
+
+
+def log_around(agent, verdict, before=40):
+    """The event log's entries up to the step a verdict names (`step N`), for the failure
+    message: CI keeps only what a test prints."""
+    found = re.search(r"step (\d+)", verdict)
+    if not found:
+        return ""
+    last = int(found.group(1))
+    kept = []
+    with open(agent.data_dir / "events.jsonl") as log:
+        for line in log:
+            seq = json.loads(line).get("seq", 0)
+            if last - before <= seq <= last:
+                kept.append(line.rstrip()[:400])
+    return "\nthe log up to that step:\n" + "\n".join(kept)

@@ -564,3 +564,61 @@ fn a_rollout_two_at_a_time_validates_whichever_alike_allocations_go_first() {
     // Every entry but the first registration (which builds the model) was replayed.
     assert_eq!(report.judged, log.len() - 1);
 }
+
+/// A job purged and registered again, three times over, the second time after its
+/// deployment failed (the judging of that registration ended there): each registration is
+/// judged afresh from its own start, and a new allocation of the third is never taken for
+/// one of the first's, purged (the last CI failure: "ClientSync names an allocation the
+/// model has not placed").
+#[test]
+fn each_registration_after_a_purge_is_judged_afresh() {
+    let no_restarts = Some(quiesce_core::spec::RestartPolicy {
+        attempts: Some(0),
+        mode: Some("fail".into()),
+        ..Default::default()
+    });
+    let mut job = api_job();
+    job.task_groups.truncate(1);
+    job.task_groups[0].count = Some(1);
+    job.task_groups[0].restart_policy = no_restarts;
+    job.task_groups[0].update = Some(quiesce_core::spec::UpdateStrategy {
+        max_parallel: Some(1),
+        ..Default::default()
+    });
+    let mut crashing = job.clone();
+    crashing.task_groups[0].tasks[0].config = Some(
+        [
+            ("run_for".to_string(), serde_json::json!(SECOND)),
+            ("exit_code".to_string(), serde_json::json!(3)),
+        ]
+        .into(),
+    );
+    let mut sim = Simulator::new(1, 7);
+    for spec in [job.clone(), crashing, job] {
+        sim.register(spec).unwrap();
+        sim.run_until_quiet(100_000).unwrap();
+        sim.apply(&stop("api", true, false)).unwrap();
+        sim.run_until_quiet(100_000).unwrap();
+    }
+    let log = parse_log(&sim.log().to_json_lines()).unwrap();
+    assert!(
+        log.iter().any(|e| e.name() == "Deployment"),
+        "the second registration's deployment failed"
+    );
+    let report = validate(&log).unwrap_or_else(|e| panic!("{e}"));
+    let judged: Vec<(u64, bool, usize)> = report
+        .parts
+        .iter()
+        .map(|p| (p.registered_at, p.judged == Judged::Full, p.allocs))
+        .collect();
+    assert_eq!(judged.len(), 3, "one instance per registration: {report:?}");
+    assert_eq!(
+        judged.iter().map(|&(_, full, _)| full).collect::<Vec<_>>(),
+        [true, false, true],
+        "{report:?}"
+    );
+    assert!(
+        judged.iter().all(|&(_, _, allocs)| allocs == 1),
+        "{report:?}"
+    );
+}

@@ -391,14 +391,23 @@ fn validate_log(file: &str, require_full: bool) -> Result<bool, String> {
                     report.entries
                 )
             } else {
-                let not_judged: Vec<String> = report
-                    .parts
-                    .iter()
-                    .filter_map(|part| match &part.judged {
-                        trace::Judged::Until { why, .. } => {
-                            Some(format!("job {:?} group {:?}: {why}", part.job, part.group))
+                // Each reason once, with how many registrations it ended (a job purged
+                // and registered again is judged afresh each time).
+                let mut reasons: Vec<(String, usize)> = Vec::new();
+                for part in &report.parts {
+                    if let trace::Judged::Until { why, .. } = &part.judged {
+                        let reason = format!("job {:?} group {:?}: {why}", part.job, part.group);
+                        match reasons.iter_mut().find(|(seen, _)| *seen == reason) {
+                            Some((_, count)) => *count += 1,
+                            None => reasons.push((reason, 1)),
                         }
-                        trace::Judged::Full => None,
+                    }
+                }
+                let not_judged: Vec<String> = reasons
+                    .into_iter()
+                    .map(|(reason, count)| match count {
+                        1 => reason,
+                        _ => format!("{reason} ({count} registrations)"),
                     })
                     .collect();
                 format!(

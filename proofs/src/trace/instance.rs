@@ -184,6 +184,18 @@ impl Instance {
         self.judged == Judged::Full
     }
 
+    /// Whether an allocation not yet seen may be one of this instance's: some candidate has
+    /// a placed allocation no ID is bound to yet. A purged instance places nothing more, so
+    /// once every one is bound a new allocation is a later registration's.
+    pub fn may_take_new_alloc(&self) -> bool {
+        !self.purged
+            || !self.judging()
+            || self.candidates.iter().any(|candidate| {
+                candidate.bound.len() < candidate.state.allocs.len()
+                    || candidate.bound.iter().any(Option::is_none)
+            })
+    }
+
     fn stop_judging(&mut self, seq: u64, why: String) {
         if self.judging() {
             self.judged = Judged::Until { seq, why };

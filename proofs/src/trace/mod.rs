@@ -223,6 +223,11 @@ impl Trace {
                 {
                     found = true;
                     instance.replay(entry, step)?;
+                    // Purged whether or not the model still follows it: a later
+                    // registration is a new instance, judged afresh.
+                    if matches!(step, Step::StopJob { purge: true, .. }) {
+                        instance.purged = true;
+                    }
                 }
                 if !found {
                     self.unknown(job, entry);
@@ -273,7 +278,7 @@ impl Trace {
         let judging: Vec<usize> = of_group
             .iter()
             .copied()
-            .filter(|&ix| self.instances[ix].judging())
+            .filter(|&ix| self.instances[ix].judging() && self.instances[ix].may_take_new_alloc())
             .collect();
         let Some(&newest) = of_group.first() else {
             self.unknown(job, entry);
