@@ -3,7 +3,7 @@
 //!
 //! Full history keeps every allocation record and job version to the end: it is the mode
 //! the lockstep walk follows. Lean history erases what no invariant can still judge, and
-//! `tests/faults.rs` catches every planted fault in both modes, so erasing loses no
+//! `tests/all/faults.rs` catches every planted fault in both modes, so erasing loses no
 //! violation.
 
 use super::StopPathModel;

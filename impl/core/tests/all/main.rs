@@ -1,0 +1,8 @@
+//! quiesce-core's integration tests, in one test binary: one binary per file linked the
+//! core five times over (see ARCHITECTURE.md, CI).
+
+mod canaries;
+mod hcl_jobspec;
+mod scenarios;
+mod server;
+mod system_deployments;
