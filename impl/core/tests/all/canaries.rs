@@ -3,13 +3,10 @@
 //! deployment itself with `auto_promote`, or by the operator), then replaces the old ones
 //! `max_parallel` at a time; a deployment that fails or is superseded stops its canaries.
 
-use quiesce_core::server::structs::{
-    AllocDeploymentStatus, Allocation, ClientStatus, DesiredStatus,
-};
-use quiesce_core::server::{ClientReport, Server, ServerError};
+use crate::support::{report, settle, UPDATING};
+use quiesce_core::server::structs::{Allocation, ClientStatus, DesiredStatus};
+use quiesce_core::server::{Server, ServerError};
 use quiesce_core::spec::{Job, Task, TaskGroup, UpdateStrategy};
-
-const UPDATING: &str = "alloc is being updated due to job update";
 
 fn job(count: i64, release: &str, canary: i64, auto_promote: bool) -> Job {
     Job {
@@ -35,22 +32,6 @@ fn job(count: i64, release: &str, canary: i64, auto_promote: bool) -> Job {
         }],
         ..Job::default()
     }
-}
-
-fn report(client_status: ClientStatus, healthy: Option<bool>) -> ClientReport {
-    ClientReport {
-        client_status,
-        client_description: String::new(),
-        task_states: Default::default(),
-        deployment_status: healthy.map(|healthy| AllocDeploymentStatus {
-            healthy: Some(healthy),
-            ..AllocDeploymentStatus::default()
-        }),
-    }
-}
-
-fn settle(server: &mut Server) {
-    while server.process_next_eval().unwrap().is_some() {}
 }
 
 /// Every allocation, oldest first.

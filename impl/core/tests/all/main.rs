@@ -5,4 +5,5 @@ mod canaries;
 mod hcl_jobspec;
 mod scenarios;
 mod server;
+mod support;
 mod system_deployments;

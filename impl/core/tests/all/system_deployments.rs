@@ -5,13 +5,10 @@
 //! for it, and the deployment waits for a promotion; an unhealthy canary fails it and
 //! `auto_revert` goes back.
 
-use quiesce_core::server::structs::{
-    AllocDeploymentStatus, Allocation, ClientStatus, DesiredStatus,
-};
-use quiesce_core::server::{ClientReport, Server};
+use crate::support::{report, settle, UPDATING};
+use quiesce_core::server::structs::{Allocation, ClientStatus, DesiredStatus};
+use quiesce_core::server::Server;
 use quiesce_core::spec::{Job, Task, TaskGroup, UpdateStrategy};
-
-const UPDATING: &str = "alloc is being updated due to job update";
 
 fn group(name: &str, release: &str, update: Option<UpdateStrategy>) -> TaskGroup {
     TaskGroup {
@@ -46,22 +43,6 @@ fn canary(percent: i64, auto_promote: bool) -> Option<UpdateStrategy> {
         auto_revert: Some(true),
         ..UpdateStrategy::default()
     })
-}
-
-fn report(client_status: ClientStatus, healthy: Option<bool>) -> ClientReport {
-    ClientReport {
-        client_status,
-        client_description: String::new(),
-        task_states: Default::default(),
-        deployment_status: healthy.map(|healthy| AllocDeploymentStatus {
-            healthy: Some(healthy),
-            ..AllocDeploymentStatus::default()
-        }),
-    }
-}
-
-fn settle(server: &mut Server) {
-    while server.process_next_eval().unwrap().is_some() {}
 }
 
 fn live(server: &Server) -> Vec<Allocation> {
