@@ -304,7 +304,7 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
     // The server's record, or the client's copy once the server removed it.
     let record = store
         .alloc_for_client(id)
-        .or_else(|| sim.runner(id).map(|runner| &runner.alloc));
+        .or_else(|| sim.runner(id).map(|runner| runner.alloc.as_ref()));
     let generation = record
         .and_then(|alloc| {
             generations

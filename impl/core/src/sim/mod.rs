@@ -362,7 +362,7 @@ impl Simulator {
         };
         let record = self
             .runner(alloc)
-            .map(|runner| &runner.alloc)
+            .map(|runner| runner.alloc.as_ref())
             .or_else(|| self.server.store.alloc_for_client(alloc));
         match record {
             Some(record) => (Some(record.job_id.clone()), Some(record.task_group.clone())),
