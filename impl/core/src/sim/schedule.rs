@@ -2,24 +2,22 @@
 //! when it is due, and the driver's handle of each started task. Every map is shared
 //! between clones of the simulator (the lockstep walk clones one per model transition) and
 //! copied by a write that changes it, so a step copies only what it moves. Lookups take an
-//! allocation's ID as `&str` and allocate nothing.
+//! allocation's ID as `&str` and allocate nothing. What is due first is found by a scan
+//! (a few timers and exits per allocation), not kept in a queue that every step would
+//! copy: only a timed run asks for it.
 
 use crate::client::Timer;
 use crate::server::structs::AllocId;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct Schedule {
     /// Each allocation's running timers: when each is due.
     timers: Arc<BTreeMap<AllocId, BTreeMap<Timer, i64>>>,
-    /// The same timers, soonest first.
-    timer_queue: Arc<BTreeSet<(i64, AllocId, Timer)>>,
     /// When each task (by position) whose exit is a step now (killing, or a running
     /// poststop task) will exit by itself, by the mock driver's script.
     exits: Arc<BTreeMap<AllocId, BTreeMap<usize, i64>>>,
-    /// The same exits, soonest first.
-    exit_queue: Arc<BTreeSet<(i64, AllocId, usize)>>,
     /// The mock driver's handle of each started task, by position.
     handles: Arc<BTreeMap<AllocId, BTreeMap<usize, u64>>>,
 }
@@ -41,19 +39,17 @@ impl Schedule {
 
     /// Starts `timer` (again, if it runs), due at `due`.
     pub(super) fn start_timer(&mut self, alloc: &AllocId, timer: Timer, due: i64) {
-        self.stop_timer(alloc, timer);
         Arc::make_mut(&mut self.timers)
             .entry(alloc.clone())
             .or_default()
             .insert(timer, due);
-        Arc::make_mut(&mut self.timer_queue).insert((due, alloc.clone(), timer));
     }
 
     /// Stops `timer` if it runs; copies nothing if it does not.
     pub(super) fn stop_timer(&mut self, alloc: &str, timer: Timer) {
-        let Some(&due) = self.timers.get(alloc).and_then(|timers| timers.get(&timer)) else {
+        if !self.has_timer(alloc, timer) {
             return;
-        };
+        }
         let timers = Arc::make_mut(&mut self.timers);
         if let Some(of_alloc) = timers.get_mut(alloc) {
             of_alloc.remove(&timer);
@@ -61,13 +57,11 @@ impl Schedule {
                 timers.remove(alloc);
             }
         }
-        let removed = Arc::make_mut(&mut self.timer_queue).remove(&(due, alloc.to_string(), timer));
-        debug_assert!(removed, "timer {timer:?} of {alloc} queued at {due}");
     }
 
-    /// The timer due soonest.
+    /// The timer due soonest (of those due at once, the least allocation ID's first timer).
     pub(super) fn first_timer(&self) -> Option<(i64, AllocId, Timer)> {
-        self.timer_queue.first().cloned()
+        soonest(&self.timers)
     }
 
     pub(super) fn handle(&self, alloc: &str, task: usize) -> Option<&u64> {
@@ -95,14 +89,9 @@ impl Schedule {
             return;
         }
         let exits = Arc::make_mut(&mut self.exits);
-        let queue = Arc::make_mut(&mut self.exit_queue);
-        if let Some(was) = was {
-            queue.remove(&(was, alloc.clone(), task));
-        }
         match due {
             Some(at) => {
                 exits.entry(alloc.clone()).or_default().insert(task, at);
-                queue.insert((at, alloc.clone(), task));
             }
             None => {
                 if let Some(of_alloc) = exits.get_mut(alloc.as_str()) {
@@ -115,8 +104,17 @@ impl Schedule {
         }
     }
 
-    /// The process exit due soonest.
+    /// The process exit due soonest (ties as [`Schedule::first_timer`]'s).
     pub(super) fn first_exit(&self) -> Option<(i64, AllocId, usize)> {
-        self.exit_queue.first().cloned()
+        soonest(&self.exits)
     }
+}
+
+/// The entry due soonest; of those due at once, the least allocation ID's, then the least
+/// key's (the order of a queue sorted by `(due, allocation, key)`).
+fn soonest<K: Copy + Ord>(due: &BTreeMap<AllocId, BTreeMap<K, i64>>) -> Option<(i64, AllocId, K)> {
+    due.iter()
+        .flat_map(|(alloc, of_alloc)| of_alloc.iter().map(move |(&key, &at)| (at, alloc, key)))
+        .min()
+        .map(|(at, alloc, key)| (at, alloc.clone(), key))
 }
