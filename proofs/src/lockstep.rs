@@ -34,7 +34,7 @@ use quiesce_core::sim::Simulator;
 use quiesce_core::step::Step;
 use quiesce_model::{Action, History, Model, ModelCfg, State, StopPathModel};
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -115,6 +115,28 @@ struct Frame {
     depth: usize,
 }
 
+/// The visited states' keys are their fingerprints, hashes already: the map takes them as
+/// they are rather than hashing them again with SipHash.
+#[derive(Default)]
+struct FingerprintHasher(u64);
+
+impl Hasher for FingerprintHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("the visited map hashes only u64 fingerprints");
+    }
+
+    fn write_u64(&mut self, fingerprint: u64) {
+        self.0 = fingerprint;
+    }
+}
+
+/// Each state's fingerprint with the least depth it was reached at.
+type Visited = HashMap<u64, usize, BuildHasherDefault<FingerprintHasher>>;
+
 fn fingerprint(state: &State, symmetry: bool) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     if symmetry {
@@ -189,7 +211,8 @@ pub fn walk(cfg: &ModelCfg, options: WalkOptions) -> Result<WalkReport, String> 
     }
     // Each state's fingerprint with the least depth it was reached at: under a depth bound,
     // a state first reached deep is explored again when a shorter path reaches it.
-    let mut visited = HashMap::from([(fingerprint(&init, options.symmetry), 0)]);
+    let mut visited = Visited::default();
+    visited.insert(fingerprint(&init, options.symmetry), 0);
     let mut stack = vec![Frame {
         state: init,
         sim,

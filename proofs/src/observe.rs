@@ -301,10 +301,11 @@ fn version_of_job(job: &Job, generation: u8) -> VersionObs {
 
 fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8)]) -> AllocObs {
     let store = &sim.server.store;
+    // Each looked up once: an observation is built per model transition.
+    let server_record = store.alloc_for_client(id);
+    let runner = sim.runner(id);
     // The server's record, or the client's copy once the server removed it.
-    let record = store
-        .alloc_for_client(id)
-        .or_else(|| sim.runner(id).map(|runner| &runner.alloc));
+    let record = server_record.or_else(|| runner.map(|runner| runner.alloc.as_ref()));
     let generation = record
         .and_then(|alloc| {
             generations
@@ -315,7 +316,7 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
         .unwrap_or(0);
     // Placed by a deployment, its health not yet decided: as the server has it, or, once
     // the record is gone (a purge), as its client does.
-    let watched = match store.alloc_for_client(id) {
+    let watched = match server_record {
         Some(alloc) => {
             !alloc.deployment_id.is_empty()
                 && alloc
@@ -325,7 +326,7 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
         }
         // A runner that failed while wanted to run was reported unhealthy by the server
         // (its record gone now).
-        None => sim.runner(id).is_some_and(|runner| {
+        None => runner.is_some_and(|runner| {
             !runner.alloc.deployment_id.is_empty()
                 && runner.health.status().is_none()
                 && !(runner.failed
@@ -346,18 +347,14 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
             .as_ref()
             .is_some_and(|status| status.canary)
     });
-    let server = store.alloc_for_client(id).map(|alloc| ServerObs {
+    let server = server_record.map(|alloc| ServerObs {
         stop: alloc.desired_status != DesiredStatus::Run || alloc.tombstone,
         migrate: alloc.desired_transition.should_migrate(),
         no_shutdown_delay: alloc.desired_transition.should_ignore_shutdown_delay(),
         tombstone: alloc.tombstone,
     });
-    let registered = |task: &str| {
-        store
-            .services_of_alloc(id)
-            .any(|service| service.task == task)
-    };
-    let Some(runner) = sim.runner(id) else {
+    let registered = registered_services(sim, id, runner);
+    let Some(runner) = runner else {
         let not_started = TaskObs {
             phase: TaskPhase::NotStarted,
             killing: false,
@@ -376,7 +373,7 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
             runner: RunnerPhase::Pending,
             cancelled: false,
             group_pre_kill: false,
-            group_service_registered: registered(""),
+            group_service_registered: registered.group,
             group_delay: Delay::None,
             tasks: vec![not_started; tasks],
             failed: false,
@@ -399,12 +396,13 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
         },
         cancelled: runner.cancelled,
         group_pre_kill: runner.group_pre_kill_done,
-        group_service_registered: registered(""),
+        group_service_registered: registered.group,
         group_delay: delay_of(runner.group_delay),
         tasks: runner
             .tasks
             .iter()
-            .map(|task| TaskObs {
+            .enumerate()
+            .map(|(ix, task)| TaskObs {
                 phase: match task.phase {
                     ImplTaskPhase::NotStarted => TaskPhase::NotStarted,
                     ImplTaskPhase::Running => TaskPhase::Running,
@@ -416,7 +414,7 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
                 },
                 killing: task.state.events.iter().any(|e| e.event_type == "Killing"),
                 pre_kill: task.pre_kill_done,
-                service_registered: registered(&task.name),
+                service_registered: registered.tasks & (1 << ix) != 0,
                 delay: delay_of(task.delay),
                 signalled: task.signalled,
                 sigkilled: task.sigkilled,
@@ -436,6 +434,38 @@ fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8
         rollout_stop,
         canary,
     }
+}
+
+/// Which of an allocation's native services the server holds: its group's, and each task's.
+struct Registered {
+    group: bool,
+    /// Bit `ix`: task `ix` of the runner's.
+    tasks: u64,
+}
+
+/// One pass over the allocation's services, not one per task.
+fn registered_services(sim: &Simulator, id: &str, runner: Option<&AllocRunner>) -> Registered {
+    let mut registered = Registered {
+        group: false,
+        tasks: 0,
+    };
+    for service in sim.server.store.services_of_alloc(id) {
+        if service.task.is_empty() {
+            registered.group = true;
+            continue;
+        }
+        let position = runner.and_then(|runner| {
+            runner
+                .tasks
+                .iter()
+                .position(|task| task.name == service.task)
+        });
+        if let Some(ix) = position {
+            debug_assert!(ix < 64, "a task's bit in Registered::tasks");
+            registered.tasks |= 1 << ix;
+        }
+    }
+    registered
 }
 
 fn pulled_of(runner: &AllocRunner) -> PulledObs {

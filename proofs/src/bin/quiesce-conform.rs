@@ -10,6 +10,12 @@ use quiesce_proofs::trace;
 use std::process::ExitCode;
 use std::time::Instant;
 
+/// The lockstep walk clones, changes and drops a simulator per model transition: millions
+/// of small allocations a second, for which mimalloc's thread-local free lists cost a
+/// fraction of glibc's malloc (the main job's CPU time about a quarter less).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "quiesce-conform",

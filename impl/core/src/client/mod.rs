@@ -105,10 +105,11 @@ pub struct Client {
     pub node_id: NodeId,
     pub max_kill_timeout_ns: i64,
     /// `AllocModifyIndex` of the last pulled copy of each allocation.
-    pub pulled: BTreeMap<AllocId, u64>,
-    /// Shared between clones (the lockstep walk clones a simulator per transition): a step
-    /// copies only the runner it changes.
-    pub runners: BTreeMap<AllocId, Arc<AllocRunner>>,
+    pub pulled: Arc<BTreeMap<AllocId, u64>>,
+    /// Shared between clones (the lockstep walk clones a simulator per transition), as is
+    /// each runner: a step copies the map of runners and the runner it changes
+    /// ([`Client::runner_mut`]).
+    pub runners: Arc<BTreeMap<AllocId, Arc<AllocRunner>>>,
 }
 
 impl Client {
@@ -116,9 +117,19 @@ impl Client {
         Client {
             node_id,
             max_kill_timeout_ns,
-            pulled: BTreeMap::new(),
-            runners: BTreeMap::new(),
+            pulled: Arc::default(),
+            runners: Arc::default(),
         }
+    }
+
+    /// The runner of `alloc`, to change: copied first if a clone shares it.
+    pub fn runner_mut(&mut self, alloc: &str) -> Option<&mut AllocRunner> {
+        if !self.runners.contains_key(alloc) {
+            return None;
+        }
+        Arc::make_mut(&mut self.runners)
+            .get_mut(alloc)
+            .map(Arc::make_mut)
     }
 
     /// The allocation's update is newer than the copy the client holds.
@@ -137,14 +148,13 @@ impl Client {
         now: i64,
         out: &mut Vec<Command>,
     ) {
-        self.pulled
-            .insert(alloc.id.clone(), alloc.alloc_modify_index);
-        match self.runners.get_mut(&alloc.id) {
-            Some(runner) => Arc::make_mut(runner).update(alloc, now, out),
+        Arc::make_mut(&mut self.pulled).insert(alloc.id.clone(), alloc.alloc_modify_index);
+        match self.runner_mut(&alloc.id) {
+            Some(runner) => runner.update(alloc, now, out),
             None => {
                 let id = alloc.id.clone();
                 let runner = AllocRunner::new(alloc, self.max_kill_timeout_ns, now, out);
-                self.runners.insert(id, Arc::new(runner));
+                Arc::make_mut(&mut self.runners).insert(id, Arc::new(runner));
             }
         }
     }
@@ -178,7 +188,7 @@ mod tests {
             !client.update_pending(&alloc("node-1", 5)),
             "another node's allocation"
         );
-        client.pulled.insert("a1".into(), 5);
+        Arc::make_mut(&mut client.pulled).insert("a1".into(), 5);
         assert!(
             !client.update_pending(&alloc("node-0", 5)),
             "already pulled at this index"

@@ -37,6 +37,8 @@
 //!
 //! Each step appends one `LogEntry` to the simulator's `EventLog`, with its effects.
 
+mod schedule;
+
 use crate::client::driver::{Driver, MockDriver, SIGKILL};
 use crate::client::{
     AllocRunner, Client, Command, ExitResult, RunnerPhase, RunnerStep, TaskPhase, Timer,
@@ -46,6 +48,7 @@ use crate::server::{Server, ServerError, StopJobOptions, WriteResponse};
 use crate::spec::{Job, TaskRole};
 use crate::step::log::{EventLog, LogEntry};
 use crate::step::{Effect, Step};
+use schedule::Schedule;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
@@ -81,25 +84,22 @@ impl From<ServerError> for SimError {
     }
 }
 
-/// The deterministic cluster.
+/// The deterministic cluster. Cheap to clone, as the lockstep walk does once per model
+/// transition: what a step may change is shared between clones and copied by the write
+/// that changes it (the store's tables, each client's runners, the schedule, the sets
+/// below).
 #[derive(Clone, Debug)]
 pub struct Simulator {
     pub server: Server,
     pub clients: BTreeMap<NodeId, Client>,
-    driver: MockDriver,
-    handles: BTreeMap<(AllocId, usize), u64>,
+    driver: Arc<MockDriver>,
     now_ns: i64,
-    /// Running timers: when each is due.
-    timers: BTreeMap<(AllocId, Timer), i64>,
-    timer_queue: BTreeSet<(i64, AllocId, Timer)>,
-    /// When each task whose exit is a step now (killing, or a running poststop task) will
-    /// exit by itself, by the mock driver's script.
-    exits: BTreeMap<(AllocId, usize), i64>,
-    exit_queue: BTreeSet<(i64, AllocId, usize)>,
+    /// Timers, the mock processes' own exits, the driver's handles.
+    schedule: Schedule,
     /// Allocations whose client has an update to pull.
-    pending_sync: BTreeSet<AllocId>,
+    pending_sync: Arc<BTreeSet<AllocId>>,
     /// Runners that may have a ready internal step.
-    maybe_ready: BTreeSet<AllocId>,
+    maybe_ready: Arc<BTreeSet<AllocId>>,
     log: EventLog,
     /// The effects of the step being applied, for its log entry.
     effects: Vec<Effect>,
@@ -124,15 +124,11 @@ impl Simulator {
                 .iter()
                 .map(|n| (n.clone(), Client::new(n.clone(), max_kill_timeout_ns)))
                 .collect(),
-            driver: MockDriver::default(),
-            handles: BTreeMap::new(),
+            driver: Arc::default(),
             now_ns: 0,
-            timers: BTreeMap::new(),
-            timer_queue: BTreeSet::new(),
-            exits: BTreeMap::new(),
-            exit_queue: BTreeSet::new(),
-            pending_sync: BTreeSet::new(),
-            maybe_ready: BTreeSet::new(),
+            schedule: Schedule::default(),
+            pending_sync: Arc::default(),
+            maybe_ready: Arc::default(),
             log: EventLog::default(),
             effects: Vec::new(),
         }
@@ -206,13 +202,13 @@ impl Simulator {
         if let Some(job) = self.server.next_eval_job() {
             steps.push(Step::ProcessEval { job: job.clone() });
         }
-        for alloc in &self.pending_sync {
+        for alloc in self.pending_sync.iter() {
             steps.push(Step::ClientSync {
                 alloc: alloc.clone(),
             });
         }
         for client in self.clients.values() {
-            for (id, runner) in &client.runners {
+            for (id, runner) in client.runners.iter() {
                 self.push_runner_steps(id, runner, &mut steps);
             }
         }
@@ -225,15 +221,12 @@ impl Simulator {
         for step in runner.ready_steps() {
             steps.push(step_of_runner(id, runner, step));
         }
-        if self
-            .timers
-            .contains_key(&(alloc.clone(), Timer::GroupDelay))
-        {
+        if self.schedule.has_timer(id, Timer::GroupDelay) {
             steps.push(Step::GroupDelayElapsed {
                 alloc: alloc.clone(),
             });
         }
-        if self.timers.contains_key(&(alloc.clone(), Timer::Healthy)) {
+        if self.schedule.has_timer(id, Timer::Healthy) {
             steps.push(Step::AllocHealthy {
                 alloc: alloc.clone(),
             });
@@ -261,10 +254,7 @@ impl Simulator {
                         alloc: alloc.clone(),
                         task: task(ix),
                     });
-                    if self
-                        .timers
-                        .contains_key(&(alloc.clone(), Timer::KillTimeout(ix)))
-                    {
+                    if self.schedule.has_timer(id, Timer::KillTimeout(ix)) {
                         steps.push(Step::KillTimeout {
                             alloc: alloc.clone(),
                             task: task(ix),
@@ -280,9 +270,7 @@ impl Simulator {
                     })
                 }
                 (_, TaskPhase::Restarting)
-                    if self
-                        .timers
-                        .contains_key(&(alloc.clone(), Timer::RestartDelay(ix))) =>
+                    if self.schedule.has_timer(id, Timer::RestartDelay(ix)) =>
                 {
                     steps.push(Step::RestartDelayElapsed {
                         alloc: alloc.clone(),
@@ -374,7 +362,7 @@ impl Simulator {
         };
         let record = self
             .runner(alloc)
-            .map(|runner| &runner.alloc)
+            .map(|runner| runner.alloc.as_ref())
             .or_else(|| self.server.store.alloc_for_client(alloc));
         match record {
             Some(record) => (Some(record.job_id.clone()), Some(record.task_group.clone())),
@@ -394,18 +382,22 @@ impl Simulator {
                         .get(&alloc.node_id)
                         .is_some_and(|client| client.update_pending(alloc))
                 });
-            if pending {
-                self.pending_sync.insert(id);
-            } else {
-                self.pending_sync.remove(&id);
+            if pending != self.pending_sync.contains(&id) {
+                let pending_sync = Arc::make_mut(&mut self.pending_sync);
+                if pending {
+                    pending_sync.insert(id);
+                } else {
+                    pending_sync.remove(&id);
+                }
             }
         }
     }
 
     fn client_sync(&mut self, alloc_id: &AllocId, step: &Step) -> Result<(), SimError> {
-        if !self.pending_sync.remove(alloc_id) {
+        if !self.pending_sync.contains(alloc_id) {
             return Err(SimError::NotEnabled(step.to_string()));
         }
+        Arc::make_mut(&mut self.pending_sync).remove(alloc_id);
         let alloc = self
             .server
             .store
@@ -424,8 +416,8 @@ impl Simulator {
 
     /// The mock process of the allocation's task `ix` is scripted to end by itself.
     fn ends_on_its_own(&self, alloc: &AllocId, ix: usize) -> bool {
-        self.handles
-            .get(&(alloc.clone(), ix))
+        self.schedule
+            .handle(alloc, ix)
             .and_then(|handle| self.driver.next_exit(handle))
             .is_some()
     }
@@ -455,8 +447,7 @@ impl Simulator {
         let runner = self
             .clients
             .get_mut(&node)
-            .and_then(|c| c.runners.get_mut(alloc))
-            .map(Arc::make_mut)
+            .and_then(|c| c.runner_mut(alloc))
             .expect("client_of found it");
         let ix = match task {
             Some(name) => Some(
@@ -483,8 +474,7 @@ impl Simulator {
         let runner = self
             .clients
             .get_mut(&node)
-            .and_then(|c| c.runners.get_mut(&alloc))
-            .map(Arc::make_mut)
+            .and_then(|c| c.runner_mut(&alloc))
             .ok_or_else(not_enabled)?;
         let task_ix = match step.task() {
             Some(name) => Some(
@@ -512,39 +502,34 @@ impl Simulator {
                     && runner.step(RunnerStep::RestartDecision(ix), now, &mut commands)
             }
             (Step::RestartDelayElapsed { .. }, Some(ix)) => {
-                self.timers
-                    .contains_key(&(alloc.clone(), Timer::RestartDelay(ix)))
+                self.schedule.has_timer(&alloc, Timer::RestartDelay(ix))
                     && runner.timer_fired(Timer::RestartDelay(ix), now, &mut commands)
             }
             (Step::AllocHealthy { .. }, _) => {
-                self.timers.contains_key(&(alloc.clone(), Timer::Healthy))
+                self.schedule.has_timer(&alloc, Timer::Healthy)
                     && runner.timer_fired(Timer::Healthy, now, &mut commands)
             }
             (Step::AllocUnhealthy { .. }, _) => {
-                self.timers
-                    .contains_key(&(alloc.clone(), Timer::HealthyDeadline))
+                self.schedule.has_timer(&alloc, Timer::HealthyDeadline)
                     && runner.timer_fired(Timer::HealthyDeadline, now, &mut commands)
             }
             (Step::GroupDelayElapsed { .. }, _) => {
-                self.timers
-                    .contains_key(&(alloc.clone(), Timer::GroupDelay))
+                self.schedule.has_timer(&alloc, Timer::GroupDelay)
                     && runner.timer_fired(Timer::GroupDelay, now, &mut commands)
             }
             (Step::TaskDelayElapsed { .. }, Some(ix)) => {
-                self.timers
-                    .contains_key(&(alloc.clone(), Timer::TaskDelay(ix)))
+                self.schedule.has_timer(&alloc, Timer::TaskDelay(ix))
                     && runner.timer_fired(Timer::TaskDelay(ix), now, &mut commands)
             }
             (Step::KillTimeout { .. }, Some(ix)) => {
-                self.timers
-                    .contains_key(&(alloc.clone(), Timer::KillTimeout(ix)))
+                self.schedule.has_timer(&alloc, Timer::KillTimeout(ix))
                     && runner.timer_fired(Timer::KillTimeout(ix), now, &mut commands)
             }
             (Step::TaskExit { .. }, Some(ix)) => {
                 let crash = runner.tasks[ix].phase == TaskPhase::Running
                     && self
-                        .handles
-                        .get(&(alloc.clone(), ix))
+                        .schedule
+                        .handle(&alloc, ix)
                         .and_then(|handle| self.driver.next_exit(handle))
                         .is_some();
                 (crash
@@ -555,7 +540,7 @@ impl Simulator {
                     && runner.tasks[ix].role != TaskRole::Poststop
                     && runner.task_exited(
                         ix,
-                        exit_of(&self.driver, &self.handles, &alloc, ix),
+                        exit_of(&self.driver, &self.schedule, &alloc, ix),
                         now,
                         &mut commands,
                     )
@@ -565,7 +550,7 @@ impl Simulator {
                     && runner.tasks[ix].phase == TaskPhase::Running
                     && runner.task_exited(
                         ix,
-                        exit_of(&self.driver, &self.handles, &alloc, ix),
+                        exit_of(&self.driver, &self.schedule, &alloc, ix),
                         now,
                         &mut commands,
                     )
@@ -576,7 +561,7 @@ impl Simulator {
             return Err(not_enabled());
         }
         if let Some(timer) = fired_timer(step, task_ix) {
-            self.stop_timer(&alloc, timer);
+            self.schedule.stop_timer(&alloc, timer);
         }
         self.execute(&node, &alloc, commands)
     }
@@ -593,22 +578,13 @@ impl Simulator {
                 if stored.phase == RunnerPhase::Terminal {
                     continue;
                 }
-                for timer in self
-                    .timers
-                    .keys()
-                    .filter(|(a, _)| a == &id)
-                    .map(|(_, t)| *t)
-                    .collect::<Vec<_>>()
-                {
-                    self.stop_timer(&id, timer);
+                for timer in self.schedule.timers_of(&id) {
+                    self.schedule.stop_timer(&id, timer);
                 }
                 let mut commands = Vec::new();
                 let restored = AllocRunner::restore(stored, now, &mut commands);
-                self.clients
-                    .get_mut(&node)
-                    .expect("node")
-                    .runners
-                    .insert(id.clone(), Arc::new(restored));
+                let client = self.clients.get_mut(&node).expect("node");
+                Arc::make_mut(&mut client.runners).insert(id.clone(), Arc::new(restored));
                 self.execute(&node, &id, commands)?;
             }
         }
@@ -634,8 +610,8 @@ impl Simulator {
                 match command {
                     Command::Report => report = true,
                     Command::ForceKill { task, .. } => {
-                        if let Some(handle) = self.handles.get(&(alloc.clone(), task)) {
-                            self.driver
+                        if let Some(handle) = self.schedule.handle(alloc, task) {
+                            Arc::make_mut(&mut self.driver)
                                 .force_kill(handle, self.now_ns)
                                 .map_err(|e| SimError::Driver(e.to_string()))?;
                         }
@@ -657,8 +633,7 @@ impl Simulator {
                         let runner = self
                             .clients
                             .get_mut(node)
-                            .and_then(|c| c.runners.get_mut(alloc))
-                            .map(Arc::make_mut)
+                            .and_then(|c| c.runner_mut(alloc))
                             .expect("runner");
                         runner.task_exited(task, exit, now, &mut follow_ups);
                     }
@@ -673,7 +648,9 @@ impl Simulator {
             self.after_server_write();
         }
         self.refresh_exits(node, alloc);
-        self.maybe_ready.insert(alloc.clone());
+        if !self.maybe_ready.contains(alloc) {
+            Arc::make_mut(&mut self.maybe_ready).insert(alloc.clone());
+        }
         Ok(())
     }
 
@@ -697,11 +674,10 @@ impl Simulator {
                     .and_then(|g| g.tasks.get(task))
                     .cloned()
                     .unwrap_or_default();
-                let handle = self
-                    .driver
+                let handle = Arc::make_mut(&mut self.driver)
                     .start(&spec, now)
                     .map_err(|e| SimError::Driver(e.to_string()))?;
-                self.handles.insert((alloc.clone(), task), handle);
+                self.schedule.set_handle(alloc, task, handle);
             }
             Command::RegisterServices { task, names } => {
                 let owner = task_owner(runner, task);
@@ -712,15 +688,12 @@ impl Simulator {
                 self.server.deregister_services(alloc, &owner, &names);
             }
             Command::StartTimer { timer, after_ns } => {
-                let due = now + after_ns;
-                self.stop_timer(alloc, timer);
-                self.timers.insert((alloc.clone(), timer), due);
-                self.timer_queue.insert((due, alloc.clone(), timer));
+                self.schedule.start_timer(alloc, timer, now + after_ns);
             }
-            Command::CancelTimer { timer } => self.stop_timer(alloc, timer),
+            Command::CancelTimer { timer } => self.schedule.stop_timer(alloc, timer),
             Command::Signal { task, signal, .. } => {
-                if let Some(handle) = self.handles.get(&(alloc.clone(), task)) {
-                    self.driver
+                if let Some(handle) = self.schedule.handle(alloc, task) {
+                    Arc::make_mut(&mut self.driver)
                         .signal(handle, &signal, now)
                         .map_err(|e| SimError::Driver(e.to_string()))?;
                 }
@@ -730,12 +703,6 @@ impl Simulator {
         Ok(())
     }
 
-    fn stop_timer(&mut self, alloc: &AllocId, timer: Timer) {
-        if let Some(due) = self.timers.remove(&(alloc.clone(), timer)) {
-            self.timer_queue.remove(&(due, alloc.clone(), timer));
-        }
-    }
-
     /// Re-reads, for every task of one allocation, when it will exit by itself if that exit
     /// is a step now.
     fn refresh_exits(&mut self, node: &NodeId, alloc: &AllocId) {
@@ -743,10 +710,6 @@ impl Simulator {
             return;
         };
         for (ix, task) in runner.tasks.iter().enumerate() {
-            let key = (alloc.clone(), ix);
-            if let Some(due) = self.exits.remove(&key) {
-                self.exit_queue.remove(&(due, alloc.clone(), ix));
-            }
             let eligible = match task.phase {
                 TaskPhase::Delaying | TaskPhase::Signalled | TaskPhase::Running => true,
                 TaskPhase::NotStarted
@@ -755,14 +718,12 @@ impl Simulator {
                 | TaskPhase::Restarting => false,
             };
             let due = self
-                .handles
-                .get(&key)
-                .and_then(|handle| self.driver.next_exit(handle));
-            if let (true, Some((at, _))) = (eligible, due) {
-                let at = at.max(self.now_ns);
-                self.exits.insert(key, at);
-                self.exit_queue.insert((at, alloc.clone(), ix));
-            }
+                .schedule
+                .handle(alloc, ix)
+                .and_then(|handle| self.driver.next_exit(handle))
+                .filter(|_| eligible)
+                .map(|(at, _)| at.max(self.now_ns));
+            self.schedule.set_exit(alloc, ix, due);
         }
     }
 
@@ -813,7 +774,7 @@ impl Simulator {
             match step {
                 Some(step) => return Some(step),
                 None => {
-                    self.maybe_ready.remove(&alloc);
+                    Arc::make_mut(&mut self.maybe_ready).remove(&alloc);
                 }
             }
         }
@@ -821,8 +782,8 @@ impl Simulator {
     }
 
     fn next_timed(&mut self) -> Option<Step> {
-        let timer = self.timer_queue.first().cloned();
-        let exit = self.exit_queue.first().cloned();
+        let timer = self.schedule.first_timer();
+        let exit = self.schedule.first_exit();
         let take_exit = match (&timer, &exit) {
             (None, None) => return None,
             (Some(_), None) => false,
@@ -899,14 +860,9 @@ fn fired_timer(step: &Step, task: Option<usize>) -> Option<Timer> {
 }
 
 /// How the mock process ends when it exits now: as its script says, or cleanly.
-fn exit_of(
-    driver: &MockDriver,
-    handles: &BTreeMap<(AllocId, usize), u64>,
-    alloc: &AllocId,
-    task: usize,
-) -> ExitResult {
-    handles
-        .get(&(alloc.clone(), task))
+fn exit_of(driver: &MockDriver, schedule: &Schedule, alloc: &str, task: usize) -> ExitResult {
+    schedule
+        .handle(alloc, task)
         .and_then(|handle| driver.next_exit(handle))
         .map_or(
             ExitResult {

@@ -12,6 +12,7 @@ use crate::client::{Command, DelayOutcome, RunnerStep, Timer};
 use crate::server::structs::{event_types, Allocation, ClientStatus, DesiredStatus};
 use crate::spec::{RestartPolicy, TaskRole};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 mod health;
 mod restart;
@@ -33,8 +34,9 @@ pub enum RunnerPhase {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AllocRunner {
-    /// The client's copy of the allocation, as last pulled.
-    pub alloc: Allocation,
+    /// The client's copy of the allocation, as last pulled. Shared between copies of the
+    /// runner (the lockstep walk's simulator clones), which steps change far more often.
+    pub alloc: Arc<Allocation>,
     pub phase: RunnerPhase,
     /// The runner's one delay cancellation (Nomad's `shutdownDelayCtx`): fired by the first
     /// update carrying the flag, never re-armed.
@@ -100,7 +102,7 @@ impl AllocRunner {
                     TaskRunner::new(task, policy, batch, max_kill_timeout_ns)
                 })
                 .collect(),
-            alloc,
+            alloc: Arc::new(alloc),
         };
         for task in &mut runner.tasks {
             task.record(event(
@@ -121,7 +123,7 @@ impl AllocRunner {
                 task.start(ix, now, out);
             }
         }
-        runner.alloc.client_status = ClientStatus::Running;
+        Arc::make_mut(&mut runner.alloc).client_status = ClientStatus::Running;
         // A first pull may already carry the flag (a flagged stop before the client pulled
         // a new allocation): the cancellation fires now, so no later wait happens.
         if runner
@@ -188,11 +190,10 @@ impl AllocRunner {
     /// middle of a wait (§2.2); a stop moves a running runner to its pre-kill hooks.
     pub fn update(&mut self, alloc: Allocation, now: i64, out: &mut Vec<Command>) {
         debug_assert_eq!(alloc.id, self.alloc.id, "an update for another allocation");
-        let task_states = std::mem::take(&mut self.alloc.task_states);
-        let client_status = self.alloc.client_status;
-        self.alloc = alloc;
-        self.alloc.task_states = task_states;
-        self.alloc.client_status = client_status;
+        let mut alloc = alloc;
+        alloc.task_states = self.alloc.task_states.clone();
+        alloc.client_status = self.alloc.client_status;
+        self.alloc = Arc::new(alloc);
         if self.phase == RunnerPhase::Running && self.stop_requested() {
             self.phase = RunnerPhase::PreKill;
             self.end_restart_delays(out);
@@ -540,12 +541,13 @@ impl AllocRunner {
             hook.postrun(out);
         }
         let failed = self.tasks.iter().any(|task| task.state.failed);
-        self.alloc.client_status = if failed {
+        let alloc = Arc::make_mut(&mut self.alloc);
+        alloc.client_status = if failed {
             ClientStatus::Failed
         } else {
             ClientStatus::Complete
         };
-        self.alloc.client_description = "All tasks have completed".to_string();
+        alloc.client_description = "All tasks have completed".to_string();
         out.push(Command::Report);
     }
 

@@ -175,11 +175,23 @@ impl TaskRunner {
         if event.event_type == event_types::RESTARTING {
             self.state.last_restart = event.time;
         }
-        let events = std::sync::Arc::make_mut(&mut self.state.events);
-        events.push(event);
-        if events.len() > MAX_TASK_EVENTS {
-            events.remove(0);
+        let events = &mut self.state.events;
+        // Shared (a clone of the simulator holds them): copied once, into room for the
+        // new event, rather than copied and then grown.
+        let kept_from = (events.len() + 1).saturating_sub(MAX_TASK_EVENTS);
+        match std::sync::Arc::get_mut(events) {
+            Some(events) => {
+                events.push(event);
+                events.drain(..kept_from);
+            }
+            None => {
+                let mut copy = Vec::with_capacity(events.len() + 1 - kept_from);
+                copy.extend_from_slice(&events[kept_from..]);
+                copy.push(event);
+                *events = std::sync::Arc::new(copy);
+            }
         }
+        debug_assert!(self.state.events.len() <= MAX_TASK_EVENTS);
     }
 
     pub(super) fn start(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {

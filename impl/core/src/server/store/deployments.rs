@@ -3,6 +3,7 @@
 use super::{Record, StateStore};
 use crate::server::events::Snapshot;
 use crate::server::structs::Deployment;
+use std::sync::Arc;
 
 impl StateStore {
     pub fn deployment(&self, id: &str) -> Option<&Deployment> {
@@ -39,14 +40,13 @@ impl StateStore {
             }
             deployment.modify_time = now;
         }
-        let ids = self
-            .deployments_by_job
+        let ids = Arc::make_mut(&mut self.deployments_by_job)
             .entry(deployment.job_id.clone())
             .or_default();
         if !ids.contains(&deployment.id) {
             ids.push(deployment.id.clone());
         }
-        self.deployments.insert(deployment.id.clone(), deployment);
+        Arc::make_mut(&mut self.deployments).insert(deployment.id.clone(), deployment);
     }
 
     /// Changes one deployment at `index`; `false` if there is none.
@@ -68,13 +68,17 @@ impl StateStore {
     /// Deletes every deployment of a job (a purge, a collected job); each one's last state
     /// is published.
     pub(in crate::server) fn delete_deployments_of_job(&mut self, job_id: &str) {
-        for id in self.deployments_by_job.remove(job_id).unwrap_or_default() {
+        if !self.deployments_by_job.contains_key(job_id) {
+            return;
+        }
+        let ids = Arc::make_mut(&mut self.deployments_by_job).remove(job_id);
+        for id in ids.unwrap_or_default() {
             self.deleting(Record::Deployment(id.clone()), |store| {
                 let deployment = store.deployments.get(&id)?;
                 Some(Snapshot::Deployment(Box::new(deployment.clone())))
             });
             self.wrote(Record::Deployment(id.clone()));
-            self.deployments.remove(&id);
+            Arc::make_mut(&mut self.deployments).remove(&id);
         }
     }
 }

@@ -44,25 +44,26 @@ pub struct Tables {
 #[derive(Clone, Debug, Default)]
 pub struct StateStore {
     index: u64,
-    /// Every stored version of each job, oldest first. A purged job is gone. Shared between
-    /// clones (the lockstep walk clones a simulator per transition): a write copies them.
-    jobs: BTreeMap<JobId, Arc<Vec<Job>>>,
+    /// Every stored version of each job, oldest first. A purged job is gone. Each table
+    /// below is shared between clones (the lockstep walk clones a simulator per
+    /// transition), and so is each job's list of versions: a write copies what it changes.
+    jobs: Arc<BTreeMap<JobId, Arc<Vec<Job>>>>,
     /// Shared with the event journal: a write copies a record only if an event still
     /// holds the version it changes (see `journal.rs`).
-    allocs: BTreeMap<AllocId, Arc<Allocation>>,
+    allocs: Arc<BTreeMap<AllocId, Arc<Allocation>>>,
     /// Allocation IDs by job, so a job's allocations are found without a scan.
-    allocs_by_job: BTreeMap<JobId, BTreeSet<AllocId>>,
+    allocs_by_job: Arc<BTreeMap<JobId, BTreeSet<AllocId>>>,
     /// What each job's status is derived from (`status.rs`).
-    counts: BTreeMap<JobId, Counts>,
-    evals: BTreeMap<EvalId, Evaluation>,
-    services: BTreeMap<String, ServiceRegistration>,
-    nodes: BTreeMap<NodeId, Node>,
+    counts: Arc<BTreeMap<JobId, Counts>>,
+    evals: Arc<BTreeMap<EvalId, Evaluation>>,
+    services: Arc<BTreeMap<String, ServiceRegistration>>,
+    nodes: Arc<BTreeMap<NodeId, Node>>,
     /// Every deployment, by ID (`deployments.rs`).
-    deployments: BTreeMap<String, Deployment>,
+    deployments: Arc<BTreeMap<String, Deployment>>,
     /// The IDs of each job's deployments, oldest first.
-    deployments_by_job: BTreeMap<JobId, Vec<String>>,
+    deployments_by_job: Arc<BTreeMap<JobId, Vec<String>>>,
     /// Each job's scaling events (`scaling.rs`), deleted with the job.
-    scaling_events: BTreeMap<JobId, JobScalingEvents>,
+    scaling_events: Arc<BTreeMap<JobId, JobScalingEvents>>,
     /// The index of each table's last write.
     table_indexes: TableIndexes,
     /// Allocations whose `AllocModifyIndex` changed since the last drain: what clients will
@@ -172,7 +173,7 @@ impl StateStore {
         for alloc in allocs {
             store.put_alloc(alloc);
         }
-        store.jobs = jobs.into_iter().map(|(id, v)| (id, Arc::new(v))).collect();
+        store.jobs = Arc::new(jobs.into_iter().map(|(id, v)| (id, Arc::new(v))).collect());
         for eval in evals {
             store.put_eval(eval);
         }
@@ -377,7 +378,11 @@ impl StateStore {
     // invariant: jobspec_unchanged
     pub(super) fn put_job_version(&mut self, job: Job) {
         self.wrote(Record::Job(job.id.clone()));
-        let versions = Arc::make_mut(self.jobs.entry(job.id.clone()).or_default());
+        let versions = Arc::make_mut(
+            Arc::make_mut(&mut self.jobs)
+                .entry(job.id.clone())
+                .or_default(),
+        );
         debug_assert!(
             versions
                 .last()
@@ -398,8 +403,10 @@ impl StateStore {
     /// as Nomad's `UpdateJobStability`: that version's `ModifyIndex` moves; its spec does
     /// not change. `false` if the version is no longer stored.
     pub(super) fn mark_stable(&mut self, id: &str, version: u64, index: u64) -> bool {
-        let Some(stored) = self
-            .jobs
+        if !self.jobs.contains_key(id) {
+            return false;
+        }
+        let Some(stored) = Arc::make_mut(&mut self.jobs)
             .get_mut(id)
             .map(Arc::make_mut)
             .and_then(|versions| versions.iter_mut().find(|v| v.version == version))
@@ -429,7 +436,7 @@ impl StateStore {
             Some(Snapshot::Eval(Box::new(store.eval(id)?.clone())))
         });
         self.wrote(Record::Eval(id.to_string()));
-        self.evals.remove(id);
+        Arc::make_mut(&mut self.evals).remove(id);
     }
 
     pub(super) fn delete_job(&mut self, id: &str) {
@@ -442,10 +449,10 @@ impl StateStore {
             })
         });
         self.wrote(Record::Job(id.to_string()));
-        self.jobs.remove(id);
+        Arc::make_mut(&mut self.jobs).remove(id);
         self.delete_scaling_events(id);
         if self.counts.get(id).is_some_and(|counts| counts.is_empty()) {
-            self.counts.remove(id);
+            Arc::make_mut(&mut self.counts).remove(id);
         }
     }
 
@@ -458,14 +465,13 @@ impl StateStore {
             }
             alloc.modify_time = now;
         }
-        self.allocs_by_job
+        Arc::make_mut(&mut self.allocs_by_job)
             .entry(alloc.job_id.clone())
             .or_default()
             .insert(alloc.id.clone());
         let job_id = alloc.job_id.clone();
         let came = Counts::of(&alloc);
-        let gone = self
-            .allocs
+        let gone = Arc::make_mut(&mut self.allocs)
             .insert(alloc.id.clone(), Arc::new(alloc))
             .map_or_else(Counts::default, |old| Counts::of(&old));
         self.recount(&job_id, gone, came);
@@ -485,7 +491,11 @@ impl StateStore {
         }
         self.wrote(Record::Alloc(id.to_string()));
         // A copy only if an event still holds this version (it shows it as it was).
-        let alloc = Arc::make_mut(self.allocs.get_mut(id).expect("checked"));
+        let alloc = Arc::make_mut(
+            Arc::make_mut(&mut self.allocs)
+                .get_mut(id)
+                .expect("checked"),
+        );
         debug_assert!(
             index >= alloc.modify_index,
             "indexes only grow: alloc {id} written at {index} after {}",
@@ -518,14 +528,15 @@ impl StateStore {
             Some(Snapshot::Alloc(Arc::clone(store.alloc_shared(id)?)))
         });
         self.wrote(Record::Alloc(id.to_string()));
-        if let Some(alloc) = self.allocs.remove(id) {
+        if let Some(alloc) = Arc::make_mut(&mut self.allocs).remove(id) {
             self.moved_allocs_of(&alloc.job_id);
             self.recount(&alloc.job_id, Counts::of(&alloc), Counts::default());
             self.client_changes.push(alloc.id.clone());
-            if let Some(ids) = self.allocs_by_job.get_mut(&alloc.job_id) {
+            let by_job = Arc::make_mut(&mut self.allocs_by_job);
+            if let Some(ids) = by_job.get_mut(&alloc.job_id) {
                 ids.remove(id);
                 if ids.is_empty() {
-                    self.allocs_by_job.remove(&alloc.job_id);
+                    by_job.remove(&alloc.job_id);
                 }
             }
         }
@@ -539,13 +550,16 @@ impl StateStore {
             }
             eval.modify_time = now;
         }
-        self.evals.insert(eval.id.clone(), eval);
+        Arc::make_mut(&mut self.evals).insert(eval.id.clone(), eval);
     }
 
     pub(super) fn eval_mut(&mut self, id: &str) -> Option<&mut Evaluation> {
         self.wrote(Record::Eval(id.to_string()));
         let now = self.now;
-        let eval = self.evals.get_mut(id)?;
+        if !self.evals.contains_key(id) {
+            return None;
+        }
+        let eval = Arc::make_mut(&mut self.evals).get_mut(id)?;
         if let Some(now) = now {
             eval.modify_time = now;
         }
@@ -554,7 +568,7 @@ impl StateStore {
 
     pub(super) fn put_service(&mut self, service: ServiceRegistration) {
         self.wrote(Record::Service(service.id.clone()));
-        self.services.insert(service.id.clone(), service);
+        Arc::make_mut(&mut self.services).insert(service.id.clone(), service);
     }
 
     pub(super) fn delete_service(&mut self, id: &str) -> bool {
@@ -567,7 +581,7 @@ impl StateStore {
             })
         });
         self.wrote(Record::Service(id.to_string()));
-        self.services.remove(id).is_some()
+        self.services.contains_key(id) && Arc::make_mut(&mut self.services).remove(id).is_some()
     }
 
     pub fn node(&self, id: &str) -> Option<&Node> {
@@ -580,7 +594,7 @@ impl StateStore {
 
     pub(super) fn put_node(&mut self, node: Node) {
         self.wrote(Record::Node(node.id.clone()));
-        self.nodes.insert(node.id.clone(), node);
+        Arc::make_mut(&mut self.nodes).insert(node.id.clone(), node);
     }
 }
 

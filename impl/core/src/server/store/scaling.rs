@@ -4,6 +4,7 @@
 
 use super::{Record, StateStore};
 use crate::server::scaling::{JobScalingEvents, ScalingEvent, JOB_TRACKED_SCALING_EVENTS};
+use std::sync::Arc;
 
 impl StateStore {
     /// A job's scaling events, if any were recorded since it was registered.
@@ -27,8 +28,7 @@ impl StateStore {
             .map(|job| job.task_groups.iter().map(|g| g.name.clone()).collect())
             .unwrap_or_default();
         debug_assert!(groups.iter().any(|g| g == group), "{group} is {job_id}'s");
-        let recorded = self
-            .scaling_events
+        let recorded = Arc::make_mut(&mut self.scaling_events)
             .entry(job_id.to_string())
             .or_insert_with(|| JobScalingEvents {
                 job_id: job_id.to_string(),
@@ -48,7 +48,8 @@ impl StateStore {
 
     /// Deletes a job's scaling events (its purge or collection).
     pub(super) fn delete_scaling_events(&mut self, job_id: &str) {
-        if self.scaling_events.remove(job_id).is_some() {
+        if self.scaling_events.contains_key(job_id) {
+            Arc::make_mut(&mut self.scaling_events).remove(job_id);
             self.wrote(Record::ScalingEvents(job_id.to_string()));
         }
     }
@@ -60,7 +61,7 @@ impl StateStore {
             for events in job.scaling_events.values_mut() {
                 events.truncate(JOB_TRACKED_SCALING_EVENTS);
             }
-            self.scaling_events.insert(job.job_id.clone(), job);
+            Arc::make_mut(&mut self.scaling_events).insert(job.job_id.clone(), job);
         }
     }
 }

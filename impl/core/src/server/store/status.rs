@@ -95,7 +95,9 @@ impl StateStore {
         if gone == came {
             return;
         }
-        let counts = self.counts.entry(job_id.to_string()).or_default();
+        let counts = Arc::make_mut(&mut self.counts)
+            .entry(job_id.to_string())
+            .or_default();
         let was = *counts;
         debug_assert!(
             counts.allocs >= gone.allocs && counts.live >= gone.live,
@@ -108,7 +110,7 @@ impl StateStore {
         // Kept while the job is: a purged (or collected) job's counts go with its last
         // allocation.
         if now.allocs == 0 && !self.jobs.contains_key(job_id) {
-            self.counts.remove(job_id);
+            Arc::make_mut(&mut self.counts).remove(job_id);
         }
         let index = self.index;
         let Some(job) = self.jobs.get(job_id).and_then(|v| v.last()) else {
@@ -116,7 +118,9 @@ impl StateStore {
         };
         if was.status(job.stop) != now.status(job.stop) {
             // Only now: the versions are shared between clones, and a write copies them.
-            let versions = self.jobs.get_mut(job_id).map(Arc::make_mut);
+            let versions = Arc::make_mut(&mut self.jobs)
+                .get_mut(job_id)
+                .map(Arc::make_mut);
             if let Some(job) = versions.and_then(|v| v.last_mut()) {
                 job.modify_index = index;
             }
