@@ -71,13 +71,16 @@ func TestAllocationsRestartWaitsTheDelayUnlessTheQueryFlagSkipsIt(t *testing.T) 
 	if took := time.Duration(signals[1].MonotonicNs - asked); took >= delay/10 {
 		t.Errorf("the flagged restart signalled after %v, within its 3 s delay", took)
 	}
-	after, _, err := a.client.Allocations().Info(allocID, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if state := after.TaskStates["server"]; state.Restarts != 2 || state.State != "running" {
-		t.Errorf("task state: restarts %d, %s", state.Restarts, state.State)
-	}
+	// The program runs again before the client's report of it reaches the server: the
+	// task state catches up within a moment.
+	waitUntil(t, "the task state to count both restarts", 10*time.Second, func() bool {
+		after, _, err := a.client.Allocations().Info(allocID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		state := after.TaskStates["server"]
+		return state != nil && state.Restarts == 2 && state.State == "running"
+	})
 	job, _, err := a.client.Jobs().Info("web", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -327,18 +327,32 @@ fn a_job_past_the_models_bounds_is_not_judged_but_its_effects_are() {
     expect_refused(&tampered, seq, "again for kill 1");
 }
 
-/// `api` whose front leader crashes 40 s into every run, with one restart allowed (after
-/// 5 s): it runs twice, then its allocation fails and the rest is killed.
-fn crashing_api_job() -> Job {
-    let mut job = api_job();
-    let front = &mut job.task_groups[0];
-    front.tasks[0].config = Some(
+/// `job` whose front leader exits with code 3 after `run_for_s` seconds of every run.
+fn leader_crashing_after(mut job: Job, run_for_s: i64) -> Job {
+    job.task_groups[0].tasks[0].config = Some(
         [
-            ("run_for".to_string(), serde_json::json!(40 * SECOND)),
+            ("run_for".to_string(), serde_json::json!(run_for_s * SECOND)),
             ("exit_code".to_string(), serde_json::json!(3)),
         ]
         .into(),
     );
+    job
+}
+
+/// No restart: a crash fails the allocation.
+fn no_restarts() -> Option<quiesce_core::spec::RestartPolicy> {
+    Some(quiesce_core::spec::RestartPolicy {
+        attempts: Some(0),
+        mode: Some("fail".into()),
+        ..Default::default()
+    })
+}
+
+/// `api` whose front leader crashes 40 s into every run, with one restart allowed (after
+/// 5 s): it runs twice, then its allocation fails and the rest is killed.
+fn crashing_api_job() -> Job {
+    let mut job = leader_crashing_after(api_job(), 40);
+    let front = &mut job.task_groups[0];
     front.restart_policy = Some(quiesce_core::spec::RestartPolicy {
         attempts: Some(1),
         delay_ns: Some(5 * SECOND),
@@ -504,25 +518,12 @@ fn rollouts_of_a_job_that_is_no_model_part_validate_in_full() {
 #[test]
 fn a_failed_deployment_is_logged_and_ends_the_judging() {
     // The same restart policy in both versions: only what the task runs changes.
-    let no_restarts = Some(quiesce_core::spec::RestartPolicy {
-        attempts: Some(0),
-        mode: Some("fail".into()),
-        ..Default::default()
-    });
     let mut sim = Simulator::new(1, 7);
     let mut first = api_job();
-    first.task_groups[0].restart_policy = no_restarts.clone();
+    first.task_groups[0].restart_policy = no_restarts();
     sim.register(first.clone()).unwrap();
     sim.run_until_quiet(100_000).unwrap();
-    let mut crashing = first;
-    crashing.task_groups[0].tasks[0].config = Some(
-        [
-            ("run_for".to_string(), serde_json::json!(SECOND)),
-            ("exit_code".to_string(), serde_json::json!(3)),
-        ]
-        .into(),
-    );
-    sim.register(crashing).unwrap();
+    sim.register(leader_crashing_after(first, 1)).unwrap();
     sim.run_until_quiet(100_000).unwrap();
     let log = parse_log(&sim.log().to_json_lines()).unwrap();
     let noted = log
@@ -572,27 +573,15 @@ fn a_rollout_two_at_a_time_validates_whichever_alike_allocations_go_first() {
 /// model has not placed").
 #[test]
 fn each_registration_after_a_purge_is_judged_afresh() {
-    let no_restarts = Some(quiesce_core::spec::RestartPolicy {
-        attempts: Some(0),
-        mode: Some("fail".into()),
-        ..Default::default()
-    });
     let mut job = api_job();
     job.task_groups.truncate(1);
     job.task_groups[0].count = Some(1);
-    job.task_groups[0].restart_policy = no_restarts;
+    job.task_groups[0].restart_policy = no_restarts();
     job.task_groups[0].update = Some(quiesce_core::spec::UpdateStrategy {
         max_parallel: Some(1),
         ..Default::default()
     });
-    let mut crashing = job.clone();
-    crashing.task_groups[0].tasks[0].config = Some(
-        [
-            ("run_for".to_string(), serde_json::json!(SECOND)),
-            ("exit_code".to_string(), serde_json::json!(3)),
-        ]
-        .into(),
-    );
+    let crashing = leader_crashing_after(job.clone(), 1);
     let mut sim = Simulator::new(1, 7);
     for spec in [job.clone(), crashing, job] {
         sim.register(spec).unwrap();
