@@ -444,9 +444,6 @@ impl Instance {
             if let Some(alloc) = step.alloc() {
                 self.allocs.insert(alloc.clone());
             }
-            if matches!(step, Step::StopJob { purge: true, .. }) {
-                self.purged = true;
-            }
             return Ok(());
         }
         let why = refusals
