@@ -48,6 +48,7 @@ pub mod names {
     pub const ROLLOUT_AFTER_FLAGGED_STOP_WAITS: &str = "rollout_after_flagged_stop_waits";
     pub const CANARIES_PROMOTED: &str = "canaries_promoted";
     pub const CANARY_STOPPED_WITH_FLAG: &str = "canary_stopped_with_flag";
+    pub const STABLE_PLACED_BESIDE_CANARIES: &str = "stable_placed_beside_canaries";
 
     /// The restart witnesses every part with restart requests under a budget of two reaches.
     pub const RESTART_WITNESSES: &[&str] = &[
@@ -154,7 +155,7 @@ pub fn statement(invariant: &str) -> Option<&'static str> {
 }
 
 /// Every `sometimes` property; a part checks those its configuration lists as witnesses.
-pub const WITNESSES: [(&str, Condition); 22] = [
+pub const WITNESSES: [(&str, Condition); 23] = [
     (DELAY_SKIPPED, |_, s| any_delay(s, |d| d == Delay::Skipped)),
     (DELAY_CUT_SHORT, |_, s| {
         any_delay(s, |d| d == Delay::CutShort)
@@ -244,6 +245,19 @@ pub const WITNESSES: [(&str, Condition); 22] = [
         s.allocs
             .iter()
             .any(|a| a.canary && a.flag_requested && a.delays().any(|d| d == Delay::Skipped))
+    }),
+    // While canaries wait, an older allocation's replacement (it failed, or migrated) is
+    // placed at the stable version, beside the canary that took its name.
+    (STABLE_PLACED_BESIDE_CANARIES, |_, s| {
+        let latest = s.job.latest().map_or(0, |v| v.spec.generation);
+        s.deployment == Deployment::Canaries
+            && s.allocs.iter().any(|a| {
+                !a.is_terminal()
+                    && a.watched
+                    && a.beside_canary
+                    && !a.canary
+                    && a.spec.generation < latest
+            })
     }),
 ];
 

@@ -276,10 +276,15 @@ pub struct Alloc {
     /// `computeStop` prefers "the same name as the canaries"), and, failed or migrated, it
     /// is not replaced. Cleared when its deployment ends or is superseded.
     pub beside_canary: bool,
+    /// Placed by the running deployment beside its waiting canaries at the stable version
+    /// (Nomad's `downgradeNonCanary`): until healthy, its failure fails that deployment, as
+    /// one of the deployment's own version does (the implementation files it under the
+    /// running deployment). Cleared when it turns healthy or the deployment ends.
+    pub downgraded: bool,
 }
 
 impl Alloc {
-    /// The record in three words (18 flags from bit 23, the generation from bit 41),
+    /// The record in three words (19 flags from bit 23, the generation from bit 42),
     /// injective, so that hashing it is three writes (see
     /// [`Task::pack`]) and sorting by it is a canonical order.
     pub fn pack(&self) -> [u64; 3] {
@@ -311,6 +316,7 @@ impl Alloc {
             self.abandoned,
             self.canary,
             self.beside_canary,
+            self.downgraded,
         ];
         let flags = bits
             .iter()
@@ -322,7 +328,7 @@ impl Alloc {
             | (self.runner as u64) << 17
             | (self.group_delay as u64) << 20
             | flags << 23
-            | u64::from(self.spec.generation) << 41;
+            | u64::from(self.spec.generation) << 42;
         debug_assert!(self.spec.generation < 4, "a generation fits two bits");
         let tasks = self.tasks.iter().enumerate().fold(0u128, |acc, (i, task)| {
             acc | u128::from(task.pack()) << (18 * i)
@@ -449,6 +455,14 @@ pub struct State {
     pub allocs: Vec<Alloc>,
     /// Requests made so far: the budget used, or the position in the script.
     pub requests_made: u8,
+    /// The generation an allocation placed beside waiting canaries takes (Nomad's
+    /// `downgradedJobForPlacement`): that of the newest deployment promoted or placed
+    /// without canaries — the registration's at first.
+    pub stable: u8,
+    /// Crashes so far, counted only under a part's [`ModelCfg::crash_budget`].
+    ///
+    /// [`ModelCfg::crash_budget`]: crate::config::ModelCfg::crash_budget
+    pub crashes: u8,
     pub ghost: Ghost,
     /// Lean history: end-of-life checks that failed on erased records, one bit per invariant
     /// (see [`crate::properties::Violation`]). Always zero in a correct model.
@@ -469,6 +483,8 @@ impl std::hash::Hash for State {
             eval_pending,
             allocs,
             requests_made,
+            stable,
+            crashes,
             ghost:
                 Ghost {
                     alloc_stop_seen,
@@ -512,7 +528,9 @@ impl std::hash::Hash for State {
                 | u64::from(*eval_pending) << 4
                 | u64::from(*requests_made) << 5
                 | u64::from(*violations) << 13
-                | ghost << 29,
+                | ghost << 29
+                | u64::from(*stable) << 36
+                | u64::from(*crashes) << 38,
         );
         hasher.write_usize(allocs.len());
         for alloc in allocs {

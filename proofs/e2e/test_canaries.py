@@ -6,9 +6,11 @@ witness tasks received: an old task is signalled only after the promotion, with 
 gone and its delay waited; a canary of a failed deployment is stopped and the old tasks
 never hear of it. The agent's log is validated against the model after each test."""
 
+import os
+import signal
 import time
 
-from conftest import validate_log
+from conftest import SECOND, validate_log
 from test_deployments import latest, release_of, rolling, settled, signals
 
 
@@ -136,3 +138,68 @@ def test_an_operator_promotes_healthy_canaries_only_and_a_failed_deployment_stop
     for alloc_id in current:
         assert agent.get(f"/v1/allocation/{alloc_id}")["DesiredStatus"] == "run"
         assert not signals(agent, alloc_id), f"{alloc_id} of release 2 was signalled"
+
+
+def test_an_old_task_that_fails_beside_a_waiting_canary_comes_back_at_its_release_and_goes_first(agent):
+    """Nomad's `downgradeNonCanary`: while the canary waits for its promotion, the old
+    allocation whose program died is placed again at the stable release, not the canary's;
+    after the promotion it is the first stopped, through the stop path, with nothing placed
+    for it (the model's part `canary-with-older-failed`)."""
+    def versioned(release, min_healthy_s):
+        job = canary_job(agent, 1, release, auto_promote=False, min_healthy_s=min_healthy_s)
+        job["Job"]["TaskGroups"][0]["RestartPolicy"] = {
+            "Attempts": 0, "Interval": 60 * SECOND, "Delay": SECOND, "Mode": "fail",
+        }
+        return job
+
+    assert agent.http("PUT", "/v1/jobs", versioned("1", 1.0))[0] == 200
+    [old] = [a["ID"] for a in agent.running("web", 1)]
+    settled(agent, "successful")
+    # The canary is healthy only after 5 s: the old program dies well before.
+    assert agent.http("PUT", "/v1/jobs", versioned("2", 5.0))[0] == 200
+    [canary] = agent.wait_until("the canary to be placed", lambda: canaries(agent))
+    agent.running("web", 2)
+    [start] = [r for r in agent.witness(old, "server") if r["event"] == "start"]
+    os.kill(start["pid"], signal.SIGKILL)
+    agent.wait_until("the old allocation to fail", lambda: agent.client_status(old) == "failed")
+    assert not (agent.get(f"/v1/allocation/{canary['ID']}")["DeploymentStatus"] or {}).get("Healthy"), (
+        "the canary was healthy before the old program died: the test proves nothing"
+    )
+
+    # The canary's health asks for an evaluation (no promotion by itself), which fills the
+    # failed one's index beside it, at release 1.
+    def placed_again():
+        return [
+            a for a in agent.allocs("web")
+            if a["ID"] not in (old, canary["ID"]) and a["ClientStatus"] == "running"
+        ]
+    [again] = agent.wait_until("the failed one placed again", placed_again, timeout=30)
+    agent.running("web", 2)
+    assert again["Name"] == "web.web[0]" and again["JobVersion"] == 0, again
+    assert release_of(agent, again["ID"]) == "1"
+    assert latest(agent)["TaskGroups"]["web"]["Promoted"] is False
+
+    agent.wait_until(
+        "the one placed again to be healthy",
+        lambda: (agent.get(f"/v1/allocation/{again['ID']}")["DeploymentStatus"] or {}).get("Healthy"),
+    )
+    promoted_at = time.time_ns()
+    agent.cli("job", "promote", "web")
+    settled(agent, "successful")
+    agent.wait_terminal([again["ID"]])
+    assert task_event_ns(agent, again["ID"], "Killing") >= promoted_at
+    [(_, name, _, services)] = signals(agent, again["ID"])
+    assert name == "INT" and services == {"web-group": 0, "server-web": 0}, services
+    assert not any(a.get("PreviousAllocation") == again["ID"] for a in agent.allocs("web")), (
+        "the one beside the promoted canary was replaced"
+    )
+    running = [
+        a["ID"] for a in agent.allocs("web")
+        if a["DesiredStatus"] == "run" and a["ClientStatus"] == "running"
+    ]
+    assert running == [canary["ID"]], running
+    assert agent.client_status(old) == "failed"
+    assert release_of(agent, canary["ID"]) == "2"
+    # Promoted by hand: the model judges up to there.
+    verdict = validate_log(agent)
+    assert "judged" in verdict, verdict

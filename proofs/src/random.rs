@@ -246,6 +246,8 @@ fn state_of(
             .map(|(alloc, id)| alloc_of(model.spec, alloc, id, ghosts))
             .collect(),
         requests_made: 0,
+        stable: 0,
+        crashes: 0,
         ghost: Ghost::default(),
         violations: 0,
     }
@@ -302,6 +304,7 @@ fn alloc_of(spec: SpecDigest, obs: &AllocObs, id: &AllocId, ghosts: &Ghosts) -> 
         canary: obs.canary,
         // Random runs use no canaries (`large_cfg`): no allocation is beside one.
         beside_canary: false,
+        downgraded: false,
     }
 }
 

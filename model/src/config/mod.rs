@@ -262,6 +262,10 @@ pub struct ModelCfg {
     /// deployment's first batch, instead of standing beside the `count`. `canary` is then
     /// at most `max_parallel`.
     pub canary_in_place: bool,
+    /// How many tasks may crash in a run (0: no bound). A part whose crashes are
+    /// replaced by a running deployment bounds them, or each replacement could crash in
+    /// turn without end.
+    pub crash_budget: u8,
 }
 
 impl ModelCfg {

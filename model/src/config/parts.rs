@@ -53,6 +53,14 @@ pub fn web_group_leader_only() -> GroupCfg {
     }
 }
 
+/// `web_group_leader_only` whose leader's crashes are errors the driver reports (a lost
+/// process), never retried: a crash fails its allocation.
+pub fn web_group_leader_lost() -> GroupCfg {
+    let mut group = web_group_leader_only();
+    group.tasks[0] = group.tasks[0].clone().lost_when_crashing();
+    group
+}
+
 /// `web_group` plus a plain main task, so that "leader before the other main tasks" is
 /// exercised.
 pub fn web_group_with_main() -> GroupCfg {
@@ -91,6 +99,7 @@ fn part(
         max_parallel: 1,
         canary: 0,
         canary_in_place: false,
+        crash_budget: 0,
     }
 }
 
@@ -329,6 +338,22 @@ pub fn standard() -> Vec<ModelCfg> {
             Operator::Script(vec![UpdateJob, alloc(false)]),
             &[CANARIES_PROMOTED, ROLLOUT_COMPLETED],
         )),
+        // The older allocation beside a waiting canary fails (its task lost, never
+        // retried): its replacement takes the stable version beside the canary (Nomad's
+        // `downgradeNonCanary`), and after the promotion the rollout stops it with nothing
+        // placed for it. One crash in a run: each replacement could crash in turn.
+        crash_once(canaries(part(
+            "canary-with-older-failed",
+            web_group_leader_lost(),
+            1,
+            Operator::Script(vec![UpdateJob, alloc(false)]),
+            &[
+                CANARIES_PROMOTED,
+                RESTART_POLICY_EXHAUSTED,
+                STABLE_PLACED_BESIDE_CANARIES,
+                ROLLOUT_COMPLETED,
+            ],
+        ))),
         // A system job's canary (Nomad 1.11): it takes its allocation's place, which is
         // stopped for it through the stop path, a flagged stop racing it; and an alloc stop
         // of the old one or of the canary (a new canary takes the canary's place).
@@ -360,6 +385,12 @@ pub fn standard() -> Vec<ModelCfg> {
 /// The part as a system job's: its canaries take their allocations' places.
 fn in_place(mut part: ModelCfg) -> ModelCfg {
     part.canary_in_place = true;
+    part
+}
+
+/// The part with at most one crash in a run.
+fn crash_once(mut part: ModelCfg) -> ModelCfg {
+    part.crash_budget = 1;
     part
 }
 

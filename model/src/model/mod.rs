@@ -147,6 +147,7 @@ impl StopPathModel {
             abandoned: false,
             canary: false,
             beside_canary: false,
+            downgraded: false,
         }
     }
 
@@ -284,6 +285,8 @@ impl StopPathModel {
 
     /// Every internal (non-request) step enabled in `state`, in a fixed order.
     pub fn internal_actions(&self, state: &State, actions: &mut Vec<Action>) {
+        let budget = self.cfg.crash_budget;
+        let may_crash = budget == 0 || state.crashes < budget;
         if state.eval_pending {
             actions.push(Action::ProcessEval);
         }
@@ -301,14 +304,20 @@ impl StopPathModel {
                 RunnerPhase::Running | RunnerPhase::Killing => {}
                 RunnerPhase::Pending | RunnerPhase::Terminal => continue,
             }
-            self.push_task_steps(alloc, a, actions);
+            self.push_task_steps(alloc, a, may_crash, actions);
         }
     }
 
     /// The task steps of a started runner. A kill's timers and exits, a crash, a restart
     /// decision and a restart delay belong to no runner phase (a restart's kill runs while the
     /// runner runs); a stop's kill beginning and poststop tasks belong to `Killing`.
-    fn push_task_steps(&self, alloc: &Alloc, a: AllocIx, actions: &mut Vec<Action>) {
+    fn push_task_steps(
+        &self,
+        alloc: &Alloc,
+        a: AllocIx,
+        may_crash: bool,
+        actions: &mut Vec<Action>,
+    ) {
         let killing = alloc.runner == RunnerPhase::Killing;
         for (ix, kind) in self.tasks() {
             let task = &alloc.tasks[ix];
@@ -327,7 +336,7 @@ impl StopPathModel {
                     if killing && self.kill_may_begin(alloc, kind) {
                         actions.push(Action::TaskPreKill { alloc: a, task: t });
                     }
-                    if self.cfg.group.tasks[ix].may_crash {
+                    if self.cfg.group.tasks[ix].may_crash && may_crash {
                         actions.push(Action::TaskExit { alloc: a, task: t });
                     }
                 }
@@ -407,6 +416,8 @@ impl Model for StopPathModel {
             eval_pending: false,
             allocs: Vec::new(),
             requests_made: 0,
+            stable: 0,
+            crashes: 0,
             ghost,
             violations: 0,
         };
@@ -493,6 +504,11 @@ impl Model for StopPathModel {
                 self.settle_runner(alloc);
             }
             Action::TaskExit { alloc, task } => {
+                let crashed = state.allocs[usize::from(alloc)].tasks[usize::from(task)].phase
+                    == TaskPhase::Running;
+                if crashed && self.cfg.crash_budget > 0 {
+                    state.crashes += 1;
+                }
                 let alloc = &mut state.allocs[usize::from(alloc)];
                 self.task_exited(alloc, usize::from(task));
                 self.settle_runner(alloc);

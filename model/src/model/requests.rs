@@ -153,6 +153,9 @@ impl StopPathModel {
             state.deployment = if self.cfg.canary > 0 && older_running {
                 Deployment::Canaries
             } else {
+                // A deployment without canaries: what later canaries' neighbours are
+                // placed at.
+                state.stable = generation;
                 Deployment::Running
             };
         }
@@ -163,6 +166,7 @@ impl StopPathModel {
     fn forget_canary_indexes(state: &mut State) {
         for alloc in state.allocs.iter_mut() {
             alloc.beside_canary = false;
+            alloc.downgraded = false;
         }
     }
 
@@ -182,6 +186,7 @@ impl StopPathModel {
     /// allocations are replaced.
     pub(super) fn alloc_healthy(&self, state: &mut State, ix: usize) {
         state.allocs[ix].watched = false;
+        state.allocs[ix].downgraded = false;
         state.allocs[ix].abandoned = false;
         if state.deployment.is_running() {
             state.eval_pending = true;
@@ -203,6 +208,7 @@ impl StopPathModel {
             && healthy_canaries >= usize::from(self.cfg.canary)
         {
             state.deployment = Deployment::Running;
+            state.stable = generation;
             state.ghost.canaries_promoted = true;
             for alloc in state.allocs.iter_mut().filter(|alloc| promotable(alloc)) {
                 alloc.canary = false;
@@ -242,7 +248,8 @@ impl StopPathModel {
             if ended && now.watched && now.failed && !now.desired_stop && !now.tombstone {
                 // Its own deployment fails, if it still runs: one of an older version was
                 // superseded already (the implementation's `fail_for`).
-                failed |= now.spec.generation == generation;
+                failed |= now.spec.generation == generation || now.downgraded;
+                now.downgraded = false;
                 now.watched = false;
                 now.abandoned = false;
             }
@@ -281,7 +288,7 @@ impl StopPathModel {
     /// would tell.) Nomad stops the one beside a promoted canary at once, as not needed,
     /// beside `max_parallel` destructive updates (`computeStop`); quiesce makes it the first
     /// batch, so that no two stops of serving allocations overlap (DESIGN.md 10b).
-    fn roll_out(&self, state: &mut State, generation: u8) {
+    fn roll_out(&self, state: &mut State, generation: u8, canarying: bool) {
         let older = |alloc: &Alloc| !alloc.is_terminal() && alloc.spec.generation < generation;
         if self.cfg.max_parallel == 0 {
             // No `update` block: every older allocation is replaced at once.
@@ -292,7 +299,6 @@ impl StopPathModel {
             return;
         }
         // Planted: the older allocations are replaced before the canaries are promoted.
-        let canarying = state.deployment == Deployment::Canaries;
         if canarying && !self.has(Fault::RolloutIgnoresCanaries) {
             return;
         }
@@ -427,6 +433,18 @@ impl StopPathModel {
         // A system job's canary stands in its allocation's place: one no longer waited for
         // is an allocation like any other.
         let in_place = self.cfg.canary_in_place;
+        // Canaries wait only while there is something to wait for (the implementation's
+        // reading: Nomad wants canaries for destructive updates only): a canary, or an
+        // older allocation to replace (all of them may have failed before the canary was
+        // placed). Otherwise the deployment rolls out as one without canaries.
+        let waiting = canarying
+            && (in_place
+                || state.allocs.iter().any(|alloc| {
+                    !alloc.is_terminal() && (alloc.canary || alloc.spec.generation < generation)
+                }));
+        // While canaries wait, an allocation placed beside them is not one: it takes the
+        // stable version (Nomad's `downgradeNonCanary`).
+        let downgrading = waiting && !in_place;
         let awaited = |alloc: &Alloc| canarying && alloc.spec.generation == generation;
         for alloc in state.allocs.iter_mut().filter(|_| !in_place) {
             if alloc.canary && !alloc.is_terminal() && !awaited(alloc) {
@@ -446,7 +464,8 @@ impl StopPathModel {
                 // name: beside the canary that took it, if one did.
                 // A system job's is not: a canary takes its place below.
                 if canarying && !in_place && alloc.spec.generation != generation {
-                    downgraded.push((alloc.spec, alloc.beside_canary));
+                    let spec = self.downgraded(state.stable, alloc.spec.generation, latest.spec);
+                    downgraded.push((spec, alloc.beside_canary));
                     alloc.beside_canary = false;
                 }
             }
@@ -460,8 +479,9 @@ impl StopPathModel {
             self.place(state, spec, false);
             let placed = state.allocs.last_mut().expect("just placed");
             placed.beside_canary = beside_canary;
+            placed.downgraded = placed.spec.generation < generation;
         }
-        self.roll_out(state, generation);
+        self.roll_out(state, generation, waiting);
         if state.deployment == Deployment::Canaries && in_place {
             self.place_canaries_in_place(state, latest.spec);
         } else if state.deployment == Deployment::Canaries && to_replace {
@@ -482,8 +502,42 @@ impl StopPathModel {
             .iter()
             .filter(|alloc| !alloc.is_terminal() && (in_place || !alloc.canary))
             .count();
+        // One placed beside waiting canaries (an older allocation failed) stands beside the
+        // canary that took the failed one's name, if that canary has no other neighbour.
+        let beside = |state: &State| {
+            let canaries = state
+                .allocs
+                .iter()
+                .filter(|alloc| alloc.canary && !alloc.is_terminal())
+                .count();
+            let neighbours = state
+                .allocs
+                .iter()
+                .filter(|alloc| alloc.beside_canary && !alloc.is_terminal())
+                .count();
+            canaries > neighbours
+        };
         for _ in live..usize::from(self.cfg.count) {
-            self.place(state, latest.spec, false);
+            if downgrading {
+                let beside_canary = beside(state);
+                self.place(state, self.downgraded(state.stable, 0, latest.spec), false);
+                let placed = state.allocs.last_mut().expect("just placed");
+                placed.beside_canary = beside_canary;
+                placed.downgraded = placed.spec.generation < generation;
+            } else {
+                self.place(state, latest.spec, false);
+            }
+        }
+    }
+
+    /// The spec an allocation placed beside waiting canaries takes: the stable generation's,
+    /// unless it is older than the allocation replaced (`at_least`), then the latest
+    /// (Nomad's `downgradedJobForPlacement` and its defensive check).
+    fn downgraded(&self, stable: u8, at_least: u8, latest: SpecDigest) -> SpecDigest {
+        if stable >= at_least && stable < latest.generation {
+            self.spec_of(stable)
+        } else {
+            latest
         }
     }
 

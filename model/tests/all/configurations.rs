@@ -75,6 +75,7 @@ fn standard_checks_clean_with_full_history() {
         ("canary-updated-twice", 1_135),
         ("canary-with-alloc-stop", 2_523),
         ("canary-promoted-then-alloc-stop", 4_607),
+        ("canary-with-older-failed", 6_312),
         ("system-canary-then-flagged-stop", 2_679),
         ("system-canary-with-alloc-stop", 3_777),
     ]));
@@ -104,6 +105,7 @@ fn standard_checks_clean_with_lean_history() {
         ("canary-updated-twice", 754),
         ("canary-with-alloc-stop", 1_736),
         ("canary-promoted-then-alloc-stop", 1_750),
+        ("canary-with-older-failed", 3_759),
         ("system-canary-then-flagged-stop", 1_522),
         ("system-canary-with-alloc-stop", 2_550),
     ]));

@@ -136,6 +136,8 @@ impl Instance {
                     eval_pending: true,
                     allocs: Vec::new(),
                     requests_made: 0,
+                    stable: 0,
+                    crashes: 0,
                     ghost: Ghost::default(),
                     violations: 0,
                 };
@@ -531,6 +533,8 @@ fn model_of(spec: &Job, group: &str) -> Result<StopPathModel, String> {
         canary_in_place: spec
             .update_of(group)
             .is_some_and(|update| update.canary_in_place),
+        // A real program crashes as often as it does.
+        crash_budget: 0,
     };
     Ok(cfg.into_model())
 }

@@ -187,10 +187,9 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                 } else if kept.insert(index) {
                     rolled_out = false;
                     // A replacement in the same plan, never carrying the flag; while
-                    // canaries wait, at the allocation's own version (Nomad's
-                    // `downgradeNonCanary`).
+                    // canaries wait, at the stable version (Nomad's `downgradeNonCanary`).
                     let version = if canarying && alloc.job_version != job.version {
-                        Arc::clone(&alloc.job)
+                        stable_version(store, &shared, &group.name, alloc.job_version)
                     } else {
                         Arc::clone(&shared)
                     };
@@ -285,9 +284,16 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                 });
             }
         }
+        // While canaries wait, what is placed beside them (for an older allocation that
+        // failed) takes the stable version too.
+        let version = if canarying && !in_place {
+            stable_version(store, &shared, &group.name, 0)
+        } else {
+            Arc::clone(&shared)
+        };
         for index in (0..count).filter(|index| !kept.contains(index)) {
             plan.place
-                .push(Placement::new(&shared, &group.name, index, false));
+                .push(Placement::new(&version, &group.name, index, false));
         }
         if missing > 0 && !in_place && !replaced.is_empty() {
             let mut indexes: Vec<u64> = replaced.iter().map(|(a, _)| index_of(&a.name)).collect();
@@ -318,6 +324,34 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         placement.deployment = running.clone();
     }
     plan
+}
+
+/// The version an allocation placed beside waiting canaries takes (Nomad's
+/// `downgradedJobForPlacement`): that of the job's newest deployment whose `group` was
+/// promoted or placed without canaries; failing one, version `at_least` if it has no update
+/// strategy. Either only if not older than `at_least` and still stored; else `job` itself.
+fn stable_version(store: &StateStore, job: &Arc<Job>, group: &str, at_least: u64) -> Arc<Job> {
+    let versions = store.job_versions(&job.id).unwrap_or_default();
+    let stored = |version: u64| versions.iter().find(|v| v.version == version);
+    let deployed = store
+        .deployments_of_job(&job.id)
+        .filter(|d| {
+            d.task_groups
+                .get(group)
+                .is_some_and(|state| state.promoted || state.desired_canaries == 0)
+        })
+        .max_by_key(|d| (d.job_version, d.create_index))
+        .map(|d| d.job_version);
+    let stable = match deployed {
+        Some(version) => stored(version),
+        None => stored(at_least).filter(|v| v.update_of(group).is_none()),
+    };
+    match stable {
+        Some(stable) if stable.version >= at_least && stable.version < job.version => {
+            Arc::new(stable.clone())
+        }
+        _ => Arc::clone(job),
+    }
 }
 
 // invariant: rollout_bounded

@@ -403,3 +403,119 @@ fn a_migrated_replacement_is_replaced_within_the_running_deployment() {
         "successful"
     );
 }
+
+/// The live allocation on `name` that is not a canary.
+fn beside(server: &Server, name: &str) -> Allocation {
+    live(server)
+        .into_iter()
+        .find(|a| a.name == name && !a.deployment_status.as_ref().is_some_and(|s| s.canary))
+        .unwrap_or_else(|| panic!("no allocation on {name} beside the canaries"))
+}
+
+/// An old allocation that fails while the canary waits is placed again at the stable
+/// version (Nomad's `downgradeNonCanary`), on its index: beside the canary, which it was
+/// before. After the promotion it goes first, with nothing placed for it (the model's part
+/// `canary-with-older-failed`).
+// invariant: rollout_bounded
+#[test]
+fn an_old_allocation_that_fails_beside_a_waiting_canary_comes_back_at_the_stable_version() {
+    let (mut server, old) = running(2, 1, true);
+    server.register_job(job(2, "2", 1, true)).unwrap();
+    settle(&mut server);
+    let [canary] = canaries(&server).try_into().unwrap();
+    assert_eq!(canary.name, "web.web[0]");
+    server.client_report(&old[0], report(ClientStatus::Failed, None));
+    // The failure asks for no evaluation (no rescheduling): the next one places it.
+    server.stop_alloc(&old[1], false).unwrap();
+    settle(&mut server);
+    let again = beside(&server, "web.web[0]");
+    assert_eq!(again.job_version, 0, "placed at the canary's version");
+    assert_eq!(again.deployment_id, deployment_id(&server));
+    assert_eq!(beside(&server, "web.web[1]").job_version, 0);
+    assert_eq!(canaries(&server).len(), 1);
+
+    let others: Vec<String> = live(&server)
+        .iter()
+        .filter(|a| a.id != canary.id)
+        .map(|a| a.id.clone())
+        .collect();
+    healthy(&mut server, &others);
+    healthy(&mut server, std::slice::from_ref(&canary.id));
+    let first = server.store.alloc(&again.id).unwrap();
+    assert_eq!(
+        (first.desired_status, first.desired_description.as_str()),
+        (DesiredStatus::Stop, UPDATING)
+    );
+    assert_eq!(replacement_of(&server, &again.id), None);
+}
+
+/// The stable version is the newest deployment's that was promoted or placed no canaries,
+/// not merely the one before: an update whose canaries were never promoted is skipped.
+#[test]
+fn the_stable_version_skips_an_update_whose_canaries_were_not_promoted() {
+    let (mut server, old) = running(1, 1, true);
+    server.register_job(job(1, "2", 1, true)).unwrap();
+    settle(&mut server);
+    // Superseded before its canary was promoted.
+    server.register_job(job(1, "3", 1, true)).unwrap();
+    settle(&mut server);
+    let versions: Vec<u64> = canaries(&server).iter().map(|a| a.job_version).collect();
+    assert_eq!(versions, [2]);
+    server.client_report(&old[0], report(ClientStatus::Failed, None));
+    let [canary] = canaries(&server).try_into().unwrap();
+    server.stop_alloc(&canary.id, false).unwrap();
+    settle(&mut server);
+    assert_eq!(beside(&server, "web.web[0]").job_version, 0);
+
+    // Version 3's canaries promoted and rolled out: an update after it falls back to 3.
+    let (mut server, _) = running(1, 1, true);
+    server.register_job(job(1, "2", 1, true)).unwrap();
+    settle(&mut server);
+    let [canary] = canaries(&server).try_into().unwrap();
+    healthy(&mut server, std::slice::from_ref(&canary.id));
+    let old = server
+        .store
+        .allocs_by_job("web")
+        .find(|a| a.job_version == 0)
+        .unwrap()
+        .id
+        .clone();
+    server.client_report(&old, report(ClientStatus::Complete, None));
+    settle(&mut server);
+    assert_eq!(
+        server.store.latest_deployment("web").unwrap().status,
+        "successful"
+    );
+    server.register_job(job(1, "3", 1, true)).unwrap();
+    settle(&mut server);
+    let [canary] = canaries(&server).try_into().unwrap();
+    let promoted = beside(&server, "web.web[0]");
+    assert_eq!(promoted.job_version, 1);
+    server.client_report(&promoted.id, report(ClientStatus::Failed, None));
+    server.stop_alloc(&canary.id, false).unwrap();
+    settle(&mut server);
+    assert_eq!(beside(&server, "web.web[0]").job_version, 1);
+}
+
+/// A replacement at the stable version belongs to the running deployment: failing before
+/// it is healthy, it fails that deployment, whose canary is then stopped (the model's
+/// `downgraded`).
+#[test]
+fn a_stable_replacement_that_fails_fails_the_canaries_deployment() {
+    let (mut server, old) = running(1, 1, true);
+    server.register_job(job(1, "2", 1, true)).unwrap();
+    settle(&mut server);
+    let [canary] = canaries(&server).try_into().unwrap();
+    server.stop_alloc(&old[0], false).unwrap();
+    settle(&mut server);
+    let again = beside(&server, "web.web[0]");
+    assert_eq!(again.job_version, 0);
+    server.client_report(&again.id, report(ClientStatus::Failed, None));
+    settle(&mut server);
+    let deployment = server.store.latest_deployment("web").unwrap();
+    assert_eq!(deployment.status, "failed");
+    assert_eq!(
+        server.store.alloc(&canary.id).unwrap().desired_status,
+        DesiredStatus::Stop
+    );
+}
