@@ -288,7 +288,7 @@ impl StopPathModel {
     /// would tell.) Nomad stops the one beside a promoted canary at once, as not needed,
     /// beside `max_parallel` destructive updates (`computeStop`); quiesce makes it the first
     /// batch, so that no two stops of serving allocations overlap (DESIGN.md 10b).
-    fn roll_out(&self, state: &mut State, generation: u8, canarying: bool) {
+    fn roll_out(&self, state: &mut State, generation: u8, canarying: bool, busy: usize) {
         let older = |alloc: &Alloc| !alloc.is_terminal() && alloc.spec.generation < generation;
         if self.cfg.max_parallel == 0 {
             // No `update` block: every older allocation is replaced at once.
@@ -305,7 +305,6 @@ impl StopPathModel {
         if !state.deployment.is_running() {
             return;
         }
-        let busy = Self::batch_in_flight(state);
         let room = if self.has(Fault::RolloutIgnoresMaxParallel) {
             MAX_ALLOCS
         } else if busy == 0 {
@@ -433,6 +432,10 @@ impl StopPathModel {
         // A system job's canary stands in its allocation's place: one no longer waited for
         // is an allocation like any other.
         let in_place = self.cfg.canary_in_place;
+        // The last batch as the evaluation found it: a replacement that is migrating, or a
+        // canary this evaluation stops, still counts until its stop (the implementation
+        // reads the allocations before its plan).
+        let busy = Self::batch_in_flight(state);
         // Canaries wait only while there is something to wait for (the implementation's
         // reading: Nomad wants canaries for destructive updates only): a canary, or an
         // older allocation to replace (all of them may have failed before the canary was
@@ -481,19 +484,9 @@ impl StopPathModel {
             placed.beside_canary = beside_canary;
             placed.downgraded = placed.spec.generation < generation;
         }
-        self.roll_out(state, generation, waiting);
+        self.roll_out(state, generation, waiting, busy);
         if state.deployment == Deployment::Canaries && in_place {
             self.place_canaries_in_place(state, latest.spec);
-        } else if state.deployment == Deployment::Canaries && to_replace {
-            let canaries = state
-                .allocs
-                .iter()
-                .filter(|alloc| alloc.canary && !alloc.is_terminal())
-                .count();
-            for _ in canaries..usize::from(self.cfg.canary) {
-                self.place(state, latest.spec, true);
-                self.take_a_name_for_the_canary(state, generation);
-            }
         }
         // Canaries not yet promoted are beside the `count`, not part of it (a system job's
         // are in it).
@@ -517,6 +510,8 @@ impl StopPathModel {
                 .count();
             canaries > neighbours
         };
+        // Placed in the implementation's order: what fills `count` before the canaries.
+        let existing = state.allocs.len();
         for _ in live..usize::from(self.cfg.count) {
             if downgrading {
                 let beside_canary = beside(state);
@@ -526,6 +521,17 @@ impl StopPathModel {
                 placed.downgraded = placed.spec.generation < generation;
             } else {
                 self.place(state, latest.spec, false);
+            }
+        }
+        if state.deployment == Deployment::Canaries && !in_place && to_replace {
+            let canaries = state
+                .allocs
+                .iter()
+                .filter(|alloc| alloc.canary && !alloc.is_terminal())
+                .count();
+            for _ in canaries..usize::from(self.cfg.canary) {
+                self.place(state, latest.spec, true);
+                self.take_a_name_for_the_canary(state, generation, existing);
             }
         }
     }
@@ -546,7 +552,7 @@ impl StopPathModel {
     /// left its name to it: each running older allocation is beside one canary at most, the
     /// least by its packed record first (the implementation's lowest index: the parts keep
     /// the older ones alike when the first canary is placed).
-    fn take_a_name_for_the_canary(&self, state: &mut State, generation: u8) {
+    fn take_a_name_for_the_canary(&self, state: &mut State, generation: u8, existing: usize) {
         let older = |alloc: &Alloc| {
             !alloc.is_terminal() && !alloc.canary && alloc.spec.generation < generation
         };
@@ -563,7 +569,9 @@ impl StopPathModel {
         if beside >= canaries {
             return;
         }
-        if let Some(next) = (0..state.allocs.len())
+        // Among those there before this evaluation: what it placed has no name to give yet
+        // (the implementation names canaries after the allocations it is replacing).
+        if let Some(next) = (0..existing)
             .filter(|&ix| older(&state.allocs[ix]) && !state.allocs[ix].beside_canary)
             .min_by_key(|&ix| state.allocs[ix].pack())
         {

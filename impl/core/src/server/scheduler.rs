@@ -139,6 +139,9 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                             && alloc.job.as_run(&group.name) != job.as_run(&group.name))
                 }));
         let mut canaries = BTreeSet::new();
+        let mut migrated = Vec::new();
+        // Indexes an older allocation's replacement at the stable version holds.
+        let mut held = Vec::new();
         let mut others = Vec::new();
         for alloc in in_group {
             if !is_canary(alloc) {
@@ -152,8 +155,9 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                 // Another deployment's, or a failed one's (Nomad's `cancelUnneededCanaries`).
                 plan.stop.push((alloc.id.clone(), DESC_JOB_UPDATE));
             } else if alloc.desired_transition.should_migrate() {
-                // Stopped; a new canary takes its place below.
+                // Stopped; a new canary takes its place below, under its name.
                 plan.stop.push((alloc.id.clone(), DESC_MIGRATING));
+                migrated.push(index_of(&alloc.name));
             } else {
                 canaries.insert(index_of(&alloc.name));
             }
@@ -189,6 +193,7 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
                     // A replacement in the same plan, never carrying the flag; while
                     // canaries wait, at the stable version (Nomad's `downgradeNonCanary`).
                     let version = if canarying && alloc.job_version != job.version {
+                        held.push(index);
                         stable_version(store, &shared, &group.name, alloc.job_version)
                     } else {
                         Arc::clone(&shared)
@@ -286,19 +291,28 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         }
         // While canaries wait, what is placed beside them (for an older allocation that
         // failed) takes the stable version too.
-        let version = if canarying && !in_place {
+        let free: Vec<u64> = (0..count).filter(|index| !kept.contains(index)).collect();
+        let version = if canarying && !in_place && !free.is_empty() {
             stable_version(store, &shared, &group.name, 0)
         } else {
             Arc::clone(&shared)
         };
-        for index in (0..count).filter(|index| !kept.contains(index)) {
+        for index in free {
             plan.place
                 .push(Placement::new(&version, &group.name, index, false));
         }
         if missing > 0 && !in_place && !replaced.is_empty() {
-            let mut indexes: Vec<u64> = replaced.iter().map(|(a, _)| index_of(&a.name)).collect();
-            indexes.sort_unstable();
-            // More canaries than `count`: the rest on the indexes past it (Nomad's).
+            let mut older: Vec<u64> = replaced.iter().map(|(a, _)| index_of(&a.name)).collect();
+            older.sort_unstable();
+            // A migrating canary's replacement keeps its name (Nomad's `computeMigrations`)
+            // while an older allocation on it (or its replacement at the stable version) is
+            // there to stand beside (the model's `beside_canary`); then the indexes of the older ones, lowest first; more
+            // canaries than `count` on the indexes past it (Nomad's).
+            let mut indexes: Vec<u64> = migrated
+                .into_iter()
+                .filter(|index| older.contains(index) || held.contains(index))
+                .collect();
+            indexes.extend(older);
             indexes.extend(0..count.saturating_add(wanted));
             let free = indexes.into_iter().filter(|index| canaries.insert(*index));
             for index in free.take(missing) {
@@ -329,7 +343,8 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
 /// The version an allocation placed beside waiting canaries takes (Nomad's
 /// `downgradedJobForPlacement`): that of the job's newest deployment whose `group` was
 /// promoted or placed without canaries; failing one, version `at_least` if it has no update
-/// strategy. Either only if not older than `at_least` and still stored; else `job` itself.
+/// strategy. Either only if not older than `at_least`, still stored and with the group (a
+/// version without it could not be placed); else `job` itself.
 fn stable_version(store: &StateStore, job: &Arc<Job>, group: &str, at_least: u64) -> Arc<Job> {
     let versions = store.job_versions(&job.id).unwrap_or_default();
     let stored = |version: u64| versions.iter().find(|v| v.version == version);
@@ -346,8 +361,11 @@ fn stable_version(store: &StateStore, job: &Arc<Job>, group: &str, at_least: u64
         Some(version) => stored(version),
         None => stored(at_least).filter(|v| v.update_of(group).is_none()),
     };
+    let has_group = |v: &Job| v.task_groups.iter().any(|g| g.name == group);
     match stable {
-        Some(stable) if stable.version >= at_least && stable.version < job.version => {
+        Some(stable)
+            if stable.version >= at_least && stable.version < job.version && has_group(stable) =>
+        {
             Arc::new(stable.clone())
         }
         _ => Arc::clone(job),
