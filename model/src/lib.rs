@@ -60,10 +60,12 @@
 //! ```
 //!
 //! Architecture Invariant: a pure library, with no I/O and no clock. It depends on nothing
-//! of the implementation (stateright is its one dependency; clap is the binary's), and no
+//! of the implementation (stateright is its one dependency, with the hasher of its fingerprints,
+//! `ahash`; clap is the binary's), and no
 //! crate of the implementation depends on it. The binary's `invariants` command reads the
 //! source tree; the library never does.
 
+pub mod checker;
 pub mod config;
 mod model;
 pub mod properties;
@@ -82,4 +84,12 @@ pub use step::Action;
 /// only the allocation records, which nothing else refers to by position.
 pub fn representative(state: &State) -> State {
     state.representative()
+}
+
+/// The fingerprint of a state's symmetry class, for [`checker::depth_first`]: the same
+/// classes as [`representative`], hashed without building the representative.
+pub fn class_fingerprint(state: &State) -> u64 {
+    let mut hasher = checker::hasher();
+    state.hash_class(&mut hasher);
+    std::hash::Hasher::finish(&hasher)
 }

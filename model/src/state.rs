@@ -12,7 +12,7 @@
 //! replacement links or node-level state are added, they must be renamed in the same
 //! canonicalisation.
 
-use crate::config::MAX_TASKS;
+use crate::config::{MAX_ALLOCS, MAX_TASKS};
 
 /// What a stored job version says about the stop path. The flag has no field here: it is
 /// never stored on a job (invariant `jobspec_unchanged`).
@@ -477,11 +477,45 @@ const _: () = assert!(MAX_TASKS <= 4, "a job version is hashed in eight bits");
 /// new field cannot be left out of the hash.
 impl std::hash::Hash for State {
     fn hash<H: std::hash::Hasher>(&self, hasher: &mut H) {
+        self.hash_all_but_allocs(hasher);
+        hasher.write_usize(self.allocs.len());
+        for alloc in &self.allocs {
+            alloc.hash(hasher);
+        }
+    }
+}
+
+impl State {
+    /// Hashes this state's symmetry class: the state with its allocation records in the order
+    /// of their packed words ([`Alloc::pack`], injective), without building that state. Two
+    /// states hash alike exactly when [`State::representative`] makes them equal: both orders
+    /// are total on the records, so each names one member per class.
+    pub fn hash_class<H: std::hash::Hasher>(&self, hasher: &mut H) {
+        self.hash_all_but_allocs(hasher);
+        assert!(
+            self.allocs.len() <= MAX_ALLOCS,
+            "at most {MAX_ALLOCS} allocation records"
+        );
+        let mut packs = [[0u64; 3]; MAX_ALLOCS];
+        let packs = &mut packs[..self.allocs.len()];
+        for (pack, alloc) in packs.iter_mut().zip(&self.allocs) {
+            *pack = alloc.pack();
+        }
+        packs.sort_unstable();
+        hasher.write_usize(packs.len());
+        for &[record, low, high] in packs.iter() {
+            hasher.write_u64(record);
+            hasher.write_u64(low);
+            hasher.write_u64(high);
+        }
+    }
+
+    fn hash_all_but_allocs<H: std::hash::Hasher>(&self, hasher: &mut H) {
         let State {
             job: Job { versions, purged },
             deployment,
             eval_pending,
-            allocs,
+            allocs: _,
             requests_made,
             stable,
             crashes,
@@ -522,6 +556,7 @@ impl std::hash::Hash for State {
         .iter()
         .enumerate()
         .fold(0u64, |acc, (i, &bit)| acc | u64::from(bit) << i);
+        debug_assert!(*stable < 4, "a generation fits two bits");
         hasher.write_u64(
             u64::from(*purged)
                 | (*deployment as u64) << 1
@@ -532,10 +567,6 @@ impl std::hash::Hash for State {
                 | u64::from(*stable) << 36
                 | u64::from(*crashes) << 38,
         );
-        hasher.write_usize(allocs.len());
-        for alloc in allocs {
-            alloc.hash(hasher);
-        }
     }
 }
 

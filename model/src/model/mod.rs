@@ -63,6 +63,11 @@ impl StopPathModel {
             "count and nodes must be at least 1"
         );
         assert!(
+            usize::from(cfg.count) <= crate::config::MAX_ALLOCS,
+            "at most {} allocations",
+            crate::config::MAX_ALLOCS
+        );
+        assert!(
             cfg.restart_attempts <= crate::config::MAX_RESTART_ATTEMPTS,
             "at most {} restart attempts",
             crate::config::MAX_RESTART_ATTEMPTS

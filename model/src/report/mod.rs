@@ -91,9 +91,9 @@ pub fn verdict_lines(verdicts: &[PropertyVerdict]) -> Vec<String> {
 
 /// The shortest counterexample of one invariant, by iterative deepening: single-threaded
 /// breadth-first searches bounded at 1, 2, 3… steps, each stopping once the invariant is
-/// violated. `None` if none is found within `max_steps`. (A full check records whichever
-/// violating state it reached last, often deep; even a BFS overwrites its first discovery
-/// with later ones of the same block.)
+/// violated. `None` if none is found within `max_steps`. (A depth-first check records the
+/// first violating state it reached, stateright's the last, often deep; even a BFS
+/// overwrites its first discovery with later ones of the same block.)
 pub fn shortest_counterexample(
     model: &StopPathModel,
     property: &'static str,

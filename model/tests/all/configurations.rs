@@ -1,19 +1,22 @@
 //! Every part of `small` and `standard` checks clean, with pinned state counts: a changed
-//! count is a changed model, and the diff shows it.
+//! count is a changed model, and the diff shows it. The counts were first pinned with
+//! stateright's own DFS; quiesce's checker counts them now (`checker.rs` compares the two).
 
+use quiesce_model::checker::{self, Fingerprint};
 use quiesce_model::config::{self, ModelCfg};
 use quiesce_model::report::{self, Verdict};
-use quiesce_model::{representative, Checker, History, Model};
+use quiesce_model::{class_fingerprint, Checker, History, State, StopPathModel};
 
-/// Checks a part with DFS and returns its unique state count, asserting every invariant
+/// Checks a part depth-first and returns its unique state count, asserting every invariant
 /// holds and every witness is found.
 fn check(part: ModelCfg, symmetry: bool) -> usize {
     let name = format!("{} ({:?}, symmetry {symmetry})", part.name, part.history);
-    let mut builder = part.into_model().checker().threads(1);
-    if symmetry {
-        builder = builder.symmetry_fn(representative);
-    }
-    let checker = builder.spawn_dfs().join();
+    let fingerprint: Fingerprint<StopPathModel> = if symmetry {
+        class_fingerprint
+    } else {
+        checker::fingerprint::<State>
+    };
+    let checker = checker::depth_first(part.into_model(), fingerprint, 1).join();
     for verdict in report::verdicts(&checker) {
         assert!(
             matches!(verdict.verdict, Verdict::Holds | Verdict::ExampleFound),

@@ -4,7 +4,7 @@
 use clap::{Parser, Subcommand};
 use quiesce_model::config::{self, ModelCfg};
 use quiesce_model::report;
-use quiesce_model::{representative, Checker, Model};
+use quiesce_model::{checker, class_fingerprint, Checker};
 use quiesce_proofs::lockstep::{walk, WalkOptions};
 use quiesce_proofs::trace;
 use std::process::ExitCode;
@@ -192,13 +192,8 @@ fn check_part(part: &ModelCfg) -> (Outcome, usize) {
         ..Outcome::default()
     };
     let check_started = Instant::now();
-    let checker = part
-        .clone()
-        .into_model()
-        .checker()
-        .symmetry_fn(representative)
-        .spawn_dfs()
-        .join();
+    // One thread: the parts themselves are checked in parallel.
+    let checker = checker::depth_first(part.clone().into_model(), class_fingerprint, 1).join();
     let verdicts = report::verdicts(&checker);
     out.lines.extend(report::verdict_lines(&verdicts));
     out.ok = !verdicts.iter().any(|v| v.verdict.is_failure());

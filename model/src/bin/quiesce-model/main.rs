@@ -2,11 +2,13 @@
 //! print the invariant index.
 //!
 //! `check` builds each part of a configuration with `ModelCfg::into_model` and runs
-//! stateright's depth-first search, on one thread unless `--threads` says otherwise, with
-//! the model's own symmetry representative unless `--no-symmetry`. It prints one verdict
+//! quiesce's depth-first search (`quiesce_model::checker`; stateright's with
+//! `--stateright`), on one thread unless `--threads` says otherwise, with the model's own
+//! symmetry classes unless `--no-symmetry`. It prints one verdict
 //! per property, then the counts. `--bfs` gives shortest counterexamples and needs
-//! `--no-symmetry`, since stateright applies symmetry in DFS only. stateright keeps the last
-//! violating state a search reached, so for each violated invariant `check` prints the
+//! `--no-symmetry`, since stateright applies symmetry in DFS only. A depth-first search
+//! keeps the first violating state it reached (stateright's the last), often deep, so for
+//! each violated invariant `check` prints the
 //! shortest counterexample instead (`report::shortest_counterexample`), in the operator's
 //! words. `--draw FILE` also writes those counterexamples to one static HTML page, each a
 //! timeline (`report::draw`); the page is written even when nothing is violated.
@@ -14,9 +16,12 @@
 mod index;
 
 use clap::{Args, Parser, Subcommand};
+use quiesce_model::checker;
 use quiesce_model::config::{self, ModelCfg, Operator};
 use quiesce_model::report::{self, Verdict};
-use quiesce_model::{representative, Checker, Fault, History, Model, StopPathModel};
+use quiesce_model::{
+    class_fingerprint, representative, Checker, Fault, History, Model, State, StopPathModel,
+};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -67,8 +72,8 @@ struct CheckArgs {
     /// full or lean (default: the configuration's own).
     #[arg(long)]
     history: Option<String>,
-    /// Checker threads. One by default: on 2 cores, stateright's DFS ran `standard` in 3.8 s
-    /// on one thread and 4.6 s on two.
+    /// Checker threads, each searching its own part of the state space (one by default,
+    /// which visits the states in stateright's order and reports its depth).
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Depth-first search (the default).
@@ -80,6 +85,11 @@ struct CheckArgs {
     /// Check without the symmetry reduction over allocations.
     #[arg(long)]
     no_symmetry: bool,
+    /// Use stateright's own depth-first search instead of quiesce's
+    /// (`quiesce_model::checker`), which visits the same states in the same order: the
+    /// cross-check of its counts, and the yardstick of its speed.
+    #[arg(long, conflicts_with = "bfs")]
+    stateright: bool,
     /// Plant one fault (see `quiesce-model faults`).
     #[arg(long)]
     fault: Option<String>,
@@ -129,6 +139,13 @@ fn check(args: CheckArgs) -> Result<bool, String> {
         return Err("--threads must be at least 1".to_string());
     }
     let threads = args.threads;
+    let search = if args.bfs {
+        Search::StaterightBfs
+    } else if args.stateright {
+        Search::StaterightDfs
+    } else {
+        Search::DepthFirst
+    };
     for part in &mut parts {
         if let Some(history) = history {
             part.history = history;
@@ -144,7 +161,7 @@ fn check(args: CheckArgs) -> Result<bool, String> {
             part.name,
             describe_part(part, symmetry, args.bfs)
         );
-        let outcome = check_part(part.clone(), threads, args.bfs, symmetry);
+        let outcome = check_part(part.clone(), threads, search, symmetry);
         all_as_expected &= outcome.as_expected;
         total_states += outcome.unique_states;
         drawings.extend(outcome.drawings);
@@ -181,18 +198,39 @@ struct PartOutcome {
     drawings: Vec<String>,
 }
 
-fn check_part(part: ModelCfg, threads: usize, bfs: bool, symmetry: bool) -> PartOutcome {
+/// Which checker runs a part.
+#[derive(Clone, Copy)]
+enum Search {
+    /// quiesce's own depth-first search, on `--threads` threads (`quiesce_model::checker`).
+    DepthFirst,
+    StaterightDfs,
+    StaterightBfs,
+}
+
+fn check_part(part: ModelCfg, threads: usize, search: Search, symmetry: bool) -> PartOutcome {
     let name = part.name.clone();
     let model = part.into_model();
-    let mut builder = model.clone().checker().threads(threads);
-    if symmetry {
-        builder = builder.symmetry_fn(representative);
-    }
     let started = Instant::now();
-    if bfs {
-        report_part(&model, &name, builder.spawn_bfs(), started)
-    } else {
-        report_part(&model, &name, builder.spawn_dfs(), started)
+    let stateright = || {
+        let builder = model.clone().checker().threads(threads);
+        if symmetry {
+            builder.symmetry_fn(representative)
+        } else {
+            builder
+        }
+    };
+    match search {
+        Search::DepthFirst => {
+            let fingerprint = if symmetry {
+                class_fingerprint
+            } else {
+                checker::fingerprint::<State>
+            };
+            let checker = checker::depth_first(model.clone(), fingerprint, threads);
+            report_part(&model, &name, checker, started)
+        }
+        Search::StaterightDfs => report_part(&model, &name, stateright().spawn_dfs(), started),
+        Search::StaterightBfs => report_part(&model, &name, stateright().spawn_bfs(), started),
     }
 }
 
