@@ -1,25 +1,34 @@
-//! Model-checking throughput: unique states per second on `small`, per history mode, so a
-//! change that makes the model carry state it does not need shows up as a slowdown.
+//! Model-checking throughput: unique states per second on `small`, per history mode, with
+//! quiesce's checker as `quiesce-model check` runs it and with stateright's DFS beside it, so
+//! a change that makes the model carry state it does not need, or the checker slower, shows
+//! up as a slowdown.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use quiesce_model::{config, representative, Checker, History, Model, ModelCfg};
+use quiesce_model::{checker, class_fingerprint, config, representative, Checker, History, Model};
+use quiesce_model::{ModelCfg, StopPathModel};
 
-/// One single-threaded DFS check with symmetry, as `quiesce-model check` runs it.
-fn check(part: &ModelCfg) -> usize {
-    let checker = part
-        .clone()
-        .into_model()
-        .checker()
-        .threads(1)
-        .symmetry_fn(representative)
-        .spawn_dfs()
-        .join();
+/// One single-threaded DFS check with symmetry: quiesce's (`stateright` false) or
+/// stateright's.
+fn check(part: &ModelCfg, stateright: bool) -> usize {
+    let model = part.clone().into_model();
+    let (discoveries, unique) = if stateright {
+        let checker = model
+            .checker()
+            .threads(1)
+            .symmetry_fn(representative)
+            .spawn_dfs()
+            .join();
+        (checker.discoveries().len(), checker.unique_state_count())
+    } else {
+        let checker = checker::depth_first::<StopPathModel>(model, class_fingerprint, 1).join();
+        (checker.discoveries().len(), checker.unique_state_count())
+    };
     assert_eq!(
-        checker.discoveries().len(),
+        discoveries,
         part.witnesses.len(),
         "only the witnesses are found"
     );
-    checker.unique_state_count()
+    unique
 }
 
 fn check_small(c: &mut Criterion) {
@@ -27,10 +36,11 @@ fn check_small(c: &mut Criterion) {
     group.sample_size(10);
     for history in [History::Full, History::Lean] {
         let part = config::small().remove(0).with_history(history);
-        group.throughput(Throughput::Elements(check(&part) as u64));
-        group.bench_function(format!("{history:?}").to_lowercase(), |b| {
-            b.iter(|| check(&part))
-        });
+        group.throughput(Throughput::Elements(check(&part, false) as u64));
+        for (name, stateright) in [("quiesce", false), ("stateright", true)] {
+            let id = format!("{}/{name}", format!("{history:?}").to_lowercase());
+            group.bench_function(id, |b| b.iter(|| check(&part, stateright)));
+        }
     }
     group.finish();
 }
