@@ -60,6 +60,7 @@ impl<M: Model> Thread<'_, M> {
         let (model, shared) = (self.model, self.shared);
         let mut discovered = shared.discovered();
         let mut actions = Vec::new();
+        let mut successors = Vec::new();
         let mut visited = 0usize;
         while let Some(Pending {
             state,
@@ -124,7 +125,12 @@ impl<M: Model> Thread<'_, M> {
                 self.states += 1;
                 // A state generated before is a join, not an end: not terminal (as stateright).
                 terminal = false;
-                if shared.insert((self.fingerprint)(&next)) {
+                let fingerprint = (self.fingerprint)(&next);
+                shared.prefetch(fingerprint);
+                successors.push((index, next, fingerprint));
+            }
+            for (index, next, fingerprint) in successors.drain(..) {
+                if shared.insert(fingerprint) {
                     self.unique += 1;
                     pending.push(Pending {
                         state: next,

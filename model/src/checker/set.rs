@@ -37,6 +37,16 @@ impl FingerprintSet {
         }
     }
 
+    /// The table's first slot, for a prefetch; `None` before the first insert.
+    pub fn table(&self) -> Option<*const u64> {
+        (!self.slots.is_empty()).then_some(self.slots.as_ptr())
+    }
+
+    /// The mask that picks a fingerprint's first slot.
+    pub fn mask(&self) -> usize {
+        self.slots.len().wrapping_sub(1)
+    }
+
     fn grow(&mut self) {
         let size = (self.slots.len() * 2).max(1024);
         let old = std::mem::replace(&mut self.slots, vec![0; size]);

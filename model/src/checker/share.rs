@@ -4,7 +4,7 @@
 use super::set::FingerprintSet;
 use super::Fingerprint;
 use stateright::{Expectation, Model};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// A pending state: the state, the index of the action that reached it (of the init state,
@@ -33,7 +33,7 @@ pub(super) struct Counts {
 
 pub(super) struct Shared<S> {
     pub counts: Counts,
-    generated: Box<[Mutex<FingerprintSet>]>,
+    generated: Box<[Shard]>,
     /// One bit per property that has its discovery, read without the lock.
     discovered: AtomicU64,
     /// The bits of every property.
@@ -48,6 +48,19 @@ pub(super) struct Shared<S> {
     /// The check is ending early: every property discovered, or a thread panicked.
     stopping: AtomicBool,
     done: AtomicBool,
+}
+
+/// A shard of the fingerprint set, on cache lines of its own: two threads taking the locks
+/// of neighbouring shards would otherwise pass one line back and forth.
+#[derive(Default)]
+#[repr(align(128))]
+struct Shard {
+    set: Mutex<FingerprintSet>,
+    /// The set's table and its mask, published after each insert for [`Shared::prefetch`],
+    /// which reads them without the lock: a stale pair names memory that may be freed,
+    /// which a prefetch may name harmlessly.
+    table: AtomicPtr<u64>,
+    mask: AtomicUsize,
 }
 
 struct Work<S> {
@@ -80,7 +93,7 @@ impl<S> Shared<S> {
             .fold(0u64, |bits, (i, _)| bits | 1 << i);
         let shared = Shared {
             counts: Counts::default(),
-            generated: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            generated: (0..SHARDS).map(|_| Shard::default()).collect(),
             discovered: AtomicU64::new(0),
             all,
             found: Mutex::new(vec![None; properties.len()]),
@@ -124,7 +137,33 @@ impl<S> Shared<S> {
     pub fn insert(&self, fingerprint: u64) -> bool {
         // The high bits: a shard's table picks a slot by the low ones.
         let shard = (fingerprint >> (64 - SHARDS.trailing_zeros())) as usize;
-        self.generated[shard].lock().unwrap().insert(fingerprint)
+        let shard = &self.generated[shard];
+        let mut set = shard.set.lock().unwrap();
+        let new = set.insert(fingerprint);
+        if let Some(first) = set.table() {
+            shard.table.store(first.cast_mut(), Ordering::Relaxed);
+            shard.mask.store(set.mask(), Ordering::Relaxed);
+        }
+        new
+    }
+
+    /// Asks the processor to fetch the cache line where `fingerprint`'s insert will probe,
+    /// so that a state's successors' inserts wait for memory together rather than in turn.
+    pub fn prefetch(&self, fingerprint: u64) {
+        let shard = &self.generated[(fingerprint >> (64 - SHARDS.trailing_zeros())) as usize];
+        let table = shard.table.load(Ordering::Relaxed);
+        if table.is_null() {
+            return;
+        }
+        let slot =
+            table.wrapping_add(fingerprint.max(1) as usize & shard.mask.load(Ordering::Relaxed));
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint; it reads nothing and faults on no address.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(slot.cast());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = slot;
     }
 
     pub fn discovered(&self) -> u64 {

@@ -29,11 +29,13 @@ impl StopPathModel {
             let compact = if finished {
                 None
             } else {
-                Some(self.compact_dead_tasks(alloc))
+                match self.compact_dead_tasks(alloc) {
+                    // Nothing to erase: the record stays as it is, judged later.
+                    None => return true,
+                    compact => compact,
+                }
             };
-            if compact.as_ref() != Some(alloc) {
-                violations |= properties::record_violations(self, alloc);
-            }
+            violations |= properties::record_violations(self, alloc);
             if let Some(compact) = compact {
                 *alloc = compact;
             }
@@ -43,19 +45,21 @@ impl StopPathModel {
     }
 
     /// A dead task keeps only what a witness still looks for: whether it exited on its own
-    /// during its delay, and whether it was SIGKILLed after its kill timeout.
-    pub(super) fn compact_dead_tasks(&self, alloc: &Alloc) -> Alloc {
-        let mut compact = *alloc;
+    /// during its delay, and whether it was SIGKILLed after its kill timeout. `None` when
+    /// that changes nothing: the model erases at every step, and most records are as lean
+    /// as they get, so no copy is made for them.
+    pub(super) fn compact_dead_tasks(&self, alloc: &Alloc) -> Option<Alloc> {
+        let mut compact: Option<Alloc> = None;
         // Migrate only decides what the scheduler does with a running allocation.
-        if compact.desired_stop || compact.tombstone {
-            compact.migrate = false;
+        if (alloc.desired_stop || alloc.tombstone) && alloc.migrate {
+            compact.get_or_insert(*alloc).migrate = false;
         }
         for (ix, kind) in self.tasks() {
-            let task = &mut compact.tasks[ix];
+            let task = &alloc.tasks[ix];
             if task.phase != TaskPhase::Exited || kind == TaskKind::Poststop {
                 continue;
             }
-            *task = if task.ended_on_own {
+            let lean = if task.ended_on_own {
                 // Its last run ended on its own, and no kill followed.
                 Task {
                     phase: TaskPhase::Exited,
@@ -86,6 +90,9 @@ impl StopPathModel {
                     ended_on_own: false,
                 }
             };
+            if lean != *task {
+                compact.get_or_insert(*alloc).tasks[ix] = lean;
+            }
         }
         compact
     }
