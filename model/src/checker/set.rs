@@ -22,8 +22,7 @@ impl FingerprintSet {
             self.grow();
         }
         let mask = self.slots.len() - 1;
-        // The low bits pick the slot; the caller picks a shard by the high ones.
-        let mut slot = fingerprint as usize & mask;
+        let mut slot = Self::first_slot(fingerprint, mask);
         loop {
             match self.slots[slot] {
                 0 => {
@@ -37,14 +36,20 @@ impl FingerprintSet {
         }
     }
 
-    /// The table's first slot, for a prefetch; `None` before the first insert.
-    pub fn table(&self) -> Option<*const u64> {
-        (!self.slots.is_empty()).then_some(self.slots.as_ptr())
+    /// The slot where `fingerprint`'s probe starts in a table of mask `mask`: the low bits
+    /// (the caller picks a shard by the high ones). Zero stands for one, as in `insert`.
+    pub fn first_slot(fingerprint: u64, mask: usize) -> usize {
+        fingerprint.max(1) as usize & mask
     }
 
-    /// The mask that picks a fingerprint's first slot.
+    /// The table, for a prefetch.
+    pub fn table(&self) -> *const u64 {
+        self.slots.as_ptr()
+    }
+
+    /// The mask that picks a fingerprint's first slot (zero before the first insert).
     pub fn mask(&self) -> usize {
-        self.slots.len().wrapping_sub(1)
+        self.slots.len().saturating_sub(1)
     }
 
     fn grow(&mut self) {
@@ -73,5 +78,20 @@ mod tests {
             assert!(!set.insert(value), "{value} was known");
         }
         assert_eq!(set.len, 10_001, "zero and one are one fingerprint");
+    }
+
+    /// A prefetch names the slot where an insert's probe starts.
+    #[test]
+    fn the_first_slot_is_where_a_lone_fingerprint_lands() {
+        for fingerprint in [0, 1, 5, u64::MAX, 0xdead_beef_0000_0400] {
+            let mut set = FingerprintSet::default();
+            set.insert(fingerprint);
+            let slot = FingerprintSet::first_slot(fingerprint, set.mask());
+            assert_eq!(set.slots[slot], fingerprint.max(1));
+            assert_eq!(
+                set.table().wrapping_add(slot),
+                &set.slots[slot] as *const u64
+            );
+        }
     }
 }

@@ -55,13 +55,18 @@ pub(super) struct Shared<S> {
 #[derive(Default)]
 #[repr(align(128))]
 struct Shard {
-    set: Mutex<FingerprintSet>,
-    /// The set's table and its mask, published after each insert for [`Shared::prefetch`],
-    /// which reads them without the lock: a stale pair names memory that may be freed,
-    /// which a prefetch may name harmlessly.
-    table: AtomicPtr<u64>,
-    mask: AtomicUsize,
+    set: Line<Mutex<FingerprintSet>>,
+    /// The set's table and its mask, published when the table grows, for
+    /// [`Shared::prefetch`], which reads them without the lock (on a line of their own, so
+    /// that reading them does not take the lock's line from the thread that holds it): a
+    /// stale pair names memory that may be freed, which a prefetch may name harmlessly.
+    table: Line<(AtomicPtr<u64>, AtomicUsize)>,
 }
+
+/// A value on a cache line of its own.
+#[derive(Default)]
+#[repr(align(64))]
+struct Line<T>(T);
 
 struct Work<S> {
     jobs: Vec<Job<S>>,
@@ -138,11 +143,13 @@ impl<S> Shared<S> {
         // The high bits: a shard's table picks a slot by the low ones.
         let shard = (fingerprint >> (64 - SHARDS.trailing_zeros())) as usize;
         let shard = &self.generated[shard];
-        let mut set = shard.set.lock().unwrap();
+        let mut set = shard.set.0.lock().unwrap();
         let new = set.insert(fingerprint);
-        if let Some(first) = set.table() {
-            shard.table.store(first.cast_mut(), Ordering::Relaxed);
-            shard.mask.store(set.mask(), Ordering::Relaxed);
+        let (table, mask) = &shard.table.0;
+        if mask.load(Ordering::Relaxed) != set.mask() {
+            // The table grew (or was made).
+            table.store(set.table().cast_mut(), Ordering::Relaxed);
+            mask.store(set.mask(), Ordering::Relaxed);
         }
         new
     }
@@ -151,17 +158,21 @@ impl<S> Shared<S> {
     /// so that a state's successors' inserts wait for memory together rather than in turn.
     pub fn prefetch(&self, fingerprint: u64) {
         let shard = &self.generated[(fingerprint >> (64 - SHARDS.trailing_zeros())) as usize];
-        let table = shard.table.load(Ordering::Relaxed);
+        let (table, mask) = &shard.table.0;
+        let table = table.load(Ordering::Relaxed);
         if table.is_null() {
             return;
         }
-        let slot =
-            table.wrapping_add(fingerprint.max(1) as usize & shard.mask.load(Ordering::Relaxed));
+        let slot = table.wrapping_add(FingerprintSet::first_slot(
+            fingerprint,
+            mask.load(Ordering::Relaxed),
+        ));
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a prefetch is a hint; it reads nothing and faults on no address.
         unsafe {
             std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(slot.cast());
         }
+        // Elsewhere no prefetch: the inserts wait for memory in turn.
         #[cfg(not(target_arch = "x86_64"))]
         let _ = slot;
     }
