@@ -86,6 +86,16 @@ pub fn representative(state: &State) -> State {
     state.representative()
 }
 
+/// How [`checker::depth_first`] tells the model's states apart: by symmetry class
+/// ([`class_fingerprint`]) or state by state (stateright's own fingerprint).
+pub fn fingerprint_fn(symmetry: bool) -> checker::Fingerprint<StopPathModel> {
+    if symmetry {
+        class_fingerprint
+    } else {
+        checker::fingerprint::<State>
+    }
+}
+
 /// The fingerprint of a state's symmetry class, for [`checker::depth_first`]: the same
 /// classes as [`representative`], hashed without building the representative.
 pub fn class_fingerprint(state: &State) -> u64 {

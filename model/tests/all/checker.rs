@@ -3,11 +3,12 @@
 //! same counts and verdicts; its discoveries replay to states that show them; and on toy
 //! models, stateright's early end and `eventually` properties.
 
-use quiesce_model::checker::{self, Fingerprint};
+use quiesce_model::checker;
 use quiesce_model::config::{self, ModelCfg};
 use quiesce_model::report::{self, Verdict};
 use quiesce_model::{
-    class_fingerprint, representative, Checker, Fault, History, Model, State, StopPathModel,
+    class_fingerprint, fingerprint_fn, representative, Checker, Fault, History, Model,
+    StopPathModel,
 };
 use stateright::{Expectation, Property};
 
@@ -41,11 +42,7 @@ fn stateright(part: &ModelCfg, symmetry: bool) -> Outcome {
 }
 
 fn ours(part: &ModelCfg, symmetry: bool, threads: usize) -> Outcome {
-    let fingerprint: Fingerprint<StopPathModel> = if symmetry {
-        class_fingerprint
-    } else {
-        checker::fingerprint::<State>
-    };
+    let fingerprint = fingerprint_fn(symmetry);
     let checker = checker::depth_first(part.clone().into_model(), fingerprint, threads).join();
     assert_discoveries_replay(&checker);
     summary(&checker, threads == 1)

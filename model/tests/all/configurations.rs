@@ -2,21 +2,16 @@
 //! count is a changed model, and the diff shows it. The counts were first pinned with
 //! stateright's own DFS; quiesce's checker counts them now (`checker.rs` compares the two).
 
-use quiesce_model::checker::{self, Fingerprint};
+use quiesce_model::checker;
 use quiesce_model::config::{self, ModelCfg};
 use quiesce_model::report::{self, Verdict};
-use quiesce_model::{class_fingerprint, Checker, History, State, StopPathModel};
+use quiesce_model::{fingerprint_fn, Checker, History};
 
 /// Checks a part depth-first and returns its unique state count, asserting every invariant
 /// holds and every witness is found.
 fn check(part: ModelCfg, symmetry: bool) -> usize {
     let name = format!("{} ({:?}, symmetry {symmetry})", part.name, part.history);
-    let fingerprint: Fingerprint<StopPathModel> = if symmetry {
-        class_fingerprint
-    } else {
-        checker::fingerprint::<State>
-    };
-    let checker = checker::depth_first(part.into_model(), fingerprint, 1).join();
+    let checker = checker::depth_first(part.into_model(), fingerprint_fn(symmetry), 1).join();
     for verdict in report::verdicts(&checker) {
         assert!(
             matches!(verdict.verdict, Verdict::Holds | Verdict::ExampleFound),

@@ -20,7 +20,7 @@ use quiesce_model::checker;
 use quiesce_model::config::{self, ModelCfg, Operator};
 use quiesce_model::report::{self, Verdict};
 use quiesce_model::{
-    class_fingerprint, representative, Checker, Fault, History, Model, State, StopPathModel,
+    fingerprint_fn, representative, Checker, Fault, History, Model, StopPathModel,
 };
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -221,12 +221,7 @@ fn check_part(part: ModelCfg, threads: usize, search: Search, symmetry: bool) ->
     };
     match search {
         Search::DepthFirst => {
-            let fingerprint = if symmetry {
-                class_fingerprint
-            } else {
-                checker::fingerprint::<State>
-            };
-            let checker = checker::depth_first(model.clone(), fingerprint, threads);
+            let checker = checker::depth_first(model.clone(), fingerprint_fn(symmetry), threads);
             report_part(&model, &name, checker, started)
         }
         Search::StaterightDfs => report_part(&model, &name, stateright().spawn_dfs(), started),
