@@ -24,3 +24,71 @@ pub fn supervise_if_asked() {
         ));
     }
 }
+
+/// The simulator's stop benchmarks' job (`sim_stop`, `examples/sim_profile.rs`).
+pub mod sim_job {
+    use quiesce_core::sim::Simulator;
+    use quiesce_core::spec::{Job, Lifecycle, Service, Task, TaskGroup};
+    use quiesce_core::step::Step;
+
+    /// Stops the job with `-no-shutdown-delay` and runs the simulator until quiet; returns
+    /// the steps it took.
+    pub fn stop_flagged(sim: &mut Simulator) -> usize {
+        let stop = Step::StopJob {
+            job: "web".into(),
+            purge: false,
+            no_shutdown_delay: true,
+        };
+        sim.apply(&stop).unwrap();
+        sim.run_until_quiet(10_000_000).unwrap()
+    }
+
+    const SECOND: i64 = 1_000_000_000;
+
+    fn task(name: &str, delay_ns: i64) -> Task {
+        Task {
+            name: name.into(),
+            driver: "mock_driver".into(),
+            shutdown_delay_ns: delay_ns,
+            ..Task::default()
+        }
+    }
+
+    /// The job the simulator's stop benchmarks stop: the `standard` group (leader with a delay
+    /// and a service, prestart sidecar with a delay, poststop task), `count` `allocs`.
+    pub fn big_job(allocs: i64) -> Job {
+        let services = |name: &str| {
+            Some(vec![Service {
+                name: name.into(),
+                provider: "nomad".into(),
+                ..Service::default()
+            }])
+        };
+        let mut app = task("app", 30 * SECOND);
+        app.leader = true;
+        app.services = services("app");
+        let mut proxy = task("proxy", 5 * SECOND);
+        proxy.lifecycle = Some(Lifecycle {
+            hook: "prestart".into(),
+            sidecar: true,
+        });
+        let mut flush = task("flush", 0);
+        flush.lifecycle = Some(Lifecycle {
+            hook: "poststop".into(),
+            sidecar: false,
+        });
+        flush.config = Some([("run_for".to_string(), serde_json::json!(SECOND))].into());
+        Job {
+            id: "web".into(),
+            task_groups: vec![TaskGroup {
+                name: "web".into(),
+                count: Some(allocs),
+                shutdown_delay_ns: Some(30 * SECOND),
+                services: services("web"),
+                tasks: vec![app, proxy, flush],
+                ..TaskGroup::default()
+            }],
+            ..Job::default()
+        }
+    }
+}

@@ -125,7 +125,10 @@ fn requests(sim: &Simulator, cfg: &ModelCfg, ids: &[AllocId]) -> Vec<Step> {
     if sim.server.store.job(&job).is_some_and(|job| job.stop) {
         out.push(Step::StartJob { job: job.clone() });
     }
-    for id in ids.iter().filter(|id| sim.server.store.alloc(id).is_some()) {
+    for id in ids
+        .iter()
+        .filter(|id| sim.server.store.alloc(*id).is_some())
+    {
         out.push(Step::StopAlloc {
             alloc: id.clone(),
             no_shutdown_delay: false,

@@ -16,6 +16,7 @@
 pub mod client;
 pub mod gotime;
 pub mod hcl_jobspec;
+pub mod id;
 pub mod ids;
 pub mod server;
 pub mod sim;

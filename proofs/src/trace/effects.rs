@@ -12,6 +12,7 @@
 //! * a task is launched only when it is not running: first, or again after its process
 //!   ended (a restart); never twice over a live process.
 
+use quiesce_core::server::structs::AllocId;
 use quiesce_core::step::log::LogEntry;
 use quiesce_core::step::{Effect, Step};
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,14 +21,14 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Default)]
 pub struct EffectRules {
     /// Registered services by (allocation, owner: a task or the group).
-    registered: BTreeMap<(String, Option<String>), BTreeSet<String>>,
+    registered: BTreeMap<(AllocId, Option<String>), BTreeSet<String>>,
     /// The last kill number signalled, by (allocation, task).
-    signalled: BTreeMap<(String, String), u32>,
+    signalled: BTreeMap<(AllocId, String), u32>,
     /// Tasks whose process runs, by (allocation, task).
-    live: BTreeSet<(String, String)>,
+    live: BTreeSet<(AllocId, String)>,
     /// Tasks under an in-place restart's kill (from its `RestartAlloc` until they run
     /// again), by (allocation, task).
-    restarting: BTreeSet<(String, String)>,
+    restarting: BTreeSet<(AllocId, String)>,
     /// Effects checked so far.
     pub checked: usize,
 }
@@ -42,7 +43,7 @@ impl EffectRules {
         // no delay shows none in its effects until its signal): the one it names, or every
         // task of the allocation whose process runs.
         if let (Some(Step::RestartAlloc { task, .. }), Some(alloc)) = (entry.as_step(), &alloc) {
-            let targets: Vec<(String, String)> = match task {
+            let targets: Vec<(AllocId, String)> = match task {
                 Some(task) => vec![(alloc.clone(), task.clone())],
                 None => self
                     .live

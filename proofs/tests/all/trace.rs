@@ -2,6 +2,7 @@
 //! of jobs that are no model part's (other names, counts, several groups, several jobs in one
 //! log) — and tampered logs caught at the right step, by the model or by the effect rules.
 
+use quiesce_core::server::structs::AllocId;
 use quiesce_core::sim::Simulator;
 use quiesce_core::spec::{Job, Lifecycle, Service, Task, TaskGroup};
 use quiesce_core::step::log::LogEntry;
@@ -13,7 +14,7 @@ use quiesce_proofs::trace::{parse_log, validate, Judged, TraceError};
 const SECOND: i64 = 1_000_000_000;
 
 /// The standard part's job, run through `requests`, each followed by running until quiet.
-fn log_of(requests: impl Fn(&[String]) -> Vec<Step>) -> Vec<LogEntry> {
+fn log_of(requests: impl Fn(&[AllocId]) -> Vec<Step>) -> Vec<LogEntry> {
     let part = config::standard().remove(0);
     let (mut sim, ids) = initial_sim(&part).unwrap();
     for step in requests(&ids) {
@@ -104,7 +105,7 @@ fn run(jobs: Vec<Job>, requests: impl Fn(&Simulator) -> Vec<Step>) -> Vec<LogEnt
     parse_log(&sim.log().to_json_lines()).unwrap()
 }
 
-fn allocs_of(sim: &Simulator, job: &str, group: &str) -> Vec<String> {
+fn allocs_of(sim: &Simulator, job: &str, group: &str) -> Vec<AllocId> {
     let mut allocs: Vec<_> = sim
         .server
         .store

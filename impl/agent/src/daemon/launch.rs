@@ -33,7 +33,7 @@ pub(super) fn launch_of(
     let alloc = &runner.alloc;
     let alloc_dir = dir.parent().unwrap_or(dir).to_path_buf();
     let mut env: Vec<(String, String)> = vec![
-        ("NOMAD_ALLOC_ID".into(), alloc.id.clone()),
+        ("NOMAD_ALLOC_ID".into(), alloc.id.to_string()),
         ("NOMAD_ALLOC_NAME".into(), alloc.name.clone()),
         ("NOMAD_ALLOC_DIR".into(), alloc_dir.display().to_string()),
         (

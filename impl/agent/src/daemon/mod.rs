@@ -296,7 +296,7 @@ impl Core {
                 ),
                 Record::Node(id) => (
                     Table::Nodes,
-                    id.clone(),
+                    id.to_string(),
                     store
                         .node(id)
                         .map(|node| Payload::Node(Box::new(node.clone()))),
@@ -308,7 +308,7 @@ impl Core {
                 ),
                 Record::Alloc(id) => (
                     Table::Allocs,
-                    id.clone(),
+                    id.to_string(),
                     store
                         .alloc_record(id)
                         .map(|alloc| Payload::Alloc(Box::new(alloc.clone()))),
@@ -411,7 +411,11 @@ impl Core {
         let mut writes = earlier;
         writes.extend(self.take_writes());
         if let Some((id, encoded)) = runner {
-            writes.push((Table::Runners, id, Some(Payload::Runner(encoded))));
+            writes.push((
+                Table::Runners,
+                id.to_string(),
+                Some(Payload::Runner(encoded)),
+            ));
         }
         let ticket = self.committer.submit(Batch {
             index: Some(self.server.store.index()),

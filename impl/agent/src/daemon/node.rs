@@ -85,7 +85,7 @@ pub(super) fn register(core: &mut Core, config: &AgentConfig) -> (NodeId, Option
     let mut node = match stored {
         Some(node) => node,
         None => Node {
-            id: core.server.uuid(),
+            id: core.server.uuid().into(),
             name: config.name.clone(),
             datacenter: config.datacenter.clone(),
             node_pool: "default".into(),

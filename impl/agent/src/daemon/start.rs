@@ -62,8 +62,10 @@ impl Agent {
             pending_exits: std::collections::VecDeque::new(),
             pending_deaths: Vec::new(),
             asleep: Asleep::default(),
-            logged_pulls: loaded.logged_pulls,
-            node: NodeId::new(),
+            logged_pulls: (loaded.logged_pulls.into_iter())
+                .map(|(alloc, index)| (alloc.into(), index))
+                .collect(),
+            node: NodeId::default(),
             closing: Vec::new(),
             last_pull: std::time::Instant::now(),
             kills_in_flight: BTreeSet::new(),
@@ -249,7 +251,8 @@ fn forget_unknown_alloc_dirs(shared: &Shared) {
             .flatten()
             .filter(|entry| {
                 let name = entry.file_name().to_string_lossy().into_owned();
-                !registry.contains_key(&name) && core.server.store.alloc_for_client(&name).is_none()
+                !registry.contains_key(name.as_str())
+                    && core.server.store.alloc_for_client(name.as_str()).is_none()
             })
             .map(|entry| entry.path())
             .collect()

@@ -74,7 +74,7 @@ impl Timers {
             .heap
             .peek()
             .is_none_or(|Reverse((first, ..))| at < *first);
-        let entry = (at, queue.seq, alloc.to_string(), due);
+        let entry = (at, queue.seq, alloc.into(), due);
         queue.heap.push(Reverse(entry));
         if earliest {
             wake.notify_one();

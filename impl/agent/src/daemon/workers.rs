@@ -65,8 +65,8 @@ fn forget_if_gone(shared: &Arc<Shared>, id: &AllocId, shell: &RunnerShell<Daemon
     core.logged_pulls.remove(id);
     core.forget_tasks(id);
     let forget = vec![
-        (Table::Runners, id.clone(), None),
-        (Table::Pulls, id.clone(), None),
+        (Table::Runners, id.to_string(), None),
+        (Table::Pulls, id.to_string(), None),
     ];
     core.commit(None, forget);
     // Whatever the commit took for the client to pull, someone is woken for it.
@@ -74,7 +74,7 @@ fn forget_if_gone(shared: &Arc<Shared>, id: &AllocId, shell: &RunnerShell<Daemon
     drop(core);
     drop(registry);
     // Its directory goes once newer ones are kept (Nomad's client `gc_max_allocs`).
-    let dir = shared.config.data_dir.join("alloc").join(id);
+    let dir = shared.config.data_dir.join("alloc").join(id.as_str());
     if dir.exists() {
         shared.gc.forgot(dir, shared.config.gc.max_alloc_dirs);
     }

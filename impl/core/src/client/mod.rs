@@ -123,7 +123,11 @@ impl Client {
     }
 
     /// The runner of `alloc`, to change: copied first if a clone shares it.
-    pub fn runner_mut(&mut self, alloc: &str) -> Option<&mut AllocRunner> {
+    pub fn runner_mut<Q>(&mut self, alloc: &Q) -> Option<&mut AllocRunner>
+    where
+        AllocId: std::borrow::Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
         if !self.runners.contains_key(alloc) {
             return None;
         }

@@ -240,7 +240,7 @@ impl Server {
         for (placement, (node, ports)) in plan.place.into_iter().zip(chosen.into_iter().flatten()) {
             let job = placement.job;
             let alloc = Allocation {
-                id: self.ids.uuid(),
+                id: self.ids.uuid().into(),
                 namespace: job.namespace.clone(),
                 eval_id: eval.id.clone(),
                 name: format!("{}.{}[{}]", job.id, placement.group, placement.index),

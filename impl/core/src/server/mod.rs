@@ -484,7 +484,7 @@ impl Server {
             .store
             .alloc(alloc_id)
             .cloned()
-            .ok_or_else(|| ServerError::AllocNotFound(alloc_id.to_string()))?;
+            .ok_or_else(|| ServerError::AllocNotFound(alloc_id.into()))?;
         let index = self.store.next_index(WriteType::AllocStop);
         let newly_flagged =
             no_shutdown_delay && !alloc.desired_transition.should_ignore_shutdown_delay();
@@ -553,6 +553,8 @@ impl Server {
         let Some(alloc) = self.store.alloc_for_client(alloc_id) else {
             return;
         };
+        // Looked up by the stored ID from here on: one pointer, compared without its text.
+        let alloc_id = &alloc.id.clone();
         let tombstone = alloc.tombstone;
         let rollout_stop_ended = terminal
             && !alloc.client_status.is_terminal()
@@ -601,7 +603,7 @@ impl Server {
                 id: service_id(alloc_id, task, name),
                 service_name: name.clone(),
                 job_id: job_id.clone(),
-                alloc_id: alloc_id.to_string(),
+                alloc_id: alloc_id.into(),
                 task: task.to_string(),
                 create_index: index,
             });

@@ -52,7 +52,7 @@ fn target(node: &Node, target: &str) -> Option<String> {
     }
     match name {
         "node.datacenter" => Some(node.datacenter.clone()),
-        "node.unique.id" => Some(node.id.clone()),
+        "node.unique.id" => Some(node.id.to_string()),
         "node.unique.name" => Some(node.name.clone()),
         "node.pool" => Some(node.node_pool.clone()),
         "node.class" => Some(String::new()),

@@ -88,7 +88,7 @@ impl Server {
                 .alloc_for_client(id)
                 .map(|a| a.task_group.clone())
         };
-        let replaced: std::collections::BTreeSet<&String> = plan
+        let replaced: std::collections::BTreeSet<&AllocId> = plan
             .place
             .iter()
             .filter_map(|p| p.previous.as_ref())

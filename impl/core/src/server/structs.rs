@@ -6,10 +6,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub use crate::id::Id;
+
 pub type JobId = String;
-pub type AllocId = String;
+pub type AllocId = Id;
 pub type EvalId = String;
-pub type NodeId = String;
+pub type NodeId = Id;
 
 /// `DesiredTransition`: each member tri-state (`null`, `false`, `true`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,7 +128,7 @@ pub struct TaskState {
     pub finished_at: i64,
     /// Shared between copies (the runner's, the server's last report of it, a cloned
     /// simulator's): recording an event copies them.
-    pub events: std::sync::Arc<Vec<TaskEvent>>,
+    pub events: std::sync::Arc<Vec<std::sync::Arc<TaskEvent>>>,
 }
 
 impl TaskState {

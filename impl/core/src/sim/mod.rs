@@ -49,6 +49,7 @@ use crate::spec::{Job, TaskRole};
 use crate::step::log::{EventLog, LogEntry};
 use crate::step::{Effect, Step};
 use schedule::Schedule;
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
@@ -107,7 +108,7 @@ pub struct Simulator {
 
 /// Nodes are named `node-0`, `node-1`, …
 pub fn node_name(index: usize) -> NodeId {
-    format!("node-{index}")
+    format!("node-{index}").into()
 }
 
 impl Simulator {
@@ -180,17 +181,44 @@ impl Simulator {
     }
 
     /// The runner of an allocation, on whichever node has it.
-    pub fn runner(&self, alloc: &str) -> Option<&AllocRunner> {
-        self.clients
-            .values()
-            .find_map(|client| client.runners.get(alloc).map(Arc::as_ref))
+    pub fn runner<Q>(&self, alloc: &Q) -> Option<&AllocRunner>
+    where
+        AllocId: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        let (_, client) = self.client_running(alloc)?;
+        client.runners.get(alloc).map(Arc::as_ref)
     }
 
-    fn client_of(&self, alloc: &str) -> Option<NodeId> {
-        self.clients
-            .iter()
-            .find(|(_, c)| c.runners.contains_key(alloc))
-            .map(|(n, _)| n.clone())
+    fn client_of<Q>(&self, alloc: &Q) -> Option<NodeId>
+    where
+        AllocId: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.client_running(alloc).map(|(node, _)| node.clone())
+    }
+
+    /// The node whose client runs an allocation: the one the server placed it on, looked up
+    /// once, rather than every node's runners searched (a runner the server no longer
+    /// knows of is searched for).
+    fn client_running<Q>(&self, alloc: &Q) -> Option<(&NodeId, &Client)>
+    where
+        AllocId: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        let placed = self
+            .server
+            .store
+            .alloc_for_client(alloc)
+            .and_then(|record| {
+                let (node, client) = self.clients.get_key_value::<NodeId>(&record.node_id)?;
+                client.runners.contains_key(alloc).then_some((node, client))
+            });
+        placed.or_else(|| {
+            self.clients
+                .iter()
+                .find(|(_, c)| c.runners.contains_key(alloc))
+        })
     }
 
     // ------------------------------------------------------------------ enabled steps
@@ -860,7 +888,7 @@ fn fired_timer(step: &Step, task: Option<usize>) -> Option<Timer> {
 }
 
 /// How the mock process ends when it exits now: as its script says, or cleanly.
-fn exit_of(driver: &MockDriver, schedule: &Schedule, alloc: &str, task: usize) -> ExitResult {
+fn exit_of(driver: &MockDriver, schedule: &Schedule, alloc: &AllocId, task: usize) -> ExitResult {
     schedule
         .handle(alloc, task)
         .and_then(|handle| driver.next_exit(handle))

@@ -86,7 +86,7 @@ impl Schedule {
                 timers.remove(alloc);
             }
             if let (Some(queues), Some(was)) = (self.queues.get_mut(), was) {
-                queues.timers.remove(&(was, alloc.to_string(), timer));
+                queues.timers.remove(&(was, alloc.into(), timer));
             }
         }
     }
@@ -177,7 +177,7 @@ mod tests {
     /// builds from the maps, ties broken by allocation, then by key.
     #[test]
     fn the_kept_queues_agree_with_ones_built_afresh() {
-        let (a, b) = ("a".to_string(), "b".to_string());
+        let (a, b) = (AllocId::from("a"), AllocId::from("b"));
         let mut schedule = Schedule::default();
         schedule.start_timer(&b, Timer::KillTimeout(0), 10);
         schedule.start_timer(&a, Timer::KillTimeout(1), 10);

@@ -183,7 +183,7 @@ impl From<LogEntry> for Wire {
             Event::RegisterJob { spec } => wire.spec = Some(spec),
             Event::Deployment { status } => wire.status = Some(status),
             Event::Step(step) => {
-                wire.alloc = step.alloc().cloned();
+                wire.alloc = step.alloc().map(|alloc| alloc.to_string());
                 wire.task = step.task().cloned();
                 match step {
                     Step::StopJob {
@@ -245,54 +245,64 @@ impl TryFrom<Wire> for LogEntry {
                 no_shutdown_delay: flag()?,
             },
             "StopAlloc" => Step::StopAlloc {
-                alloc: alloc()?,
+                alloc: alloc()?.into(),
                 no_shutdown_delay: flag()?,
             },
             "StartJob" => Step::StartJob { job: job()? },
             "ProcessEval" => Step::ProcessEval { job: job()? },
-            "ClientSync" => Step::ClientSync { alloc: alloc()? },
-            "GroupPreKill" => Step::GroupPreKill { alloc: alloc()? },
-            "GroupDelayElapsed" => Step::GroupDelayElapsed { alloc: alloc()? },
+            "ClientSync" => Step::ClientSync {
+                alloc: alloc()?.into(),
+            },
+            "GroupPreKill" => Step::GroupPreKill {
+                alloc: alloc()?.into(),
+            },
+            "GroupDelayElapsed" => Step::GroupDelayElapsed {
+                alloc: alloc()?.into(),
+            },
             "TaskPreKill" => Step::TaskPreKill {
-                alloc: alloc()?,
+                alloc: alloc()?.into(),
                 task: task()?,
             },
             "TaskDelayElapsed" => Step::TaskDelayElapsed {
-                alloc: alloc()?,
+                alloc: alloc()?.into(),
                 task: task()?,
             },
             "TaskExit" => Step::TaskExit {
-                alloc: alloc()?,
+                alloc: alloc()?.into(),
                 task: task()?,
             },
             "KillTimeout" => Step::KillTimeout {
-                alloc: alloc()?,
+                alloc: alloc()?.into(),
                 task: task()?,
             },
             "PoststopStart" => Step::PoststopStart {
-                alloc: alloc()?,
+                alloc: alloc()?.into(),
                 task: task()?,
             },
             "PoststopExit" => Step::PoststopExit {
-                alloc: alloc()?,
+                alloc: alloc()?.into(),
                 task: task()?,
             },
             "ClientRestart" => Step::ClientRestart,
             "UpdateJob" => Step::UpdateJob { job: job()? },
-            "AllocHealthy" => Step::AllocHealthy { alloc: alloc()? },
-            "AllocUnhealthy" => Step::AllocUnhealthy { alloc: alloc()? },
+            "AllocHealthy" => Step::AllocHealthy {
+                alloc: alloc()?.into(),
+            },
+            "AllocUnhealthy" => Step::AllocUnhealthy {
+                alloc: alloc()?.into(),
+            },
             "RestartAlloc" => Step::RestartAlloc {
-                alloc: alloc()?,
+                alloc: alloc()?.into(),
                 task: wire.task.clone(),
                 no_shutdown_delay: flag()?,
             },
             "RestartDecision" => Step::RestartDecision {
-                alloc: alloc()?,
+                alloc: alloc()?.into(),
                 task: task()?,
                 unrecoverable: wire.unrecoverable.ok_or_else(|| missing("unrecoverable"))?,
             },
             "RestartDelayElapsed" => Step::RestartDelayElapsed {
-                alloc: alloc()?,
+                alloc: alloc()?.into(),
                 task: task()?,
             },
             other => return Err(format!("unknown step {other:?}")),

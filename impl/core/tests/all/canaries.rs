@@ -4,7 +4,7 @@
 //! `max_parallel` at a time; a deployment that fails or is superseded stops its canaries.
 
 use crate::support::{report, settle, UPDATING};
-use quiesce_core::server::structs::{Allocation, ClientStatus, DesiredStatus};
+use quiesce_core::server::structs::{AllocId, Allocation, ClientStatus, DesiredStatus};
 use quiesce_core::server::{Server, ServerError};
 use quiesce_core::spec::{Job, Task, TaskGroup, UpdateStrategy};
 
@@ -55,7 +55,7 @@ fn canaries(server: &Server) -> Vec<Allocation> {
         .collect()
 }
 
-fn healthy(server: &mut Server, ids: &[String]) {
+fn healthy(server: &mut Server, ids: &[AllocId]) {
     for id in ids {
         server.client_report(id, report(ClientStatus::Running, Some(true)));
     }
@@ -64,13 +64,13 @@ fn healthy(server: &mut Server, ids: &[String]) {
 
 /// `count` allocations of release 1, running and healthy, the registration's deployment
 /// done.
-fn running(count: i64, canary: i64, auto_promote: bool) -> (Server, Vec<String>) {
+fn running(count: i64, canary: i64, auto_promote: bool) -> (Server, Vec<AllocId>) {
     let mut server = Server::new(vec!["node-0".into()], 3);
     server
         .register_job(job(count, "1", canary, auto_promote))
         .unwrap();
     settle(&mut server);
-    let old: Vec<String> = live(&server).iter().map(|a| a.id.clone()).collect();
+    let old: Vec<AllocId> = live(&server).iter().map(|a| a.id.clone()).collect();
     healthy(&mut server, &old);
     let first = server.store.latest_deployment("web").unwrap();
     assert_eq!(first.status, "successful");
@@ -81,9 +81,9 @@ fn running(count: i64, canary: i64, auto_promote: bool) -> (Server, Vec<String>)
     (server, old)
 }
 
-fn stopped(server: &Server, ids: &[String]) -> Vec<String> {
+fn stopped(server: &Server, ids: &[AllocId]) -> Vec<AllocId> {
     ids.iter()
-        .filter(|id| server.store.alloc(id).unwrap().desired_status == DesiredStatus::Stop)
+        .filter(|id| server.store.alloc(*id).unwrap().desired_status == DesiredStatus::Stop)
         .cloned()
         .collect()
 }
@@ -434,7 +434,7 @@ fn an_old_allocation_that_fails_beside_a_waiting_canary_comes_back_at_the_stable
     assert_eq!(beside(&server, "web.web[1]").job_version, 0);
     assert_eq!(canaries(&server).len(), 1);
 
-    let others: Vec<String> = live(&server)
+    let others: Vec<AllocId> = live(&server)
         .iter()
         .filter(|a| a.id != canary.id)
         .map(|a| a.id.clone())

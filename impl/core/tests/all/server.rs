@@ -1,10 +1,10 @@
 //! The server on its own: versions, evaluations, the broker and the reconciler.
 
 use quiesce_core::server::scaling::ScaleRequest;
-use quiesce_core::server::structs::NodeEvent;
 use quiesce_core::server::structs::{
     AllocDeploymentStatus, ClientStatus, DesiredStatus, EvalStatus,
 };
+use quiesce_core::server::structs::{AllocId, NodeEvent, NodeId};
 use quiesce_core::server::{
     ClientReport, RegisterOptions, Server, ServerError, StopAllocOptions, StopJobOptions,
 };
@@ -45,7 +45,7 @@ fn report(client_status: ClientStatus) -> ClientReport {
     }
 }
 
-fn alloc_ids(server: &Server) -> Vec<String> {
+fn alloc_ids(server: &Server) -> Vec<AllocId> {
     let mut allocs: Vec<_> = server.store.allocs_by_job("web").collect();
     allocs.sort_by_key(|a| (a.create_index, a.name.clone()));
     allocs.iter().map(|a| a.id.clone()).collect()
@@ -516,9 +516,9 @@ fn a_service_job_without_an_update_block_rolls_out_one_at_a_time_each_after_heal
         ("running", 1)
     );
     server.process_next_eval().unwrap();
-    let being_updated = |server: &Server| -> Vec<String> {
+    let being_updated = |server: &Server| -> Vec<AllocId> {
         old.iter()
-            .filter(|id| server.store.alloc(id).unwrap().desired_status == DesiredStatus::Stop)
+            .filter(|id| server.store.alloc(*id).unwrap().desired_status == DesiredStatus::Stop)
             .cloned()
             .collect()
     };
@@ -1036,7 +1036,7 @@ fn job_named(id: &str, count: i64) -> Job {
     }
 }
 
-fn alloc_nodes(server: &Server, job: &str) -> Vec<String> {
+fn alloc_nodes(server: &Server, job: &str) -> Vec<NodeId> {
     server
         .store
         .allocs_by_job(job)
@@ -1248,7 +1248,7 @@ fn a_replacement_that_fails_before_it_is_healthy_fails_the_deployment_and_stops_
 
 /// A service job of `count` running allocations whose spec was then changed (version 1),
 /// with its deployment opened and its first batch placed.
-fn rolling_out(count: i64, update: Option<UpdateStrategy>) -> (Server, Vec<String>) {
+fn rolling_out(count: i64, update: Option<UpdateStrategy>) -> (Server, Vec<AllocId>) {
     let mut first = job("service", count);
     first.update = update.clone();
     let mut server = server_with(first);
@@ -1276,9 +1276,9 @@ fn healthy() -> ClientReport {
     }
 }
 
-fn stopped(server: &Server, ids: &[String]) -> usize {
+fn stopped(server: &Server, ids: &[AllocId]) -> usize {
     ids.iter()
-        .filter(|id| server.store.alloc(id).unwrap().desired_status == DesiredStatus::Stop)
+        .filter(|id| server.store.alloc(*id).unwrap().desired_status == DesiredStatus::Stop)
         .count()
 }
 
@@ -1368,7 +1368,7 @@ fn a_failed_deployment_stops_the_rollout_and_with_auto_revert_goes_back_to_the_s
     server.register_job(second).unwrap();
     for _ in 0..6 {
         while server.process_next_eval().unwrap().is_some() {}
-        let ids: Vec<String> = alloc_ids(&server);
+        let ids: Vec<AllocId> = alloc_ids(&server);
         for alloc_id in &ids {
             let alloc = server.store.alloc(alloc_id).unwrap().clone();
             if alloc.desired_status == DesiredStatus::Stop && !alloc.client_status.is_terminal() {
@@ -1503,7 +1503,7 @@ fn scale_changes_one_groups_count_and_is_refused_during_a_deployment() {
 }
 
 /// The allocation that replaces `id`.
-fn replacement_of(server: &Server, id: &str) -> String {
+fn replacement_of(server: &Server, id: &str) -> AllocId {
     let alloc = server.store.alloc(id).unwrap();
     alloc.next_allocation.clone().unwrap()
 }

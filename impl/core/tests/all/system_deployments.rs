@@ -6,7 +6,7 @@
 //! `auto_revert` goes back.
 
 use crate::support::{report, settle, UPDATING};
-use quiesce_core::server::structs::{Allocation, ClientStatus, DesiredStatus};
+use quiesce_core::server::structs::{AllocId, Allocation, ClientStatus, DesiredStatus};
 use quiesce_core::server::Server;
 use quiesce_core::spec::{Job, Task, TaskGroup, UpdateStrategy};
 
@@ -56,7 +56,7 @@ fn live(server: &Server) -> Vec<Allocation> {
     allocs
 }
 
-fn health(server: &mut Server, ids: &[String], healthy: bool) {
+fn health(server: &mut Server, ids: &[AllocId], healthy: bool) {
     for id in ids {
         server.client_report(id, report(ClientStatus::Running, Some(healthy)));
     }
@@ -64,14 +64,14 @@ fn health(server: &mut Server, ids: &[String], healthy: bool) {
 }
 
 /// The clients finished stopping `ids` (their tasks were signalled after their delays).
-fn stopped(server: &mut Server, ids: &[String]) {
+fn stopped(server: &mut Server, ids: &[AllocId]) {
     for id in ids {
         server.client_report(id, report(ClientStatus::Complete, None));
     }
     settle(server);
 }
 
-fn ids(allocs: &[Allocation]) -> Vec<String> {
+fn ids(allocs: &[Allocation]) -> Vec<AllocId> {
     allocs.iter().map(|a| a.id.clone()).collect()
 }
 
@@ -85,7 +85,7 @@ fn deployment_status(server: &Server) -> (u64, String, String) {
 }
 
 /// Version 0 placed and healthy, its deployment done.
-fn running(update_b: Option<UpdateStrategy>) -> (Server, Vec<String>) {
+fn running(update_b: Option<UpdateStrategy>) -> (Server, Vec<AllocId>) {
     let mut server = Server::new(vec!["node-0".into()], 3);
     server.register_job(job("1", update_b)).unwrap();
     settle(&mut server);

@@ -78,8 +78,8 @@ impl DaemonHost {
         let report = pending.report.then(|| runner.report());
         let mut writes = pending.effects;
         if let Some(index) = pending.pulled {
-            let pulled = persist::Payload::Pulled(self.alloc.clone(), index);
-            writes.push((persist::Table::Pulls, self.alloc.clone(), Some(pulled)));
+            let pulled = persist::Payload::Pulled(self.alloc.to_string(), index);
+            writes.push((persist::Table::Pulls, self.alloc.to_string(), Some(pulled)));
         }
         let mut core = shared.core();
         change_services(&shared, &mut core, &self.alloc, &pending.services);

@@ -153,7 +153,7 @@ fn lost(why: String) -> raw_exec::ExitRecord {
 impl DaemonHost {
     pub fn new(alloc: &str, shared: &Arc<Shared>) -> Self {
         DaemonHost {
-            alloc: alloc.to_string(),
+            alloc: alloc.into(),
             shared: Arc::downgrade(shared),
             tasks: Vec::new(),
             mock: MockDriver::default(),

@@ -66,7 +66,10 @@ pub(super) fn alloc_fs(
             .filter(|t| !t.user.is_empty())
             .map(|t| (t.name.clone(), t.user.clone()))
             .collect();
-        (shared.config.data_dir.join("alloc").join(&alloc.id), users)
+        (
+            shared.config.data_dir.join("alloc").join(alloc.id.as_str()),
+            users,
+        )
     };
     let dir =
         match beneath::Dir::open(&root) {

@@ -140,7 +140,7 @@ pub(super) fn node_name(core: &Core, alloc: &Allocation) -> String {
     core.server
         .store
         .node(&alloc.node_id)
-        .map_or_else(|| alloc.node_id.clone(), |node| node.name.clone())
+        .map_or_else(|| alloc.node_id.to_string(), |node| node.name.clone())
 }
 
 /// AllocListStub: the allocation without its job (lists are read often, by blocking

@@ -218,7 +218,7 @@ impl Subscription {
 /// An event as Nomad's stream shows it.
 fn event_json(
     shared: &Shared,
-    node_names: &BTreeMap<String, String>,
+    node_names: &BTreeMap<quiesce_core::server::structs::NodeId, String>,
     node: &str,
     index: u64,
     event: &Event,

@@ -331,10 +331,10 @@ fn statuses_job(store: &StateStore, job: &Job) -> StatusesJob {
         .map(|alloc| {
             let deployment = alloc.deployment_status.as_ref();
             StatusesAlloc {
-                id: alloc.id.clone(),
+                id: alloc.id.to_string(),
                 group: alloc.task_group.clone(),
                 client_status: alloc.client_status,
-                node_id: alloc.node_id.clone(),
+                node_id: alloc.node_id.to_string(),
                 deployment_status: AllocDeployment {
                     canary: deployment.is_some_and(|d| d.canary),
                     healthy: deployment.and_then(|d| d.healthy),

@@ -122,7 +122,7 @@ pub(super) async fn follow(
                 let core = shared.core();
                 core.server
                     .store
-                    .alloc(&followed.alloc)
+                    .alloc(followed.alloc.as_str())
                     .is_none_or(|a| a.client_status.is_terminal())
             };
             if ended && data.is_empty() {

@@ -175,9 +175,11 @@ impl TaskRunner {
         if event.event_type == event_types::RESTARTING {
             self.state.last_restart = event.time;
         }
+        let event = std::sync::Arc::new(event);
         let events = &mut self.state.events;
         // Shared (a clone of the simulator holds them): copied once, into room for the
-        // new event, rather than copied and then grown.
+        // new event, rather than copied and then grown. A copy is of pointers: the events
+        // themselves are shared for good.
         let kept_from = (events.len() + 1).saturating_sub(MAX_TASK_EVENTS);
         match std::sync::Arc::get_mut(events) {
             Some(events) => {

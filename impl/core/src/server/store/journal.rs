@@ -132,7 +132,7 @@ fn event_of(kind: WriteType, snapshot: Snapshot) -> Event {
     let (topic, key, filter_keys, namespace) = match &snapshot {
         Snapshot::Alloc(alloc) => (
             Topic::Allocation,
-            alloc.id.clone(),
+            alloc.id.to_string(),
             vec![alloc.job_id.clone(), String::new()],
             alloc.namespace.clone(),
         ),
@@ -156,7 +156,7 @@ fn event_of(kind: WriteType, snapshot: Snapshot) -> Event {
                 .as_ref()
                 .map_or_else(|| "default".to_string(), |o| o.namespace.clone()),
         ),
-        Snapshot::Node(node) => (Topic::Node, node.id.clone(), Vec::new(), String::new()),
+        Snapshot::Node(node) => (Topic::Node, node.id.to_string(), Vec::new(), String::new()),
         Snapshot::Deployment(deployment) => (
             Topic::Deployment,
             deployment.id.clone(),

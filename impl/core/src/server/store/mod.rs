@@ -26,6 +26,7 @@ use super::structs::{
 use crate::spec::Job;
 pub use moved::{Moved, MAX_MOVED};
 use status::Counts;
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -298,7 +299,11 @@ impl StateStore {
 
     /// An allocation as the API shows it: tombstones are not found (Nomad answers 404 once a
     /// job is purged).
-    pub fn alloc(&self, id: &str) -> Option<&Allocation> {
+    pub fn alloc<Q>(&self, id: &Q) -> Option<&Allocation>
+    where
+        AllocId: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
         self.allocs
             .get(id)
             .map(Arc::as_ref)
@@ -306,12 +311,20 @@ impl StateStore {
     }
 
     /// An allocation as its client pulls it, tombstones included.
-    pub fn alloc_for_client(&self, id: &str) -> Option<&Allocation> {
+    pub fn alloc_for_client<Q>(&self, id: &Q) -> Option<&Allocation>
+    where
+        AllocId: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
         self.allocs.get(id).map(Arc::as_ref)
     }
 
     /// The allocation's record itself, shared (what an event carries).
-    pub(super) fn alloc_shared(&self, id: &str) -> Option<&Arc<Allocation>> {
+    pub(super) fn alloc_shared<Q>(&self, id: &Q) -> Option<&Arc<Allocation>>
+    where
+        AllocId: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
         self.allocs.get(id)
     }
 
@@ -486,14 +499,15 @@ impl StateStore {
         client_visible: bool,
         change: impl FnOnce(&mut Allocation),
     ) -> bool {
-        if !self.allocs.contains_key(id) {
+        let Some((key, _)) = self.allocs.get_key_value(id) else {
             return false;
-        }
-        self.wrote(Record::Alloc(id.to_string()));
+        };
+        let key = key.clone();
+        self.wrote(Record::Alloc(key.clone()));
         // A copy only if an event still holds this version (it shows it as it was).
         let alloc = Arc::make_mut(
             Arc::make_mut(&mut self.allocs)
-                .get_mut(id)
+                .get_mut(&key)
                 .expect("checked"),
         );
         debug_assert!(
@@ -524,10 +538,10 @@ impl StateStore {
         // tombstones here until their client reports them ended, and each update is
         // published; Nomad 1.7.3 and later deletes them in the purge's own write, and
         // publishes nothing of them.)
-        self.deleting(Record::Alloc(id.to_string()), |store| {
+        self.deleting(Record::Alloc(id.into()), |store| {
             Some(Snapshot::Alloc(Arc::clone(store.alloc_shared(id)?)))
         });
-        self.wrote(Record::Alloc(id.to_string()));
+        self.wrote(Record::Alloc(id.into()));
         if let Some(alloc) = Arc::make_mut(&mut self.allocs).remove(id) {
             self.moved_allocs_of(&alloc.job_id);
             self.recount(&alloc.job_id, Counts::of(&alloc), Counts::default());

@@ -1,0 +1,48 @@
+//! The simulator's flagged stop, outside criterion, for a profiler: `sim_profile [ALLOCS]
+//! [ROUNDS]` places a job of ALLOCS allocations (10,000 unless given; the `sim_stop`
+//! benchmark's job), then stops a copy of it ROUNDS times (5 unless given), each in
+//! `stop_once`, printing the time of each. Counting instructions is steadier than timing on
+//! a shared machine:
+//!
+//! ```text
+//! cargo build --release -p quiesce-benches --example sim_profile
+//! valgrind --tool=callgrind --toggle-collect='sim_profile::stop_once' \
+//!     target/release/examples/sim_profile 1000 2
+//! ```
+//!
+//! (Placing the job costs more than stopping it: the simulator evaluates the job once per
+//! allocation that turns healthy, and each evaluation reads every allocation.)
+
+use quiesce_benches::sim_job::{big_job, stop_flagged};
+use quiesce_core::sim::Simulator;
+use std::time::Instant;
+
+fn main() {
+    let arg = |n: usize, default: usize| {
+        std::env::args().nth(n).map_or(default, |text| {
+            text.parse()
+                .unwrap_or_else(|_| panic!("argument {n} is not a count: {text:?}"))
+        })
+    };
+    let (allocs, rounds) = (arg(1, 10_000), arg(2, 5));
+    let started = Instant::now();
+    let mut running = Simulator::new(10, 1);
+    running
+        .register(big_job(i64::try_from(allocs).expect("a count")))
+        .unwrap();
+    let steps = running.run_until_quiet(10_000_000).unwrap();
+    eprintln!("placed {allocs} in {:?} ({steps} steps)", started.elapsed());
+    for _ in 0..rounds {
+        drop(stop_once(&running));
+    }
+}
+
+/// One stop of a copy, timed; the copy is dropped after the timing.
+#[inline(never)]
+fn stop_once(running: &Simulator) -> Simulator {
+    let mut sim = running.clone();
+    let started = Instant::now();
+    let steps = stop_flagged(&mut sim);
+    eprintln!("stop {:?} ({steps} steps)", started.elapsed());
+    sim
+}
