@@ -404,14 +404,19 @@ fn rollout_room(
     // (the model's `watched`). One decided unhealthy, or placed by a deployment that failed
     // (the model's `abandoned`), holds nothing: a fix rolled out after a failure replaces it.
     let unhealthy = in_group().any(|alloc| {
-        let undecided = alloc
-            .deployment_status
-            .as_ref()
-            .is_none_or(|status| status.healthy.is_none());
-        let failed = store
-            .deployment(&alloc.deployment_id)
-            .is_some_and(|d| d.status == crate::server::structs::deployment_status::FAILED);
-        !alloc.is_terminal() && !alloc.deployment_id.is_empty() && undecided && !failed
+        let undecided = || {
+            alloc
+                .deployment_status
+                .as_ref()
+                .is_none_or(|status| status.healthy.is_none())
+        };
+        // Looked up last: an evaluation of a large group reads every allocation.
+        let failed = || {
+            store
+                .deployment(&alloc.deployment_id)
+                .is_some_and(|d| d.status == crate::server::structs::deployment_status::FAILED)
+        };
+        !alloc.is_terminal() && !alloc.deployment_id.is_empty() && undecided() && !failed()
     });
     if stopping || unhealthy {
         0
