@@ -299,7 +299,12 @@ fn version_of_job(job: &Job, generation: u8) -> VersionObs {
     }
 }
 
-fn alloc_of_sim(sim: &Simulator, id: &str, tasks: usize, generations: &[(u64, u8)]) -> AllocObs {
+fn alloc_of_sim(
+    sim: &Simulator,
+    id: &AllocId,
+    tasks: usize,
+    generations: &[(u64, u8)],
+) -> AllocObs {
     let store = &sim.server.store;
     // Each looked up once: an observation is built per model transition.
     let server_record = store.alloc_for_client(id);

@@ -1,5 +1,5 @@
-//! [`Id`]: the text of an identifier (an allocation's, a job's, an evaluation's, a node's),
-//! shared rather than copied.
+//! [`Id`]: the text of an identifier (an allocation's or a node's; jobs' and evaluations'
+//! are still `String`s), shared rather than copied.
 //!
 //! A record is copied whenever it is written and a copy of the simulator still holds it
 //! (copy on write), and its identifiers are map keys everywhere: as `String`s each copy was

@@ -9,7 +9,9 @@
 
 use super::events::WriteType;
 use super::structs::DeploymentState;
-use super::structs::{deployment_status as status, AllocDeploymentStatus, Allocation, Deployment};
+use super::structs::{
+    deployment_status as status, AllocDeploymentStatus, AllocId, Allocation, Deployment,
+};
 use super::{Note, Server, ServerError, TRIGGER_DEPLOYMENT_WATCHER};
 use crate::spec::Job;
 
@@ -156,7 +158,7 @@ impl Server {
     /// fails it ([`Server::replacement_failed`]).
     pub(super) fn alloc_healthy(
         &mut self,
-        alloc_id: &str,
+        alloc_id: &AllocId,
         health: AllocDeploymentStatus,
         index: u64,
     ) {
@@ -207,7 +209,7 @@ impl Server {
     /// and the deployment fails, as Nomad's watcher fails it, instead of waiting for ever;
     /// with `auto_revert`, the newest stable version is registered again. (Otherwise the
     /// older allocations not yet replaced keep running.)
-    pub(super) fn replacement_failed(&mut self, alloc_id: &str, index: u64) {
+    pub(super) fn replacement_failed(&mut self, alloc_id: &AllocId, index: u64) {
         let unhealthy = AllocDeploymentStatus {
             healthy: Some(false),
             ..AllocDeploymentStatus::default()
@@ -218,7 +220,7 @@ impl Server {
     /// The allocation is unhealthy (`health`), in the write at `index`: recorded (once: a
     /// verdict stands), and its deployment, if still active, counts it and fails,
     /// auto-reverting if it should.
-    fn fail_for(&mut self, alloc_id: &str, health: AllocDeploymentStatus, index: u64) {
+    fn fail_for(&mut self, alloc_id: &AllocId, health: AllocDeploymentStatus, index: u64) {
         let Some(alloc) = self.store.alloc_for_client(alloc_id) else {
             return;
         };

@@ -553,7 +553,7 @@ impl Server {
         let Some(alloc) = self.store.alloc_for_client(alloc_id) else {
             return;
         };
-        // Looked up by the stored ID from here on: one pointer, compared without its text.
+        // Looked up by the stored ID from here on, compared by its first bytes.
         let alloc_id = &alloc.id.clone();
         let tombstone = alloc.tombstone;
         let rollout_stop_ended = terminal
@@ -596,14 +596,14 @@ impl Server {
         let Some(alloc) = self.store.alloc_for_client(alloc_id) else {
             return;
         };
-        let job_id = alloc.job_id.clone();
+        let (job_id, stored_id) = (alloc.job_id.clone(), alloc.id.clone());
         let index = self.store.next_index(WriteType::ServiceRegister);
         for name in names {
             self.store.put_service(ServiceRegistration {
                 id: service_id(alloc_id, task, name),
                 service_name: name.clone(),
                 job_id: job_id.clone(),
-                alloc_id: alloc_id.into(),
+                alloc_id: stored_id.clone(),
                 task: task.to_string(),
                 create_index: index,
             });

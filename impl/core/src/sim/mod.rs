@@ -186,8 +186,7 @@ impl Simulator {
         AllocId: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        let (_, client) = self.client_running(alloc)?;
-        client.runners.get(alloc).map(Arc::as_ref)
+        self.node_and_runner(alloc).map(|(_, runner)| runner)
     }
 
     fn client_of<Q>(&self, alloc: &Q) -> Option<NodeId>
@@ -195,30 +194,40 @@ impl Simulator {
         AllocId: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        self.client_running(alloc).map(|(node, _)| node.clone())
+        self.node_and_runner(alloc).map(|(node, _)| node.clone())
     }
 
-    /// The node whose client runs an allocation: the one the server placed it on, looked up
-    /// once, rather than every node's runners searched (a runner the server no longer
-    /// knows of is searched for).
-    fn client_running<Q>(&self, alloc: &Q) -> Option<(&NodeId, &Client)>
+    /// The runner of an allocation and its node: looked up on the node the server placed it
+    /// on, rather than every node's runners searched in turn (searched only for a runner
+    /// the server no longer knows of, or one before its first pull).
+    fn node_and_runner<Q>(&self, alloc: &Q) -> Option<(&NodeId, &AllocRunner)>
     where
         AllocId: Borrow<Q>,
         Q: Ord + ?Sized,
     {
+        fn on<'a, Q: Ord + ?Sized>(
+            (node, client): (&'a NodeId, &'a Client),
+            alloc: &Q,
+        ) -> Option<(&'a NodeId, &'a AllocRunner)>
+        where
+            AllocId: Borrow<Q>,
+        {
+            client
+                .runners
+                .get(alloc)
+                .map(|runner| (node, runner.as_ref()))
+        }
         let placed = self
             .server
             .store
             .alloc_for_client(alloc)
             .and_then(|record| {
-                let (node, client) = self.clients.get_key_value::<NodeId>(&record.node_id)?;
-                client.runners.contains_key(alloc).then_some((node, client))
+                on(
+                    self.clients.get_key_value::<NodeId>(&record.node_id)?,
+                    alloc,
+                )
             });
-        placed.or_else(|| {
-            self.clients
-                .iter()
-                .find(|(_, c)| c.runners.contains_key(alloc))
-        })
+        placed.or_else(|| self.clients.iter().find_map(|entry| on(entry, alloc)))
     }
 
     // ------------------------------------------------------------------ enabled steps

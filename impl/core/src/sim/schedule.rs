@@ -46,14 +46,14 @@ impl Clone for Schedule {
 }
 
 impl Schedule {
-    pub(super) fn has_timer(&self, alloc: &str, timer: Timer) -> bool {
+    pub(super) fn has_timer(&self, alloc: &AllocId, timer: Timer) -> bool {
         self.timers
             .get(alloc)
             .is_some_and(|timers| timers.contains_key(&timer))
     }
 
     /// The allocation's running timers, in their order.
-    pub(super) fn timers_of(&self, alloc: &str) -> Vec<Timer> {
+    pub(super) fn timers_of(&self, alloc: &AllocId) -> Vec<Timer> {
         self.timers
             .get(alloc)
             .map(|timers| timers.keys().copied().collect())
@@ -75,7 +75,7 @@ impl Schedule {
     }
 
     /// Stops `timer` if it runs; copies nothing if it does not.
-    pub(super) fn stop_timer(&mut self, alloc: &str, timer: Timer) {
+    pub(super) fn stop_timer(&mut self, alloc: &AllocId, timer: Timer) {
         if !self.has_timer(alloc, timer) {
             return;
         }
@@ -86,7 +86,7 @@ impl Schedule {
                 timers.remove(alloc);
             }
             if let (Some(queues), Some(was)) = (self.queues.get_mut(), was) {
-                queues.timers.remove(&(was, alloc.into(), timer));
+                queues.timers.remove(&(was, alloc.clone(), timer));
             }
         }
     }
@@ -96,7 +96,7 @@ impl Schedule {
         self.queues().timers.first().cloned()
     }
 
-    pub(super) fn handle(&self, alloc: &str, task: usize) -> Option<&u64> {
+    pub(super) fn handle(&self, alloc: &AllocId, task: usize) -> Option<&u64> {
         self.handles
             .get(alloc)
             .and_then(|handles| handles.get(&task))

@@ -242,7 +242,11 @@ impl StateStore {
     }
 
     /// An allocation, tombstone or not (for a durable copy).
-    pub fn alloc_record(&self, id: &str) -> Option<&Allocation> {
+    pub fn alloc_record<Q>(&self, id: &Q) -> Option<&Allocation>
+    where
+        AllocId: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
         self.allocs.get(id).map(Arc::as_ref)
     }
 
@@ -492,13 +496,17 @@ impl StateStore {
 
     /// Changes one allocation at `index`. `client_visible` bumps `AllocModifyIndex` too, so
     /// its client will pull it.
-    pub(super) fn update_alloc(
+    pub(super) fn update_alloc<Q>(
         &mut self,
-        id: &str,
+        id: &Q,
         index: u64,
         client_visible: bool,
         change: impl FnOnce(&mut Allocation),
-    ) -> bool {
+    ) -> bool
+    where
+        AllocId: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
         let Some((key, _)) = self.allocs.get_key_value(id) else {
             return false;
         };
@@ -507,12 +515,12 @@ impl StateStore {
         // A copy only if an event still holds this version (it shows it as it was).
         let alloc = Arc::make_mut(
             Arc::make_mut(&mut self.allocs)
-                .get_mut(&key)
+                .get_mut::<AllocId>(&key)
                 .expect("checked"),
         );
         debug_assert!(
             index >= alloc.modify_index,
-            "indexes only grow: alloc {id} written at {index} after {}",
+            "indexes only grow: alloc {key} written at {index} after {}",
             alloc.modify_index
         );
         let gone = Counts::of(alloc);
@@ -533,15 +541,15 @@ impl StateStore {
     }
 
     /// Deletes an allocation; journalled, since its client will no longer find it.
-    pub(super) fn delete_alloc(&mut self, id: &str) {
+    pub(super) fn delete_alloc(&mut self, id: &AllocId) {
         // Its last state is published, as an update. (A purged job's allocations are
         // tombstones here until their client reports them ended, and each update is
         // published; Nomad 1.7.3 and later deletes them in the purge's own write, and
         // publishes nothing of them.)
-        self.deleting(Record::Alloc(id.into()), |store| {
+        self.deleting(Record::Alloc(id.clone()), |store| {
             Some(Snapshot::Alloc(Arc::clone(store.alloc_shared(id)?)))
         });
-        self.wrote(Record::Alloc(id.into()));
+        self.wrote(Record::Alloc(id.clone()));
         if let Some(alloc) = Arc::make_mut(&mut self.allocs).remove(id) {
             self.moved_allocs_of(&alloc.job_id);
             self.recount(&alloc.job_id, Counts::of(&alloc), Counts::default());
