@@ -129,21 +129,9 @@ impl From<String> for Id {
     }
 }
 
-impl From<&String> for Id {
-    fn from(text: &String) -> Id {
-        Id::new(Arc::from(text.as_str()))
-    }
-}
-
 impl From<&str> for Id {
     fn from(text: &str) -> Id {
         Id::new(Arc::from(text))
-    }
-}
-
-impl From<&Id> for Id {
-    fn from(id: &Id) -> Id {
-        id.clone()
     }
 }
 

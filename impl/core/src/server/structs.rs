@@ -127,8 +127,8 @@ pub struct TaskState {
     #[serde(default, with = "crate::gotime::serde_time")]
     pub finished_at: i64,
     /// Shared between copies (the runner's, the server's last report of it, a cloned
-    /// simulator's): recording an event copies them.
-    pub events: std::sync::Arc<Vec<std::sync::Arc<TaskEvent>>>,
+    /// simulator's): recording an event copies the list, whose events are shared too.
+    pub events: Arc<Vec<Arc<TaskEvent>>>,
 }
 
 impl TaskState {
