@@ -177,7 +177,11 @@ def test_job_restart_restarts_each_allocation_in_place_with_nomads_lines(agent):
         [(_, _, at, services)] = lines(agent, alloc["ID"], "signal")
         assert at - asked < 1.0, "the flag reached the in-place restarts"
         assert services["server-web"] <= 1, services  # its own registration was gone
-        assert len(lines(agent, alloc["ID"], "started")) == 2
+        # The command returns once the restart is asked for, not once the program has
+        # started again and written so.
+        agent.wait_until(
+            "the task to run again", lambda: len(lines(agent, alloc["ID"], "started")) == 2
+        )
     done = agent.cli("job", "restart", "web", check=False)
     assert done.returncode == 1 and "cannot be used when terminal is not interactive" in done.stderr
 
