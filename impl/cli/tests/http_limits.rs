@@ -2,6 +2,7 @@
 //! connections are closed, oversized heads and URLs refused, blocking queries and idle
 //! connections cost no thread, and a blocking query in flight is not taken for idle.
 
+use quiesce_agent::daemon::http::HttpLimits;
 use quiesce_agent::daemon::{self, Agent, AgentConfig};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -24,10 +25,10 @@ impl Drop for Running {
 }
 
 fn agent(name: &str) -> Running {
-    agent_with(name, false)
+    agent_with(name, false, WRITE)
 }
 
-fn agent_with(name: &str, acl_enabled: bool) -> Running {
+fn agent_with(name: &str, acl_enabled: bool, write_timeout: Duration) -> Running {
     let data_dir = std::env::temp_dir().join(format!("quiesce-http-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
     let mut config = AgentConfig::new(
@@ -38,7 +39,7 @@ fn agent_with(name: &str, acl_enabled: bool) -> Running {
     config.http.idle_timeout = IDLE;
     config.http.body_timeout = BODY;
     config.acl_enabled = acl_enabled;
-    config.http.write_timeout = WRITE;
+    config.http.write_timeout = write_timeout;
     let agent = daemon::spawn(config).expect("the agent starts");
     Running { agent, data_dir }
 }
@@ -249,7 +250,7 @@ fn waiting_queries_and_idle_connections_hold_no_thread() {
 
 #[test]
 fn a_get_s_body_is_not_read_and_an_unknown_token_is_refused_before_its_body() {
-    let agent = agent_with("heads", true);
+    let agent = agent_with("heads", true, WRITE);
     // A GET announcing a body it never sends is answered at once (Nomad ignores a GET's
     // body), not after the body timeout: a 403, as nothing is allowed without a token.
     let since = Instant::now();
@@ -283,24 +284,7 @@ fn a_get_s_body_is_not_read_and_an_unknown_token_is_refused_before_its_body() {
 #[test]
 fn an_answer_the_client_does_not_take_is_given_up() {
     let agent = agent("slow-reader");
-    // Three versions of a job with 6 MiB of a task's Env (it runs nothing: no allocation):
-    // its versions are an answer of about 18 MiB, more than a loopback connection's buffers
-    // hold.
-    let pad = "x".repeat(6 << 20);
-    for version in 0..3 {
-        let job = format!(
-            r#"{{"Job":{{"ID":"big","TaskGroups":[{{"Name":"g","Count":0,"Tasks":[{{"Name":"t","Driver":"raw_exec","Env":{{"V":"{version}","PAD":"{pad}"}},"Config":{{"command":"/bin/true"}}}}]}}]}}}}"#
-        );
-        let answer = agent.exchange(
-            &format!(
-                "PUT /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
-                 Content-Length: {}\r\n\r\n",
-                job.len()
-            ),
-            job.as_bytes(),
-        );
-        assert_eq!(status(&answer), 200, "{}", &answer[..answer.len().min(300)]);
-    }
+    register_big_versions(&agent);
     let mut stream = agent.connect();
     stream
         .write_all(
@@ -345,7 +329,12 @@ fn an_answer_the_client_does_not_take_is_given_up() {
         WRITE / 4,
         since.elapsed()
     );
-    // Taken at once, the same answer is whole.
+    // Taken at once, the same answer is whole: from an agent with the default write
+    // timeout (30 s, 150 times the one above), so that a test thread kept off the CPU for
+    // a fifth of a second on a loaded machine is not taken for a client that stopped
+    // reading (it was, once, with 8 end-to-end workers beside this test).
+    let agent = agent_with("fast-reader", false, HttpLimits::default().write_timeout);
+    register_big_versions(&agent);
     let whole = agent.exchange(
         "GET /v1/job/big/versions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
         b"",
@@ -356,4 +345,24 @@ fn an_answer_the_client_does_not_take_is_given_up() {
         whole.len(),
         &whole[..whole.len().min(500)]
     );
+}
+
+/// Three versions of a job with 6 MiB of a task's Env (it runs nothing: no allocation): its
+/// versions are an answer of about 18 MiB, more than a loopback connection's buffers hold.
+fn register_big_versions(agent: &Running) {
+    let pad = "x".repeat(6 << 20);
+    for version in 0..3 {
+        let job = format!(
+            r#"{{"Job":{{"ID":"big","TaskGroups":[{{"Name":"g","Count":0,"Tasks":[{{"Name":"t","Driver":"raw_exec","Env":{{"V":"{version}","PAD":"{pad}"}},"Config":{{"command":"/bin/true"}}}}]}}]}}}}"#
+        );
+        let answer = agent.exchange(
+            &format!(
+                "PUT /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+                 Content-Length: {}\r\n\r\n",
+                job.len()
+            ),
+            job.as_bytes(),
+        );
+        assert_eq!(status(&answer), 200, "{}", &answer[..answer.len().min(300)]);
+    }
 }
