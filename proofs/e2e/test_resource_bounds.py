@@ -227,8 +227,21 @@ def test_idle_connections_cannot_lock_out_the_api_and_tasks_keep_the_agents_firs
             took.append(time.monotonic() - before)
             assert head.startswith("HTTP/1.1 200"), head
         assert max(took) < 1.0, f"the leader answered in {sorted(took)}"
-        gauges = {g["Name"]: g["Value"] for g in agent.get("/v1/metrics")["Gauges"]}
-        assert gauges["quiesce.http.connections_shed"] >= 16_500 - hard // 2, gauges
+        # A connection the kernel has completed waits in the listen backlog until the agent
+        # accepts it, and only then can it be shed: on a loaded machine the agent may still
+        # be accepting the last few thousand here (it had shed 5,753 of them once, with
+        # eight end-to-end workers and a build beside it). So the count is awaited.
+        last = {}
+
+        def shed_enough():
+            last.update({g["Name"]: g["Value"] for g in agent.get("/v1/metrics")["Gauges"]})
+            return last["quiesce.http.connections_shed"] >= 16_500 - hard // 2 and dict(last)
+
+        try:
+            gauges = agent.wait_until("the connections beyond the cap to be shed", shed_enough,
+                                      timeout=60)
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}: {last}") from None
         assert gauges["quiesce.http.connections"] <= hard // 2 + 20, gauges
         print(f"\n16,500 idle connections opened in {opened:.1f} s; 11 leader probes, the "
               f"slowest {max(took) * 1000:.0f} ms; {gauges['quiesce.http.connections_shed']:.0f} "
