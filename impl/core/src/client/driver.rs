@@ -112,10 +112,34 @@ pub struct MockDriver {
     next_handle: u64,
 }
 
+impl MockProcess {
+    /// When it ends by itself (`run_for`) and when after its signal, if it does.
+    fn own_and_graceful_exits(&self) -> (Option<i64>, Option<i64>) {
+        let own = self.behaviour.run_for_ns.map(|run| self.started_at + run);
+        let graceful = self
+            .signalled_at
+            .filter(|_| !self.behaviour.ignore_signal)
+            .map(|at| at + self.behaviour.exit_after_signal_ns);
+        (own, graceful)
+    }
+}
+
 impl MockDriver {
     /// Forgets a process that exited.
     pub fn reap(&mut self, handle: &u64) {
         self.processes.remove(handle);
+    }
+
+    /// When the process will exit if nothing else happens to it: the time of
+    /// [`Driver::next_exit`], without building its result (the simulator asks this of
+    /// every task after each of its steps).
+    pub fn next_exit_at(&self, handle: &u64) -> Option<i64> {
+        let process = self.processes.get(handle)?;
+        let (own, graceful) = process.own_and_graceful_exits();
+        [process.killed_at, own, graceful]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
 
@@ -158,14 +182,7 @@ impl Driver for MockDriver {
 
     fn next_exit(&self, handle: &u64) -> Option<(i64, ExitResult)> {
         let process = self.processes.get(handle)?;
-        let own = process
-            .behaviour
-            .run_for_ns
-            .map(|run| process.started_at + run);
-        let graceful = process
-            .signalled_at
-            .filter(|_| !process.behaviour.ignore_signal)
-            .map(|at| at + process.behaviour.exit_after_signal_ns);
+        let (own, graceful) = process.own_and_graceful_exits();
         let mut exits = Vec::new();
         if let Some(at) = process.killed_at {
             exits.push((
@@ -197,8 +214,46 @@ impl Driver for MockDriver {
 
 #[cfg(test)]
 mod tests {
-    use super::MockBehaviour;
+    use super::{Driver, MockBehaviour, MockDriver};
     use crate::spec::Task;
+
+    /// `next_exit_at` is the time of `next_exit`, whichever of a process's exits comes
+    /// first: its own end, its end after a signal (or none: it ignores signals), a kill.
+    #[test]
+    fn next_exit_at_is_the_time_of_next_exit() {
+        let configs = [
+            serde_json::json!({}),
+            serde_json::json!({"run_for": 50}),
+            serde_json::json!({"run_for": 50, "lost": true}),
+            serde_json::json!({"exit_after_signal": 30}),
+            serde_json::json!({"exit_after_signal": 80, "run_for": 100}),
+            serde_json::json!({"ignore_signal": true, "run_for": 100}),
+        ];
+        let mut driver = MockDriver::default();
+        let mut checked = 0;
+        for config in configs {
+            let task = Task {
+                name: "t".into(),
+                config: Some(serde_json::from_value(config).unwrap()),
+                ..Task::default()
+            };
+            // Untouched, signalled at 20, signalled at 20 and killed at 40.
+            for touched in 0..3 {
+                let handle = driver.start(&task, 10).unwrap();
+                if touched >= 1 {
+                    driver.signal(&handle, "SIGINT", 20).unwrap();
+                }
+                if touched == 2 {
+                    driver.force_kill(&handle, 40).unwrap();
+                }
+                let full = driver.next_exit(&handle).map(|(at, _)| at);
+                assert_eq!(driver.next_exit_at(&handle), full, "{task:?}, {touched}");
+                checked += usize::from(full.is_some());
+            }
+        }
+        // All but the two left untouched that have no `run_for`.
+        assert_eq!(checked, 16, "the processes with an exit");
+    }
 
     fn behaviour(config: serde_json::Value) -> Result<MockBehaviour, String> {
         let task = Task {

@@ -455,7 +455,7 @@ impl Simulator {
     fn ends_on_its_own(&self, alloc: &AllocId, ix: usize) -> bool {
         self.schedule
             .handle(alloc, ix)
-            .and_then(|handle| self.driver.next_exit(handle))
+            .and_then(|handle| self.driver.next_exit_at(handle))
             .is_some()
     }
 
@@ -567,7 +567,7 @@ impl Simulator {
                     && self
                         .schedule
                         .handle(&alloc, ix)
-                        .and_then(|handle| self.driver.next_exit(handle))
+                        .and_then(|handle| self.driver.next_exit_at(handle))
                         .is_some();
                 (crash
                     || matches!(
@@ -746,22 +746,29 @@ impl Simulator {
         let Some(runner) = self.clients[node].runners.get(alloc) else {
             return;
         };
-        for (ix, task) in runner.tasks.iter().enumerate() {
-            let eligible = match task.phase {
-                TaskPhase::Delaying | TaskPhase::Signalled | TaskPhase::Running => true,
-                TaskPhase::NotStarted
-                | TaskPhase::Dead
-                | TaskPhase::Crashed
-                | TaskPhase::Restarting => false,
-            };
-            let due = self
-                .schedule
-                .handle(alloc, ix)
-                .and_then(|handle| self.driver.next_exit(handle))
-                .filter(|_| eligible)
-                .map(|(at, _)| at.max(self.now_ns));
-            self.schedule.set_exit(alloc, ix, due);
-        }
+        // The allocation's handles looked up once, not once per task, and a task's exit
+        // only for a task whose exit can be a step.
+        let handles = self.schedule.handles_of(alloc);
+        let dues: Vec<Option<i64>> = runner
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(ix, task)| {
+                let eligible = match task.phase {
+                    TaskPhase::Delaying | TaskPhase::Signalled | TaskPhase::Running => true,
+                    TaskPhase::NotStarted
+                    | TaskPhase::Dead
+                    | TaskPhase::Crashed
+                    | TaskPhase::Restarting => false,
+                };
+                handles
+                    .filter(|_| eligible)
+                    .and_then(|handles| handles.get(&ix))
+                    .and_then(|handle| self.driver.next_exit_at(handle))
+                    .map(|at| at.max(self.now_ns))
+            })
+            .collect();
+        self.schedule.set_exits(alloc, &dues);
     }
 
     // ------------------------------------------------------------------ run until quiet

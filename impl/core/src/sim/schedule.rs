@@ -102,6 +102,11 @@ impl Schedule {
             .and_then(|handles| handles.get(&task))
     }
 
+    /// The driver's handles of the allocation's started tasks, by position.
+    pub(super) fn handles_of(&self, alloc: &AllocId) -> Option<&BTreeMap<usize, u64>> {
+        self.handles.get(alloc)
+    }
+
     pub(super) fn set_handle(&mut self, alloc: &AllocId, task: usize, handle: u64) {
         Arc::make_mut(&mut self.handles)
             .entry(alloc.clone())
@@ -141,6 +146,23 @@ impl Schedule {
                     }
                 }
             }
+        }
+    }
+
+    /// Sets when each task of the allocation will exit by itself, `dues[i]` for task `i`
+    /// (as [`Schedule::set_exit`]); one lookup, and nothing copied, when all are as they
+    /// were, as they are after most steps.
+    pub(super) fn set_exits(&mut self, alloc: &AllocId, dues: &[Option<i64>]) {
+        let current = self.exits.get(alloc);
+        let unchanged = dues
+            .iter()
+            .enumerate()
+            .all(|(task, &due)| current.and_then(|exits| exits.get(&task)).copied() == due);
+        if unchanged {
+            return;
+        }
+        for (task, &due) in dues.iter().enumerate() {
+            self.set_exit(alloc, task, due);
         }
     }
 
