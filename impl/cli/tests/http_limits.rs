@@ -2,7 +2,6 @@
 //! connections are closed, oversized heads and URLs refused, blocking queries and idle
 //! connections cost no thread, and a blocking query in flight is not taken for idle.
 
-use quiesce_agent::daemon::http::HttpLimits;
 use quiesce_agent::daemon::{self, Agent, AgentConfig};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -12,6 +11,8 @@ use std::time::{Duration, Instant};
 const IDLE: Duration = Duration::from_secs(1);
 const BODY: Duration = Duration::from_secs(1);
 const WRITE: Duration = Duration::from_millis(200);
+/// The write timeout of the agent a paced client reads a large answer from.
+const PACED_WRITE: Duration = Duration::from_secs(2);
 
 struct Running {
     agent: Agent,
@@ -329,21 +330,48 @@ fn an_answer_the_client_does_not_take_is_given_up() {
         WRITE / 4,
         since.elapsed()
     );
-    // Taken at once, the same answer is whole: from an agent with the default write
-    // timeout (30 s, 150 times the one above), so that a test thread kept off the CPU for
-    // a fifth of a second on a loaded machine is not taken for a client that stopped
-    // reading (it was, once, with 8 end-to-end workers beside this test).
-    let agent = agent_with("fast-reader", false, HttpLimits::default().write_timeout);
+    // A client that keeps taking the answer gets it whole, however long it takes, while it
+    // pauses between its reads: each 1 MiB it takes after a stall (`MIN_TAKEN`) disarms the
+    // agent's timer. Asked of an agent with a write timeout of 2 s, ten times the one
+    // above, so that only a pause of about 1.75 s would make this client one that stopped
+    // (a 200 ms timeout took a test thread kept off a loaded machine's CPU for it, once);
+    // and the client's pauses make the answer take more than two such timeouts, so that a
+    // timer that was never disarmed would cut it.
+    let agent = agent_with("paced-reader", false, PACED_WRITE);
     register_big_versions(&agent);
-    let whole = agent.exchange(
-        "GET /v1/job/big/versions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-        b"",
-    );
+    let mut stream = agent.connect();
+    stream
+        .write_all(
+            b"GET /v1/job/big/versions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        )
+        .expect("sent");
+    let (mut whole, mut chunk) = (Vec::new(), vec![0u8; 64 << 10]);
+    let since = Instant::now();
+    'answer: loop {
+        let mut this_time = 0;
+        while this_time < 1 << 20 {
+            match stream.read(&mut chunk) {
+                Ok(0) => break 'answer,
+                Ok(n) => {
+                    whole.extend_from_slice(&chunk[..n]);
+                    this_time += n;
+                }
+                Err(e) => panic!("the answer was cut after {} bytes: {e}", whole.len()),
+            }
+        }
+        std::thread::sleep(PACED_WRITE / 8);
+    }
+    let took = since.elapsed();
+    let whole = String::from_utf8_lossy(&whole);
     assert!(
         whole.len() > 3 * (6 << 20),
-        "{} bytes: {}",
+        "{} bytes in {took:?}: {}",
         whole.len(),
         &whole[..whole.len().min(500)]
+    );
+    assert!(
+        took > PACED_WRITE * 2,
+        "the answer took {took:?}, not the two write timeouts that test the timer's disarming"
     );
 }
 
