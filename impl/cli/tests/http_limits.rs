@@ -286,12 +286,7 @@ fn a_get_s_body_is_not_read_and_an_unknown_token_is_refused_before_its_body() {
 fn an_answer_the_client_does_not_take_is_given_up() {
     let agent = agent("slow-reader");
     register_big_versions(&agent);
-    let mut stream = agent.connect();
-    stream
-        .write_all(
-            b"GET /v1/job/big/versions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-        )
-        .expect("sent");
+    let mut stream = ask_big_versions(&agent);
     // Ten times the write timeout without taking anything: the agent gives the answer up.
     std::thread::sleep(WRITE * 10);
     let mut answer = Vec::new();
@@ -306,12 +301,7 @@ fn an_answer_the_client_does_not_take_is_given_up() {
     // writer only once a third of its send buffer is free, so this reader cannot make the
     // agent's writes progress within the timeout either way; the minimum is for a client
     // that can.)
-    let mut stream = agent.connect();
-    stream
-        .write_all(
-            b"GET /v1/job/big/versions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-        )
-        .expect("sent");
+    let mut stream = ask_big_versions(&agent);
     let (mut taken, mut chunk, mut cut) = (0, vec![0u8; 8 << 10], false);
     let since = Instant::now();
     while since.elapsed() < WRITE * 100 {
@@ -339,12 +329,7 @@ fn an_answer_the_client_does_not_take_is_given_up() {
     // timer that was never disarmed would cut it.
     let agent = agent_with("paced-reader", false, PACED_WRITE);
     register_big_versions(&agent);
-    let mut stream = agent.connect();
-    stream
-        .write_all(
-            b"GET /v1/job/big/versions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-        )
-        .expect("sent");
+    let mut stream = ask_big_versions(&agent);
     let (mut whole, mut chunk) = (Vec::new(), vec![0u8; 64 << 10]);
     let since = Instant::now();
     'answer: loop {
@@ -373,6 +358,17 @@ fn an_answer_the_client_does_not_take_is_given_up() {
         took > PACED_WRITE * 2,
         "the answer took {took:?}, not the two write timeouts that test the timer's disarming"
     );
+}
+
+/// A fresh connection that has asked for `register_big_versions`' answer, none of it read.
+fn ask_big_versions(agent: &Running) -> TcpStream {
+    let mut stream = agent.connect();
+    stream
+        .write_all(
+            b"GET /v1/job/big/versions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        )
+        .expect("sent");
+    stream
 }
 
 /// Three versions of a job with 6 MiB of a task's Env (it runs nothing: no allocation): its
