@@ -284,10 +284,13 @@ pub struct Alloc {
 }
 
 impl Alloc {
-    /// The record in three words (19 flags from bit 23, the generation from bit 42),
-    /// injective, so that hashing it is three writes (see
-    /// [`Task::pack`]) and sorting by it is a canonical order.
-    pub fn pack(&self) -> [u64; 3] {
+    /// The record in 116 bits, injective, so that hashing it is one write (see
+    /// [`Task::pack`]) and sorting by it is a canonical order: the server and runner fields
+    /// from bit 72 (19 flags from bit 95, the generation from bit 114), then the tasks'
+    /// packs (18 bits each, the first task lowest) with their low 64 bits above their high
+    /// 8. (That order of the tasks' bits is the order of the three words this once was,
+    /// compared in turn; rollouts pick an allocation by it, so it stays.)
+    pub fn pack(&self) -> u128 {
         let spec = self.spec.task_shutdown_delay.iter().enumerate().fold(
             u64::from(self.spec.group_shutdown_delay),
             |acc, (i, &delay)| acc | u64::from(delay) << (i + 1),
@@ -333,7 +336,8 @@ impl Alloc {
         let tasks = self.tasks.iter().enumerate().fold(0u128, |acc, (i, task)| {
             acc | u128::from(task.pack()) << (18 * i)
         });
-        [record, tasks as u64, (tasks >> 64) as u64]
+        const _: () = assert!(18 * MAX_TASKS <= 72, "the tasks fit 72 bits");
+        u128::from(record) << 72 | (tasks & u128::from(u64::MAX)) << 8 | tasks >> 64
     }
 
     /// The record the server holds now, as the client would pull it; `None` once removed.
@@ -370,10 +374,7 @@ impl Alloc {
 
 impl std::hash::Hash for Alloc {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        let [record, low, high] = self.pack();
-        state.write_u64(record);
-        state.write_u64(low);
-        state.write_u64(high);
+        state.write_u128(self.pack());
     }
 }
 
@@ -496,17 +497,15 @@ impl State {
             self.allocs.len() <= MAX_ALLOCS,
             "at most {MAX_ALLOCS} allocation records"
         );
-        let mut packs = [[0u64; 3]; MAX_ALLOCS];
+        let mut packs = [0u128; MAX_ALLOCS];
         let packs = &mut packs[..self.allocs.len()];
         for (pack, alloc) in packs.iter_mut().zip(&self.allocs) {
             *pack = alloc.pack();
         }
         packs.sort_unstable();
         hasher.write_usize(packs.len());
-        for &[record, low, high] in packs.iter() {
-            hasher.write_u64(record);
-            hasher.write_u64(low);
-            hasher.write_u64(high);
+        for &pack in packs.iter() {
+            hasher.write_u128(pack);
         }
     }
 

@@ -26,74 +26,79 @@ impl StopPathModel {
         }
         state.allocs.retain_mut(|alloc| {
             let finished = alloc.runner == RunnerPhase::Terminal && !alloc.sync_pending();
-            let compact = if finished {
-                None
-            } else {
-                match self.compact_dead_tasks(alloc) {
-                    // Nothing to erase: the record stays as it is, judged later.
-                    None => return true,
-                    compact => compact,
-                }
-            };
+            // Most records are as lean as they get: they stay as they are, judged later.
+            if !finished && self.is_lean(alloc) {
+                return true;
+            }
             violations |= properties::record_violations(self, alloc);
-            if let Some(compact) = compact {
-                *alloc = compact;
+            if !finished {
+                self.compact_dead_tasks(alloc);
             }
             !finished
         });
         state.violations = violations;
     }
 
-    /// A dead task keeps only what a witness still looks for: whether it exited on its own
-    /// during its delay, and whether it was SIGKILLed after its kill timeout. `None` when
-    /// that changes nothing: the model erases at every step, and most records are as lean
-    /// as they get, so no copy is made for them.
-    pub(super) fn compact_dead_tasks(&self, alloc: &Alloc) -> Option<Alloc> {
-        let mut compact: Option<Alloc> = None;
-        // Migrate only decides what the scheduler does with a running allocation.
-        if (alloc.desired_stop || alloc.tombstone) && alloc.migrate {
-            compact.get_or_insert(*alloc).migrate = false;
+    /// Nothing of `alloc` would be erased by [`StopPathModel::compact_dead_tasks`]. Asked of
+    /// every record at every step, so it only reads: no copy of the record is made.
+    fn is_lean(&self, alloc: &Alloc) -> bool {
+        !((alloc.desired_stop || alloc.tombstone) && alloc.migrate)
+            && self.tasks().all(|(ix, kind)| {
+                let task = &alloc.tasks[ix];
+                task.phase != TaskPhase::Exited
+                    || kind == TaskKind::Poststop
+                    || lean_dead_task(task) == *task
+            })
+    }
+
+    /// Erases from a live `alloc` the details of its dead tasks (see [`lean_dead_task`]) and,
+    /// once it is stopped, its `Migrate` bit, which only decides what the scheduler does with
+    /// a running allocation.
+    fn compact_dead_tasks(&self, alloc: &mut Alloc) {
+        if alloc.desired_stop || alloc.tombstone {
+            alloc.migrate = false;
         }
         for (ix, kind) in self.tasks() {
-            let task = &alloc.tasks[ix];
-            if task.phase != TaskPhase::Exited || kind == TaskKind::Poststop {
-                continue;
-            }
-            let lean = if task.ended_on_own {
-                // Its last run ended on its own, and no kill followed.
-                Task {
-                    phase: TaskPhase::Exited,
-                    ended_on_own: true,
-                    ..Task::NOT_STARTED
-                }
-            } else {
-                Task {
-                    phase: TaskPhase::Exited,
-                    // A restart's kill records no `Killing`.
-                    killing: task.killing,
-                    pre_kill: true,
-                    service_registered: false,
-                    delay: if task.delay == Delay::ExitedDuring {
-                        Delay::ExitedDuring
-                    } else {
-                        Delay::None
-                    },
-                    signalled: true,
-                    kill_timeout_fired: task.sigkilled,
-                    sigkilled: task.sigkilled,
-                    restart: if task.restart == RestartMark::None {
-                        RestartMark::None
-                    } else {
-                        RestartMark::Unflagged
-                    },
-                    restarts: 0,
-                    ended_on_own: false,
-                }
-            };
-            if lean != *task {
-                compact.get_or_insert(*alloc).tasks[ix] = lean;
+            let task = &mut alloc.tasks[ix];
+            if task.phase == TaskPhase::Exited && kind != TaskKind::Poststop {
+                *task = lean_dead_task(task);
             }
         }
-        compact
+    }
+}
+
+/// A dead task keeps only what a witness still looks for: whether it exited on its own
+/// during its delay, and whether it was SIGKILLed after its kill timeout.
+fn lean_dead_task(task: &Task) -> Task {
+    if task.ended_on_own {
+        // Its last run ended on its own, and no kill followed.
+        Task {
+            phase: TaskPhase::Exited,
+            ended_on_own: true,
+            ..Task::NOT_STARTED
+        }
+    } else {
+        Task {
+            phase: TaskPhase::Exited,
+            // A restart's kill records no `Killing`.
+            killing: task.killing,
+            pre_kill: true,
+            service_registered: false,
+            delay: if task.delay == Delay::ExitedDuring {
+                Delay::ExitedDuring
+            } else {
+                Delay::None
+            },
+            signalled: true,
+            kill_timeout_fired: task.sigkilled,
+            sigkilled: task.sigkilled,
+            restart: if task.restart == RestartMark::None {
+                RestartMark::None
+            } else {
+                RestartMark::Unflagged
+            },
+            restarts: 0,
+            ended_on_own: false,
+        }
     }
 }
