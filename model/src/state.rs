@@ -333,6 +333,7 @@ impl Alloc {
             | flags << 23
             | u64::from(self.spec.generation) << 42;
         debug_assert!(self.spec.generation < 4, "a generation fits two bits");
+        debug_assert!(record >> 44 == 0, "the record fits 44 bits");
         let tasks = self.tasks.iter().enumerate().fold(0u128, |acc, (i, task)| {
             acc | u128::from(task.pack()) << (18 * i)
         });
@@ -488,7 +489,7 @@ impl std::hash::Hash for State {
 
 impl State {
     /// Hashes this state's symmetry class: the state with its allocation records in the order
-    /// of their packed words ([`Alloc::pack`], injective), without building that state. Two
+    /// of their packs ([`Alloc::pack`], injective), without building that state. Two
     /// states hash alike exactly when [`State::representative`] makes them equal: both orders
     /// are total on the records, so each names one member per class.
     pub fn hash_class<H: std::hash::Hasher>(&self, hasher: &mut H) {

@@ -9,12 +9,21 @@ use stateright::{Expectation, Model};
 /// the end of the check.
 const CHECK_EVERY: usize = 1 << 10;
 
+/// Slots of a thread's cache of fingerprints it found or put in the shared set lately: 256
+/// KiB, half of this machine's L2 per core (twice that measured the same). A depth-first
+/// search meets many of a diamond's joins soon after their first visit, near the leaves: in
+/// `standard`, this cache answers 6,389,152 of the 12,777,733 states generated (70% of the
+/// joins), each a trip to the shared set's memory saved (`large` on two threads: 276.4 s,
+/// 537 CPU-s → 246.1 s, 476 CPU-s).
+const RECENT: usize = 1 << 15;
+
 pub(super) fn work<M: Model>(model: &M, fingerprint: Fingerprint<M>, shared: &Shared<M::State>) {
     let mut thread = Thread {
         model,
         fingerprint,
         shared,
         properties: model.properties(),
+        recent: vec![0; RECENT].into_boxed_slice(),
         states: 0,
         unique: 0,
         max_depth: 0,
@@ -45,6 +54,10 @@ struct Thread<'a, M: Model> {
     fingerprint: Fingerprint<M>,
     shared: &'a Shared<M::State>,
     properties: Vec<stateright::Property<M>>,
+    /// Fingerprints this thread found in the shared set or put there, each in the slot its
+    /// bits name ([`recent_slot`]), zero for none (the set takes zero for one, and so does
+    /// this cache). A hit is a state generated before; a miss is looked up in the set.
+    recent: Box<[u64]>,
     /// Counted since last published.
     states: usize,
     unique: usize,
@@ -125,12 +138,18 @@ impl<M: Model> Thread<'_, M> {
                 self.states += 1;
                 // A state generated before is a join, not an end: not terminal (as stateright).
                 terminal = false;
-                let fingerprint = (self.fingerprint)(&next);
+                let fingerprint = (self.fingerprint)(&next).max(1);
+                let slot = recent_slot(fingerprint);
+                if self.recent[slot] == fingerprint {
+                    continue;
+                }
                 shared.prefetch(fingerprint);
                 successors.push((index, next, fingerprint));
             }
             for (index, next, fingerprint) in successors.drain(..) {
-                if shared.insert(fingerprint) {
+                let new = shared.insert(fingerprint);
+                self.recent[recent_slot(fingerprint)] = fingerprint;
+                if new {
                     self.unique += 1;
                     pending.push(Pending {
                         state: next,
@@ -147,4 +166,11 @@ impl<M: Model> Thread<'_, M> {
             }
         }
     }
+}
+
+/// Where `fingerprint` goes in a thread's cache: bits 32 to 46, which the set uses least (a
+/// shard is picked by the top six bits, a slot in its table by the lowest, below bit 32
+/// while a shard holds fewer than 2³² slots).
+fn recent_slot(fingerprint: u64) -> usize {
+    (fingerprint >> 32) as usize & (RECENT - 1)
 }
