@@ -61,7 +61,7 @@
 //!
 //! Architecture Invariant: a pure library, with no I/O and no clock. It depends on nothing
 //! of the implementation (stateright is its one dependency, with the hasher of its fingerprints,
-//! `ahash`; clap is the binary's), and no
+//! `ahash`; clap and mimalloc, its allocator, are the binary's), and no
 //! crate of the implementation depends on it. The binary's `invariants` command reads the
 //! source tree; the library never does.
 

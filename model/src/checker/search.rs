@@ -14,7 +14,7 @@ const CHECK_EVERY: usize = 1 << 10;
 /// search meets many of a diamond's joins soon after their first visit, near the leaves: in
 /// `standard`, this cache answers 6,389,152 of the 12,777,733 states generated (70% of the
 /// joins), each a trip to the shared set's memory saved (`large` on two threads: 276.4 s,
-/// 537 CPU-s → 246.1 s, 476 CPU-s).
+/// 537 CPU-s → 242.5 s, 470 CPU-s).
 const RECENT: usize = 1 << 15;
 
 pub(super) fn work<M: Model>(model: &M, fingerprint: Fingerprint<M>, shared: &Shared<M::State>) {
