@@ -214,6 +214,11 @@ def test_idle_connections_cannot_lock_out_the_api_and_tasks_keep_the_agents_firs
                        if line.startswith("Max open files")][0].split()[3]
         assert agent_limit == str(hard), agent_limit
 
+        def gauges_now():
+            return {g["Name"]: g["Value"] for g in agent.get("/v1/metrics")["Gauges"]}
+
+        # Admitted so far, this request's own connection included.
+        admitted_before = gauges_now()["quiesce.http.connections_admitted"]
         host, port = agent.address.removeprefix("http://").rsplit(":", 1)
         started = time.monotonic()
         for _ in range(16_500):
@@ -227,25 +232,36 @@ def test_idle_connections_cannot_lock_out_the_api_and_tasks_keep_the_agents_firs
             took.append(time.monotonic() - before)
             assert head.startswith("HTTP/1.1 200"), head
         assert max(took) < 1.0, f"the leader answered in {sorted(took)}"
-        # A connection the kernel has completed waits in the listen backlog until the agent
-        # accepts it, and only then can it be shed: on a loaded machine the agent may still
-        # be accepting the last few thousand here (it had shed 5,753 of them once, with
-        # eight end-to-end workers and a build beside it). So the count is awaited.
+        # Each connection admitted at the cap sheds the one idle the longest, so the agent
+        # never holds many more than the cap (those being shed count until they close). A
+        # connection the kernel has completed waits in the listen backlog until the agent
+        # admits it, so the test awaits the agent's count of admissions. On a loaded machine
+        # (eight end-to-end workers and a build beside them) the last may be admitted 30 s
+        # after the first, and then the idle timeout, not shedding, has closed the first: in
+        # one CI run 4,808 were shed, not 6,500. So the bound is judged by the most
+        # connections open at once, and the shedding by there being some.
+        cap = hard // 2
         last = {}
+        polls = []
 
-        def shed_enough():
-            last.update({g["Name"]: g["Value"] for g in agent.get("/v1/metrics")["Gauges"]})
-            return last["quiesce.http.connections_shed"] >= 16_500 - hard // 2 and dict(last)
+        def all_admitted():
+            # Each look is a connection too, admitted before it is answered.
+            polls.append(1)
+            last.update(gauges_now())
+            expected = admitted_before + 16_500 + len(took) + len(polls)
+            return last["quiesce.http.connections_admitted"] >= expected and dict(last)
 
         try:
-            gauges = agent.wait_until("the connections beyond the cap to be shed", shed_enough,
+            gauges = agent.wait_until("the agent to admit every connection", all_admitted,
                                       timeout=60)
         except AssertionError as timed_out:
             raise AssertionError(f"{timed_out}: {last}") from None
-        assert gauges["quiesce.http.connections"] <= hard // 2 + 20, gauges
+        assert cap <= gauges["quiesce.http.connections_peak"] <= cap + 20, gauges
+        assert gauges["quiesce.http.connections_shed"] > 0, gauges
+        assert gauges["quiesce.http.connections"] <= cap + 20, gauges
         print(f"\n16,500 idle connections opened in {opened:.1f} s; 11 leader probes, the "
               f"slowest {max(took) * 1000:.0f} ms; {gauges['quiesce.http.connections_shed']:.0f} "
-              f"shed, {gauges['quiesce.http.connections']:.0f} open")
+              f"shed, at most {gauges['quiesce.http.connections_peak']:.0f} open at once")
     finally:
         for sock in held:
             sock.close()

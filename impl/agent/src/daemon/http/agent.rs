@@ -117,7 +117,11 @@ pub(super) fn regions(shared: &Shared, peers: bool) -> Result<Reply, ApiError> {
 /// sink is kept, so no counters or samples; no Prometheus text).
 pub(super) fn metrics(shared: &Shared, query: &Query) -> Result<Reply, ApiError> {
     let runners = shared.runner_count();
-    let (connections, shed) = shared.connections.get().map_or((0, 0), |c| c.counts());
+    let connections = shared
+        .connections
+        .get()
+        .map(|c| c.counts())
+        .unwrap_or_default();
     let collected = shared.gc.total();
     let watched = shared.watchers.counts();
     let (jobs, allocs, index, evals, versions) = {
@@ -140,15 +144,21 @@ pub(super) fn metrics(shared: &Shared, query: &Query) -> Result<Reply, ApiError>
         ("nomad.nomad.job_summary.jobs", jobs as f64),
         ("nomad.nomad.state.allocations", allocs as f64),
         ("nomad.nomad.state.index", index as f64),
-        // quiesce's own: the HTTP connections open, those shed to make room for new ones,
-        // and the encoded answers held for clients that have not taken them.
-        ("quiesce.http.connections", connections as f64),
+        // quiesce's own: the HTTP connections open, those shed to make room for new ones
+        // (and, since the start, those admitted and the most open at once), and the encoded
+        // answers held for clients that have not taken them.
+        ("quiesce.http.connections", connections.open as f64),
         ("quiesce.state.evaluations", evals as f64),
         ("quiesce.state.job_versions", versions as f64),
         ("quiesce.gc.jobs", collected.jobs as f64),
         ("quiesce.gc.evals", collected.evals as f64),
         ("quiesce.gc.allocs", collected.allocs as f64),
-        ("quiesce.http.connections_shed", shed as f64),
+        ("quiesce.http.connections_shed", connections.shed as f64),
+        (
+            "quiesce.http.connections_admitted",
+            connections.admitted as f64,
+        ),
+        ("quiesce.http.connections_peak", connections.peak as f64),
         (
             "quiesce.http.unsent_answer_bytes",
             shared.answers.unsent() as f64,

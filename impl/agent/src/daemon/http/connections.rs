@@ -59,6 +59,23 @@ struct State {
     per_peer: HashMap<IpAddr, usize>,
     /// Connections shed since the start (for the metrics).
     shed: u64,
+    /// Connections admitted since the start.
+    admitted: u64,
+    /// The most connections open at once since the start.
+    peak: usize,
+}
+
+/// The registry's counts, for the metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Open now (those being shed included, until they close).
+    pub open: usize,
+    /// Shed since the start.
+    pub shed: u64,
+    /// Admitted since the start.
+    pub admitted: u64,
+    /// The most open at once since the start.
+    pub peak: usize,
 }
 
 #[derive(Debug)]
@@ -171,6 +188,8 @@ impl Registry {
             },
         );
         *state.per_peer.entry(peer).or_default() += 1;
+        state.admitted += 1;
+        state.peak = state.peak.max(state.entries.len());
         drop(state);
         // Told, and let go of, outside the lock: this may be the last reference to it, and
         // its drop takes the lock.
@@ -180,10 +199,15 @@ impl Registry {
         Admission::Admitted(handle)
     }
 
-    /// Connections open now, and shed since the start.
-    pub fn counts(&self) -> (usize, u64) {
+    /// Connections open now, shed and admitted since the start, and the most open at once.
+    pub fn counts(&self) -> Counts {
         let state = self.state();
-        (state.entries.len(), state.shed)
+        Counts {
+            open: state.entries.len(),
+            shed: state.shed,
+            admitted: state.admitted,
+            peak: state.peak,
+        }
     }
 }
 
@@ -262,7 +286,7 @@ mod tests {
         let busy = handles[0].busy();
         // The fifth sheds the oldest idle one: the second (the first is busy).
         let fifth = admitted(&registry, "127.0.0.1").unwrap();
-        assert_eq!(registry.counts().1, 1);
+        assert_eq!(registry.counts().shed, 1);
         let shed_one = |handle: &Arc<Handle>| {
             let notified = handle.shed.notified();
             let mut notified = std::pin::pin!(notified);
@@ -275,9 +299,18 @@ mod tests {
         assert!(!shed_one(&handles[2]) && !shed_one(&handles[0]));
         drop(handles);
         drop(busy);
-        assert_eq!(registry.counts().0, 1, "only the fifth is left");
+        assert_eq!(registry.counts().open, 1, "only the fifth is left");
         drop(fifth);
-        assert_eq!(registry.counts().0, 0);
+        assert_eq!(
+            registry.counts(),
+            Counts {
+                open: 0,
+                shed: 1,
+                admitted: 5,
+                // The shed one was still open when the fifth came.
+                peak: 5,
+            }
+        );
     }
 
     #[test]
