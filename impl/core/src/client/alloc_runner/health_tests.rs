@@ -146,6 +146,20 @@ fn a_restart_of_the_task_forgets_the_checks_until_they_pass_again() {
     assert!(!runner.health.checks_passing);
 }
 
+/// Whatever the watch: a restart's kill stops the wait, so the timer cannot fire while a task
+/// is being killed (the model's `AllocHealthy` needs every task running).
+#[test]
+fn a_restart_stops_the_wait_for_task_states_too() {
+    let (mut runner, out) = started(watched(Some("task_states"), ""));
+    assert!(starts(&out, Timer::Healthy), "{out:?}");
+    let mut out = Vec::new();
+    runner
+        .restart(None, false, SECOND, &mut out)
+        .expect("a running task restarts");
+    assert!(cancels(&out, Timer::Healthy), "{out:?}");
+    assert!(!runner.timer_fired(Timer::Healthy, 10 * SECOND, &mut Vec::new()));
+}
+
 #[test]
 fn a_restored_runner_waits_for_its_checks_again() {
     let (mut runner, _) = started(watched(None, ""));

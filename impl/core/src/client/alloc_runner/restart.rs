@@ -50,11 +50,13 @@ impl AllocRunner {
         for &ix in &targets {
             self.tasks[ix].begin_restart(ix, no_shutdown_delay, self.cancelled, now, out);
         }
-        if self.waits_for_checks() {
-            // Its services went, and their checks with them: the wait for checks begins
-            // again once they pass anew (a watch of task states alone is left as it was).
-            self.watch_health(out);
-        }
+        // A task under a restart's kill does not run: the `min_healthy_time` wait stops, and
+        // begins anew once every task runs again (Nomad's tracker resets it at the task's new
+        // start), as the model's `AllocHealthy` waits for every task to run. Left running, it
+        // once fired in the kill's few milliseconds (CI, an end-to-end test's 72 restarts),
+        // and the log's `AllocHealthy` was one the model could not take. With checks, their
+        // services went too: the wait for checks begins again once they pass anew.
+        self.watch_health(out);
         out.push(Command::Report);
         Ok(targets)
     }
