@@ -559,8 +559,10 @@ impl Shared {
             return;
         };
         match due {
-            Due::Timer(timer) => {
-                shell.fire(timer);
+            // An entry of an arming since cancelled (a restart's kill timeout, whose task
+            // exited and was killed again) must not fire the arming that followed it.
+            Due::Timer(timer, due) => {
+                shell.fire_if(timer, |host| host.deadline(timer) == Some(due));
             }
             Due::Exited(task, exit) => {
                 shell.task_exited(task, exit.into());

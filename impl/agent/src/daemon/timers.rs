@@ -1,7 +1,8 @@
 //! The daemon's timer thread: runner timers (delays, kill timeouts), the mock driver's
 //! scripted exits, and exits to deliver from outside a runner's lock, each due at an instant.
-//! A due entry is handed to the dispatcher callback; cancelled runner timers need no removal,
-//! since a runner's shell refuses a timer it no longer has armed.
+//! A due entry is handed to the dispatcher callback; cancelled runner timers need no removal:
+//! each entry names the deadline it was scheduled for, and a runner's shell refuses a timer
+//! it no longer has armed, or armed since for another deadline (`RunnerShell::fire_if`).
 
 use quiesce_core::client::{ExitResult, Timer};
 use quiesce_core::server::structs::AllocId;
@@ -13,7 +14,8 @@ use std::time::{Duration, Instant};
 /// What is due.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Due {
-    Timer(Timer),
+    /// A runner's timer, with the deadline (Unix ns) of the arming it was scheduled for.
+    Timer(Timer, i64),
     /// A mock task may exit now, by its script.
     MockCheck(usize),
     /// A task exited (or could not start) while its runner's lock was held.

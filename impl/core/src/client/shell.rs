@@ -251,11 +251,21 @@ impl<H: Host> RunnerShell<H> {
 
     /// A timer fired. `false`, changing nothing, if it is not armed (cancelled, or fired).
     pub fn fire(&self, timer: Timer) -> bool {
+        self.fire_if(timer, |_| true)
+    }
+
+    /// A timer fired, if `current` says, under the runner's lock, that this firing is the
+    /// arming the timer has now. A host whose queue keeps the entries of cancelled timers
+    /// needs it: `armed` says only that the timer is armed, and after a cancel and a new
+    /// start, the first arming's entry would fire the second early (a restart's kill timeout
+    /// left over from the restart before, say). `false`, changing nothing, otherwise.
+    pub fn fire_if(&self, timer: Timer, current: impl FnOnce(&H) -> bool) -> bool {
         {
             let mut state = self.lock();
-            if !state.armed.remove(&timer) {
+            if !state.armed.contains(&timer) || !current(&state.host) {
                 return false;
             }
+            state.armed.remove(&timer);
         }
         self.apply(
             |_| Applied::Timer(timer),
@@ -521,6 +531,22 @@ mod tests {
             assert!(deregister.unwrap() < signal, "hooks before the signal");
             assert_eq!(host.count(is_signal), 1);
         });
+    }
+
+    /// A firing its host does not take for the timer's arming now changes nothing and leaves
+    /// the timer armed, for the firing that is.
+    #[test]
+    fn a_firing_of_an_earlier_arming_is_refused() {
+        let mut initial = Vec::new();
+        let runner = AllocRunner::new(alloc(false, false, 30, 0), 30_000_000_000, 0, &mut initial);
+        let shell = RunnerShell::new(runner, Recorder::default(), initial);
+        shell.update(alloc(true, false, 30, 0));
+        assert!(shell.wait_until(|runner| runner.phase == RunnerPhase::GroupDelay));
+        assert!(!shell.fire_if(Timer::GroupDelay, |_| false));
+        assert!(shell.inspect(|runner, _| runner.phase == RunnerPhase::GroupDelay));
+        assert!(shell.fire_if(Timer::GroupDelay, |_| true));
+        assert!(shell.inspect(|runner, _| runner.phase != RunnerPhase::GroupDelay));
+        assert!(!shell.fire(Timer::GroupDelay), "fired once");
     }
 
     /// A restart the host refuses (the server has stopped the allocation) changes nothing

@@ -151,6 +151,11 @@ fn lost(why: String) -> raw_exec::ExitRecord {
 }
 
 impl DaemonHost {
+    /// When `timer`, armed now, is due (Unix ns).
+    pub(crate) fn deadline(&self, timer: Timer) -> Option<i64> {
+        self.deadlines.get(&timer).copied()
+    }
+
     pub fn new(alloc: &str, shared: &Arc<Shared>) -> Self {
         DaemonHost {
             alloc: alloc.into(),

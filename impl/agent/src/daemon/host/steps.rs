@@ -29,7 +29,7 @@ impl DaemonHost {
             (None, None) => now + after_ns,
         };
         self.deadlines.insert(timer, due);
-        self.schedule(due - now, Due::Timer(timer));
+        self.schedule(due - now, Due::Timer(timer, due));
     }
 }
 
