@@ -163,7 +163,16 @@ impl<H: Host> RunnerShell<H> {
         what: impl FnOnce(&AllocRunner) -> Applied,
         event: impl FnOnce(&mut AllocRunner, i64, &mut Vec<Command>) -> bool,
     ) -> bool {
-        let mut state = self.lock();
+        self.apply_locked(self.lock(), what, event)
+    }
+
+    /// [`RunnerShell::apply`] under a lock its caller took (and looked under).
+    fn apply_locked(
+        &self,
+        mut state: MutexGuard<'_, State<H>>,
+        what: impl FnOnce(&AllocRunner) -> Applied,
+        event: impl FnOnce(&mut AllocRunner, i64, &mut Vec<Command>) -> bool,
+    ) -> bool {
         if state.closed {
             return false;
         }
@@ -255,19 +264,20 @@ impl<H: Host> RunnerShell<H> {
     }
 
     /// A timer fired, if `current` says, under the runner's lock, that this firing is the
-    /// arming the timer has now. A host whose queue keeps the entries of cancelled timers
-    /// needs it: `armed` says only that the timer is armed, and after a cancel and a new
-    /// start, the first arming's entry would fire the second early (a restart's kill timeout
-    /// left over from the restart before, say). `false`, changing nothing, otherwise.
+    /// arming the timer has now; the look and the firing are one critical section, so no
+    /// cancel and new start can come between them. A host whose queue keeps the entries of
+    /// cancelled timers needs it: `armed` says only that the timer is armed, and after a
+    /// cancel and a new start, the first arming's entry would fire the second early (a
+    /// restart's kill timeout left over from the restart before, say). `false`, changing
+    /// nothing, otherwise.
     pub fn fire_if(&self, timer: Timer, current: impl FnOnce(&H) -> bool) -> bool {
-        {
-            let mut state = self.lock();
-            if !state.armed.contains(&timer) || !current(&state.host) {
-                return false;
-            }
-            state.armed.remove(&timer);
+        let mut state = self.lock();
+        if !state.armed.contains(&timer) || !current(&state.host) {
+            return false;
         }
-        self.apply(
+        state.armed.remove(&timer);
+        self.apply_locked(
+            state,
             |_| Applied::Timer(timer),
             |runner, now, out| runner.timer_fired(timer, now, out),
         )

@@ -68,7 +68,9 @@ impl Host for DaemonHost {
                 self.services(runner, *task, names, false)
             }
             Command::StartTimer { timer, after_ns } => self.start_timer(*timer, *after_ns),
-            // The shell refuses a timer it no longer has armed.
+            // The shell refuses a timer it no longer has armed, and the dispatcher an entry
+            // whose deadline is no longer the one here (a cancel and a new start of the same
+            // timer leave the first entry in the queue).
             Command::CancelTimer { timer } => {
                 self.deadlines.remove(timer);
             }
