@@ -504,14 +504,20 @@ mod tests {
     use crate::client::test_support::{alloc, Recorder};
     use crate::sync::thread;
 
-    /// With std threads: the kill path waits out a delay, and a flagged update from another
-    /// thread ends it.
-    #[test]
-    fn a_flagged_update_from_another_thread_ends_a_wait() {
+    /// A shell around a runner of a 30 s group delay, its stop pulled.
+    fn stopping() -> RunnerShell<Recorder> {
         let mut initial = Vec::new();
         let runner = AllocRunner::new(alloc(false, false, 30, 0), 30_000_000_000, 0, &mut initial);
         let shell = RunnerShell::new(runner, Recorder::default(), initial);
         shell.update(alloc(true, false, 30, 0));
+        shell
+    }
+
+    /// With std threads: the kill path waits out a delay, and a flagged update from another
+    /// thread ends it.
+    #[test]
+    fn a_flagged_update_from_another_thread_ends_a_wait() {
+        let shell = stopping();
         let killer = {
             let shell = shell.clone();
             thread::spawn(move || shell.run())
@@ -547,10 +553,7 @@ mod tests {
     /// the timer armed, for the firing that is.
     #[test]
     fn a_firing_of_an_earlier_arming_is_refused() {
-        let mut initial = Vec::new();
-        let runner = AllocRunner::new(alloc(false, false, 30, 0), 30_000_000_000, 0, &mut initial);
-        let shell = RunnerShell::new(runner, Recorder::default(), initial);
-        shell.update(alloc(true, false, 30, 0));
+        let shell = stopping();
         assert!(shell.wait_until(|runner| runner.phase == RunnerPhase::GroupDelay));
         assert!(!shell.fire_if(Timer::GroupDelay, |_| false));
         assert!(shell.inspect(|runner, _| runner.phase == RunnerPhase::GroupDelay));
