@@ -1,8 +1,10 @@
 //! The simulator's flagged stop, outside criterion, for a profiler: `sim_profile [ALLOCS]
-//! [ROUNDS]` places a job of ALLOCS allocations (10,000 unless given; the `sim_stop`
+//! [ROUNDS] [own]` places a job of ALLOCS allocations (10,000 unless given; the `sim_stop`
 //! benchmark's job), then stops a copy of it ROUNDS times (5 unless given), each in
-//! `stop_once`, printing the time of each. Counting instructions is steadier than timing on
-//! a shared machine:
+//! `stop_once`, printing the time of each. With `own`, it stops the placed simulator itself
+//! once instead, in `stop_own`: no copy shares its tables, so the difference is what the
+//! copies' first writes cost. Counting instructions is steadier than timing on a shared
+//! machine:
 //!
 //! ```text
 //! cargo build --release -p quiesce-benches --example sim_profile
@@ -32,6 +34,10 @@ fn main() {
         .unwrap();
     let steps = running.run_until_quiet(10_000_000).unwrap();
     eprintln!("placed {allocs} in {:?} ({steps} steps)", started.elapsed());
+    if std::env::args().nth(3).as_deref() == Some("own") {
+        stop_own(&mut running);
+        return;
+    }
     for _ in 0..rounds {
         drop(stop_once(&running));
     }
@@ -45,4 +51,15 @@ fn stop_once(running: &Simulator) -> Simulator {
     let steps = stop_flagged(&mut sim);
     eprintln!("stop {:?} ({steps} steps)", started.elapsed());
     sim
+}
+
+/// One stop of the placed simulator itself, timed.
+#[inline(never)]
+fn stop_own(running: &mut Simulator) {
+    let started = Instant::now();
+    let steps = stop_flagged(running);
+    eprintln!(
+        "stop of the placed simulator {:?} ({steps} steps)",
+        started.elapsed()
+    );
 }

@@ -48,7 +48,8 @@ pub struct MockBehaviour {
 
 impl MockBehaviour {
     pub fn from_task(task: &Task) -> Result<Self, DriverError> {
-        let config = task.config.clone().unwrap_or_default();
+        let none = Default::default();
+        let config = task.config.as_ref().unwrap_or(&none);
         let int = |key: &str| -> Result<Option<i64>, DriverError> {
             match config.get(key) {
                 None => Ok(None),

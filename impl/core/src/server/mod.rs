@@ -547,7 +547,11 @@ impl Server {
     /// A client's report: task states and client status. Reports do not bump
     /// `AllocModifyIndex` (the client does not pull its own writes). A tombstone that is now
     /// client-terminal is removed.
-    pub fn client_report(&mut self, alloc_id: &str, report: ClientReport) {
+    pub fn client_report<Q>(&mut self, alloc_id: &Q, report: ClientReport)
+    where
+        AllocId: std::borrow::Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
         let index = self.store.next_index(WriteType::AllocClientUpdate);
         let terminal = report.client_status.is_terminal();
         let Some(alloc) = self.store.alloc_for_client(alloc_id) else {
@@ -568,11 +572,12 @@ impl Server {
             "stop_completes: client-terminal alloc {alloc_id} reported {:?}",
             report.client_status
         );
-        self.store.update_alloc(alloc_id, index, false, |alloc| {
-            alloc.client_status = report.client_status;
-            alloc.client_description = report.client_description;
-            alloc.task_states = report.task_states;
-        });
+        self.store
+            .update_alloc::<AllocId>(alloc_id, index, false, |alloc| {
+                alloc.client_status = report.client_status;
+                alloc.client_description = report.client_description;
+                alloc.task_states = report.task_states;
+            });
         if let Some(health) = report.deployment_status {
             self.alloc_healthy(alloc_id, health, index);
         }

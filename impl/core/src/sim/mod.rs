@@ -45,7 +45,7 @@ use crate::client::{
 };
 use crate::server::structs::{AllocId, JobId, NodeId};
 use crate::server::{Server, ServerError, StopJobOptions, WriteResponse};
-use crate::spec::{Job, TaskRole};
+use crate::spec::{Job, Task, TaskRole};
 use crate::step::log::{EventLog, LogEntry};
 use crate::step::{Effect, Step};
 use schedule::Schedule;
@@ -707,12 +707,16 @@ impl Simulator {
                     .task_groups
                     .iter()
                     .find(|g| g.name == runner.alloc.task_group);
-                let spec = group
-                    .and_then(|g| g.tasks.get(task))
-                    .cloned()
-                    .unwrap_or_default();
+                let unknown;
+                let spec = match group.and_then(|g| g.tasks.get(task)) {
+                    Some(spec) => spec,
+                    None => {
+                        unknown = Task::default();
+                        &unknown
+                    }
+                };
                 let handle = Arc::make_mut(&mut self.driver)
-                    .start(&spec, now)
+                    .start(spec, now)
                     .map_err(|e| SimError::Driver(e.to_string()))?;
                 self.schedule.set_handle(alloc, task, handle);
             }

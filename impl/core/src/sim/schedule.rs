@@ -2,11 +2,12 @@
 //! when it is due, and the driver's handle of each started task. Every map is shared
 //! between clones of the simulator (the lockstep walk clones one per model transition) and
 //! copied by a write that changes it, so a step copies only what it moves. Lookups take an
-//! allocation's ID as `&str` and allocate nothing. What is due first is kept in order by a
-//! queue built when a timed run first asks (`run_until_quiet`), kept up by every write
-//! while this copy lives, and not carried by a clone: the walk, which clones per model
-//! transition and never asks, never copies it, and a timed run over 10,000 allocations
-//! finds the soonest in O(log n) (a scan per step made `sim_stop` quadratic).
+//! allocation's `Id` (compared by its first bytes, not as text) and allocate nothing. What
+//! is due first is kept in order by a queue built when a timed run first asks
+//! (`run_until_quiet`), kept up by every write while this copy lives, and not carried by a
+//! clone: the walk, which clones per model transition and never asks, never copies it, and
+//! a timed run over 10,000 allocations finds the soonest in O(log n) (a scan per step made
+//! `sim_stop` quadratic).
 
 use crate::client::Timer;
 use crate::server::structs::AllocId;
@@ -119,7 +120,7 @@ impl Schedule {
     pub(super) fn set_exit(&mut self, alloc: &AllocId, task: usize, due: Option<i64>) {
         let was = self
             .exits
-            .get(alloc.as_str())
+            .get(alloc)
             .and_then(|exits| exits.get(&task))
             .copied();
         if was == due {
@@ -139,10 +140,10 @@ impl Schedule {
                 exits.entry(alloc.clone()).or_default().insert(task, at);
             }
             None => {
-                if let Some(of_alloc) = exits.get_mut(alloc.as_str()) {
+                if let Some(of_alloc) = exits.get_mut(alloc) {
                     of_alloc.remove(&task);
                     if of_alloc.is_empty() {
-                        exits.remove(alloc.as_str());
+                        exits.remove(alloc);
                     }
                 }
             }

@@ -119,10 +119,12 @@ impl AllocRunner {
             // Its services go with it, and their checks are run anew when it runs again.
             self.health.checks_passing = false;
         }
-        let checks_pass = self.health.checks_passing || !self.waits_for_checks();
         let undecided =
             !self.health.decided() && self.phase == RunnerPhase::Running && !self.failed;
-        let watching = undecided && counted_running && checks_pass;
+        // The checks are counted (the job's services read) only for a watch that could run.
+        let watching = undecided
+            && counted_running
+            && (self.health.checks_passing || !self.waits_for_checks());
         let times = self.health_times();
         match (
             times
