@@ -7,7 +7,8 @@
 //!   anything in this program could change them (Rust's runtime ignores SIGPIPE before
 //!   `main`, so they are read by a constructor that runs first);
 //! * for every signal it receives: `{"event":"signal","signal":N,"name":"SIGINT",
-//!   "monotonic_ns":T,"services":{"name":count,…}}` — when (CLOCK_MONOTONIC, the clock of
+//!   "monotonic_ns":T,"services":{"name":count,…}}` (with `"ignored":true` for a kill
+//!   signal it runs on after) — when (CLOCK_MONOTONIC, the clock of
 //!   Python's `time.monotonic()` and of the supervisor's delivery record), and how many
 //!   registrations of each of its allocation's services (`--services`) the agent listed
 //!   right then (`"services":null` and an `"error"` if the agent could not be asked);
@@ -18,7 +19,9 @@
 //! once, or after `--drain` (still recording, so a second signal would show), by dying of
 //! that signal as a program with the default disposition does. `--ignore-kill-signal`
 //! records it and runs on (until SIGKILL, which no process can record: the supervisor's
-//! `exit.json` has it). `--exit-after D` ends it on its own after D with `--exit-code`.
+//! `exit.json` has it); `--ignore-kill-signal-if FILE` does so only if FILE exists when the
+//! signal comes (relative to the task's directory), so that a test can let one run of a
+//! restarted task die of its signal and the next one ignore it. `--exit-after D` ends it on its own after D with `--exit-code`.
 //! Other signals are recorded and otherwise ignored. Durations are Go's (`500ms`, `2s`).
 //!
 //! Every record also carries `unix_ns` (CLOCK_REALTIME, the clock of the task events the
@@ -162,6 +165,7 @@ struct Options {
     kill_signal: libc::c_int,
     drain_ns: i64,
     ignore_kill_signal: bool,
+    ignore_kill_signal_if: Option<std::path::PathBuf>,
     exit_after_ns: Option<i64>,
     exit_code: i32,
     crash_agent: Option<(i32, std::path::PathBuf)>,
@@ -170,7 +174,8 @@ struct Options {
 
 const USAGE: &str =
     "usage: quiesce-witness [--services A,B] [--agent URL] [--namespace NS] [--kill-signal SIG] \
-[--drain DURATION] [--ignore-kill-signal] [--exit-after DURATION] [--exit-code N] \
+[--drain DURATION] [--ignore-kill-signal] [--ignore-kill-signal-if FILE] \
+[--exit-after DURATION] [--exit-code N] \
 [--crash-agent PID:FILE] [--fork-child]";
 
 const HELP: &str = "A raw_exec task that records, as JSON lines on its stdout, the signals it
@@ -182,6 +187,8 @@ how it ended. Every record also carries `unix_ns` (CLOCK_REALTIME).
                           after --drain; other signals are recorded and ignored
   --drain DURATION        keep running (and recording) this long after the kill signal
   --ignore-kill-signal    record the kill signal and run on
+  --ignore-kill-signal-if FILE
+                          the same, if FILE exists when the kill signal comes
   --exit-after DURATION   end on its own after this long, with --exit-code (default 0)
   --crash-agent PID:FILE  the first witness to get its kill signal (the one that creates
                           FILE) kill -9s PID, the agent
@@ -198,6 +205,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         kill_signal: libc::SIGINT,
         drain_ns: 0,
         ignore_kill_signal: false,
+        ignore_kill_signal_if: None,
         exit_after_ns: None,
         exit_code: 0,
         crash_agent: None,
@@ -232,6 +240,9 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             }
             "--drain" => options.drain_ns = duration(value("a duration")?)?,
             "--ignore-kill-signal" => options.ignore_kill_signal = true,
+            "--ignore-kill-signal-if" => {
+                options.ignore_kill_signal_if = Some(value("a file")?.into());
+            }
             "--fork-child" => options.fork_child = true,
             "--exit-after" => options.exit_after_ns = Some(duration(value("a duration")?)?),
             "--exit-code" => {
@@ -469,12 +480,18 @@ fn main() {
         }
         let (at, at_unix) = (monotonic_ns(), unix_ns());
         let kill_signal = signal == options.kill_signal;
+        let ignore = options.ignore_kill_signal
+            || (kill_signal
+                && options
+                    .ignore_kill_signal_if
+                    .as_ref()
+                    .is_some_and(|file| file.exists()));
         if kill_signal && crash_agent(&options) {
             emit(serde_json::json!({
                 "event": "signal", "signal": signal, "name": signal_name(signal),
                 "monotonic_ns": at, "unix_ns": at_unix, "services": null, "crashed_agent": true,
             }));
-            if !options.ignore_kill_signal && ending.is_none() {
+            if !ignore && ending.is_none() {
                 ending = Some((at + options.drain_ns, signal));
             }
             continue;
@@ -495,8 +512,11 @@ fn main() {
                 record["error"] = error.into();
             }
         }
+        if kill_signal && ignore {
+            record["ignored"] = true.into();
+        }
         emit(record);
-        if kill_signal && !options.ignore_kill_signal && ending.is_none() {
+        if kill_signal && !ignore && ending.is_none() {
             ending = Some((at + options.drain_ns, signal));
         }
     }
