@@ -1,0 +1,106 @@
+//! Running until quiet: steps that wait for nothing first, then whatever is due earliest,
+//! the clock advanced to it.
+
+use super::enabled::step_of_runner;
+use super::{SimError, Simulator};
+use crate::client::Timer;
+use crate::spec::TaskRole;
+use crate::step::Step;
+use std::sync::Arc;
+
+impl Simulator {
+    /// Takes steps with a realistic policy until nothing is left to do: steps that wait for
+    /// nothing (the scheduler, pulls, runner steps) first; then the timer or process exit
+    /// due earliest, advancing the clock to it. At most `max_steps` steps.
+    pub fn run_until_quiet(&mut self, max_steps: usize) -> Result<usize, SimError> {
+        for taken in 0..max_steps {
+            let Some(step) = self.next_immediate().or_else(|| self.next_timed()) else {
+                return Ok(taken);
+            };
+            self.apply(&step)?;
+        }
+        Err(SimError::NotQuiet { steps: max_steps })
+    }
+
+    /// Takes only the steps that wait for nothing (the scheduler, pulls, runner steps) until
+    /// none is left, the clock standing still: a job registered so is placed and running,
+    /// and no timer or scripted exit has come. At most `max_steps` steps.
+    pub fn run_until_idle(&mut self, max_steps: usize) -> Result<usize, SimError> {
+        for taken in 0..max_steps {
+            let Some(step) = self.next_immediate() else {
+                return Ok(taken);
+            };
+            self.apply(&step)?;
+        }
+        Err(SimError::NotQuiet { steps: max_steps })
+    }
+
+    fn next_immediate(&mut self) -> Option<Step> {
+        if let Some(job) = self.server.next_eval_job() {
+            return Some(Step::ProcessEval { job: job.clone() });
+        }
+        if let Some(alloc) = self.pending_sync.first() {
+            return Some(Step::ClientSync {
+                alloc: alloc.clone(),
+            });
+        }
+        while let Some(alloc) = self.maybe_ready.first().cloned() {
+            let step = self.runner(&alloc).and_then(|runner| {
+                runner
+                    .ready_steps()
+                    .first()
+                    .map(|&step| step_of_runner(&alloc, runner, step))
+            });
+            match step {
+                Some(step) => return Some(step),
+                None => {
+                    Arc::make_mut(&mut self.maybe_ready).remove(&alloc);
+                }
+            }
+        }
+        None
+    }
+
+    fn next_timed(&mut self) -> Option<Step> {
+        let timer = self.schedule.first_timer();
+        let exit = self.schedule.first_exit();
+        let take_exit = match (&timer, &exit) {
+            (None, None) => return None,
+            (Some(_), None) => false,
+            (None, Some(_)) => true,
+            // A process exiting at the same instant as a timer wins: it was already going.
+            (Some((timer_at, ..)), Some((exit_at, ..))) => exit_at <= timer_at,
+        };
+        if take_exit {
+            let (at, alloc, ix) = exit.expect("checked");
+            self.now_ns = self.now_ns.max(at);
+            let runner = self.runner(&alloc)?;
+            let task = runner.tasks[ix].name.clone();
+            return Some(if runner.tasks[ix].role == TaskRole::Poststop {
+                Step::PoststopExit { alloc, task }
+            } else {
+                Step::TaskExit { alloc, task }
+            });
+        }
+        let (at, alloc, timer) = timer.expect("checked");
+        self.now_ns = self.now_ns.max(at);
+        let runner = self.runner(&alloc)?;
+        Some(match timer {
+            Timer::GroupDelay => Step::GroupDelayElapsed { alloc },
+            Timer::TaskDelay(ix) => Step::TaskDelayElapsed {
+                alloc,
+                task: runner.tasks[ix].name.clone(),
+            },
+            Timer::KillTimeout(ix) => Step::KillTimeout {
+                alloc,
+                task: runner.tasks[ix].name.clone(),
+            },
+            Timer::RestartDelay(ix) => Step::RestartDelayElapsed {
+                alloc,
+                task: runner.tasks[ix].name.clone(),
+            },
+            Timer::Healthy => Step::AllocHealthy { alloc },
+            Timer::HealthyDeadline => Step::AllocUnhealthy { alloc },
+        })
+    }
+}
