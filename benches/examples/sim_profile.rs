@@ -1,15 +1,17 @@
 //! The simulator's flagged stop, outside criterion, for a profiler: `sim_profile [ALLOCS]
 //! [ROUNDS] [own]` places a job of ALLOCS allocations (10,000 unless given; the `sim_stop`
 //! benchmark's job), then stops a copy of it ROUNDS times (5 unless given), each in
-//! `stop_once`, printing the time of each. With `own`, it stops the placed simulator itself
-//! once instead, in `stop_own`: no copy shares its tables, so the difference is what the
-//! copies' first writes cost. Counting instructions is steadier than timing on a shared
-//! machine:
+//! `stop_once`, printing the time of each. With `own` (the third argument), it stops the
+//! placed simulator itself once instead, in `stop_own`, ROUNDS unused: no copy shares its
+//! tables, so the difference is what the copies' first writes cost. Counting instructions
+//! is steadier than timing on a shared machine:
 //!
 //! ```text
 //! cargo build --release -p quiesce-benches --example sim_profile
 //! valgrind --tool=callgrind --toggle-collect='sim_profile::stop_once' \
 //!     target/release/examples/sim_profile 1000 2
+//! valgrind --tool=callgrind --toggle-collect='sim_profile::stop_own' \
+//!     target/release/examples/sim_profile 1000 1 own
 //! ```
 //!
 //! (Placing the job costs more than stopping it: the simulator evaluates the job once per

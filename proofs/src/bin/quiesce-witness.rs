@@ -7,11 +7,11 @@
 //!   anything in this program could change them (Rust's runtime ignores SIGPIPE before
 //!   `main`, so they are read by a constructor that runs first);
 //! * for every signal it receives: `{"event":"signal","signal":N,"name":"SIGINT",
-//!   "monotonic_ns":T,"services":{"name":count,…}}` (with `"ignored":true` for a kill
-//!   signal it runs on after) — when (CLOCK_MONOTONIC, the clock of
+//!   "monotonic_ns":T,"services":{"name":count,…}}` — when (CLOCK_MONOTONIC, the clock of
 //!   Python's `time.monotonic()` and of the supervisor's delivery record), and how many
 //!   registrations of each of its allocation's services (`--services`) the agent listed
-//!   right then (`"services":null` and an `"error"` if the agent could not be asked);
+//!   right then (`"services":null` and an `"error"` if the agent could not be asked); a
+//!   kill signal it runs on after is marked `"ran_on":true`;
 //! * as it ends: `{"event":"exit","monotonic_ns":T,"signal":N}` (it dies of that signal)
 //!   or `{"event":"exit","monotonic_ns":T,"code":C}`.
 //!
@@ -20,9 +20,10 @@
 //! that signal as a program with the default disposition does. `--ignore-kill-signal`
 //! records it and runs on (until SIGKILL, which no process can record: the supervisor's
 //! `exit.json` has it); `--ignore-kill-signal-if FILE` does so only if FILE exists when the
-//! signal comes (relative to the task's directory), so that a test can let one run of a
-//! restarted task die of its signal and the next one ignore it. `--exit-after D` ends it on its own after D with `--exit-code`.
-//! Other signals are recorded and otherwise ignored. Durations are Go's (`500ms`, `2s`).
+//! signal comes (relative to its working directory: under raw_exec, the task directory),
+//! so that a test can let one run of a restarted task die of its signal and the next run
+//! on. `--exit-after D` ends it on its own after D with `--exit-code`. Other signals are
+//! recorded and otherwise ignored. Durations are Go's (`500ms`, `2s`).
 //!
 //! Every record also carries `unix_ns` (CLOCK_REALTIME, the clock of the task events the
 //! agent reports), so that a client with the API alone (the probe) can set what the task
@@ -480,18 +481,23 @@ fn main() {
         }
         let (at, at_unix) = (monotonic_ns(), unix_ns());
         let kill_signal = signal == options.kill_signal;
-        let ignore = options.ignore_kill_signal
-            || (kill_signal
-                && options
+        // A kill signal it records and runs on after.
+        let runs_on = kill_signal
+            && (options.ignore_kill_signal
+                || options
                     .ignore_kill_signal_if
                     .as_ref()
                     .is_some_and(|file| file.exists()));
         if kill_signal && crash_agent(&options) {
-            emit(serde_json::json!({
+            let mut record = serde_json::json!({
                 "event": "signal", "signal": signal, "name": signal_name(signal),
                 "monotonic_ns": at, "unix_ns": at_unix, "services": null, "crashed_agent": true,
-            }));
-            if !ignore && ending.is_none() {
+            });
+            if runs_on {
+                record["ran_on"] = true.into();
+            }
+            emit(record);
+            if !runs_on && ending.is_none() {
                 ending = Some((at + options.drain_ns, signal));
             }
             continue;
@@ -512,11 +518,11 @@ fn main() {
                 record["error"] = error.into();
             }
         }
-        if kill_signal && ignore {
-            record["ignored"] = true.into();
+        if runs_on {
+            record["ran_on"] = true.into();
         }
         emit(record);
-        if kill_signal && !ignore && ending.is_none() {
+        if kill_signal && !runs_on && ending.is_none() {
             ending = Some((at + options.drain_ns, signal));
         }
     }

@@ -112,31 +112,35 @@ fn the_rollout_parts_walk_in_lockstep_without_a_mismatch() {
 /// deployment watches its health, whose kill stops the `min_healthy_time` wait (the watch
 /// begins again once its tasks run again). Before 963867e the implementation offered
 /// `AllocHealthy` during that kill, which this walk finds after 12 steps; the restart and
-/// rollout parts above cannot reach it. These parts are in no named configuration, so
-/// `standard`'s pinned counts stay: a rollout part of `standard`, one allocation, with the
-/// restart scripted after its update.
+/// rollout parts above cannot reach it. Each part is `standard`'s
+/// `rollout-then-flagged-stop` with one allocation and the restart scripted after its
+/// update; neither is in a named configuration, so `standard`'s pinned counts stay.
+// invariant: rollout_bounded
 #[test]
 fn a_restart_during_a_rollout_walks_in_lockstep_without_a_mismatch() {
     use quiesce_model::config::{Operator, Request};
     let rollout = config::named_part("standard", Some("rollout-then-flagged-stop")).unwrap();
-    for (name, flag) in [
-        ("rollout-then-restart", false),
-        ("rollout-then-flagged-restart", true),
+    for (name, flag, states) in [
+        ("rollout-then-restart", false, 396),
+        ("rollout-then-flagged-restart", true, 357),
     ] {
         let mut part = rollout.clone();
         part.name = name.to_string();
         part.count = 1;
-        part.restart_requests = true;
         part.operator = Operator::Script(vec![
             Request::UpdateJob,
             Request::RestartAlloc {
                 no_shutdown_delay: flag,
             },
         ]);
+        // The walk compares steps; the witnesses are `check`'s, and the stop's are not
+        // this script's to reach.
+        part.witnesses.clear();
         let report = walk(&part, WalkOptions::default()).unwrap();
         if let Some(mismatch) = report.mismatches.first() {
             panic!("{name}: {mismatch}");
         }
+        assert_eq!(report.states, states, "{name}: {report:?}");
         assert!(report.transitions > report.states, "{report:?}");
         eprintln!(
             "{name}: {} states, {} transitions, {:.1} s",

@@ -48,8 +48,8 @@ pub struct MockBehaviour {
 
 impl MockBehaviour {
     pub fn from_task(task: &Task) -> Result<Self, DriverError> {
-        let none = Default::default();
-        let config = task.config.as_ref().unwrap_or(&none);
+        let no_config = BTreeMap::new();
+        let config = task.config.as_ref().unwrap_or(&no_config);
         let int = |key: &str| -> Result<Option<i64>, DriverError> {
             match config.get(key) {
                 None => Ok(None),

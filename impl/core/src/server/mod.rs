@@ -572,6 +572,7 @@ impl Server {
             "stop_completes: client-terminal alloc {alloc_id} reported {:?}",
             report.client_status
         );
+        // Named: with this function's own `Q` in scope, rustc would take it for the store's.
         self.store
             .update_alloc::<AllocId>(alloc_id, index, false, |alloc| {
                 alloc.client_status = report.client_status;

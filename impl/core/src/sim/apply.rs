@@ -143,14 +143,6 @@ impl Simulator {
         self.execute(&node, alloc_id, commands)
     }
 
-    /// The mock process of the allocation's task `ix` is scripted to end by itself.
-    pub(super) fn ends_on_its_own(&self, alloc: &AllocId, ix: usize) -> bool {
-        self.schedule
-            .handle(alloc, ix)
-            .and_then(|handle| self.driver.next_exit_at(handle))
-            .is_some()
-    }
-
     /// `alloc restart`, straight to the client that runs the allocation; refused (nothing
     /// changes) when the runner refuses it.
     fn restart_alloc(

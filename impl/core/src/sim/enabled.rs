@@ -94,6 +94,14 @@ impl Simulator {
             }
         }
     }
+
+    /// The mock process of the allocation's task `ix` is scripted to end by itself.
+    fn ends_on_its_own(&self, alloc: &AllocId, ix: usize) -> bool {
+        self.schedule
+            .handle(alloc, ix)
+            .and_then(|handle| self.driver.next_exit_at(handle))
+            .is_some()
+    }
 }
 
 /// The step alphabet's name for a runner's ready step.

@@ -89,12 +89,12 @@ impl Simulator {
                     .task_groups
                     .iter()
                     .find(|g| g.name == runner.alloc.task_group);
-                let unknown;
+                let default_spec;
                 let spec = match group.and_then(|g| g.tasks.get(task)) {
                     Some(spec) => spec,
                     None => {
-                        unknown = Task::default();
-                        &unknown
+                        default_spec = Task::default();
+                        &default_spec
                     }
                 };
                 let handle = Arc::make_mut(&mut self.driver)
@@ -128,7 +128,7 @@ impl Simulator {
 
     /// Re-reads, for every task of one allocation, when it will exit by itself if that exit
     /// is a step now.
-    pub(super) fn refresh_exits(&mut self, node: &NodeId, alloc: &AllocId) {
+    fn refresh_exits(&mut self, node: &NodeId, alloc: &AllocId) {
         let Some(runner) = self.clients[node].runners.get(alloc) else {
             return;
         };

@@ -2,7 +2,8 @@
 //! when it is due, and the driver's handle of each started task. Every map is shared
 //! between clones of the simulator (the lockstep walk clones one per model transition) and
 //! copied by a write that changes it, so a step copies only what it moves. Lookups take an
-//! allocation's `Id` (compared by its first bytes, not as text) and allocate nothing. What
+//! allocation's `Id` (compared by its first eight bytes as a number, its text read only when
+//! those agree) and allocate nothing. What
 //! is due first is kept in order by a queue built when a timed run first asks
 //! (`run_until_quiet`), kept up by every write while this copy lives, and not carried by a
 //! clone: the walk, which clones per model transition and never asks, never copies it, and
