@@ -8,7 +8,10 @@
 //! * a kill signal at most once per kill: each `Signal` of a task carries a kill number
 //!   higher than the last one's;
 //! * `kill_timeout_respected`: SIGKILL only as the effect of that task's `KillTimeout` step,
-//!   after the kill signal of the same kill;
+//!   after the kill signal of the same kill, and no sooner than that kill's timeout after
+//!   it (by the entries' times, less a thousandth and a millisecond for the clocks, where
+//!   the signal's effect records its timeout and was sent in the step that logs it: one
+//!   taken again after a crash was delivered earlier, when the timeout began);
 //! * a task is launched only when it is not running: first, or again after its process
 //!   ended (a restart); never twice over a live process.
 
@@ -24,6 +27,9 @@ pub struct EffectRules {
     registered: BTreeMap<(AllocId, Option<String>), BTreeSet<String>>,
     /// The last kill number signalled, by (allocation, task).
     signalled: BTreeMap<(AllocId, String), u32>,
+    /// When that kill's signal went out (its entry's time, Unix ns) and its kill timeout,
+    /// where the log says both.
+    timed: BTreeMap<(AllocId, String), (i64, i64)>,
     /// Tasks whose process runs, by (allocation, task).
     live: BTreeSet<(AllocId, String)>,
     /// Tasks under an in-place restart's kill (from its `RestartAlloc` until they run
@@ -96,7 +102,11 @@ impl EffectRules {
                     }
                 }
                 Effect::Signal {
-                    task, signal, kill, ..
+                    task,
+                    signal,
+                    kill,
+                    already_delivered,
+                    kill_timeout_ns,
                 } => {
                     let key = (alloc.clone(), task.clone());
                     if restart {
@@ -126,6 +136,10 @@ impl EffectRules {
                             ));
                         }
                     }
+                    match kill_timeout_ns.filter(|_| !already_delivered) {
+                        Some(timeout) => self.timed.insert(key.clone(), (entry.time_ns, timeout)),
+                        None => self.timed.remove(&key),
+                    };
                     self.signalled.insert(key, *kill);
                 }
                 Effect::SigKill { task, kill } => {
@@ -146,6 +160,19 @@ impl EffectRules {
                             "task {task:?} of allocation {alloc} is SIGKILLed for kill {kill} \
                              before that kill's signal"
                         ));
+                    }
+                    if let Some(&(at, timeout)) = self.timed.get(&(alloc.clone(), task.clone())) {
+                        // The agent sleeps on the monotonic clock and logs the Unix one,
+                        // which an NTP slew may run up to 0.05% slower: a thousandth of the
+                        // timeout and a millisecond are allowed for that.
+                        if entry.time_ns - at < timeout - timeout / 1000 - 1_000_000 {
+                            return Err(format!(
+                                "task {task:?} of allocation {alloc} is SIGKILLed {} ms after \
+                                 kill {kill}'s signal, before its kill timeout of {} ms",
+                                (entry.time_ns - at) / 1_000_000,
+                                timeout / 1_000_000
+                            ));
+                        }
                     }
                     // A stop's forced exit follows in the same step; a restart's is a
                     // `TaskExit` of its own (until then the process is still there).

@@ -289,6 +289,42 @@ fn a_sigkill_outside_the_kill_timeout_is_refused() {
     expect_refused(&log, seq, "not by its kill timeout");
 }
 
+// invariant: kill_timeout_respected
+/// A SIGKILL logged sooner than its kill timeout after the kill signal is refused, by the
+/// entries' times: what the agent's stale timer (fixed in c4fedda) did, and the model,
+/// which has no clock, cannot see. A task that ignores its signal, a 3 s kill timeout: the
+/// log as written validates; with its KillTimeout moved a second earlier, it is refused.
+#[test]
+fn a_sigkill_before_its_kill_timeout_has_run_is_refused() {
+    let mut stubborn = task("server", 0, None);
+    stubborn.kill_timeout_ns = Some(3 * SECOND);
+    stubborn.config = Some([("ignore_signal".to_string(), serde_json::json!(true))].into());
+    let job = Job {
+        id: "stubborn".into(),
+        task_groups: vec![TaskGroup {
+            name: "g".into(),
+            count: Some(1),
+            tasks: vec![stubborn],
+            ..TaskGroup::default()
+        }],
+        ..Job::default()
+    };
+    let mut log = run(vec![job], |_| vec![stop("stubborn", false, false)]);
+    validate(&log).unwrap_or_else(|e| panic!("{e}"));
+    let signalled = find(&log, "TaskPreKill", signal);
+    let killed = find(&log, "KillTimeout", |effects| {
+        effects.iter().any(|e| matches!(e, Effect::SigKill { .. }))
+    });
+    assert_eq!(log[killed].time_ns - log[signalled].time_ns, 3 * SECOND);
+    log[killed].time_ns -= SECOND;
+    let seq = log[killed].seq;
+    expect_refused(
+        &log,
+        seq,
+        "2000 ms after kill 1's signal, before its kill timeout of 3000 ms",
+    );
+}
+
 /// A step with an effect the model's step does not imply — a launch at a kill — is refused
 /// by the model even where the rules have nothing against it.
 #[test]

@@ -407,6 +407,7 @@ mod tests {
                 signal: "SIGINT".into(),
                 kill: 1,
                 already_delivered: true,
+                kill_timeout_ns: Some(5_000_000_000),
             },
         ];
         let line = entry.to_json_line();

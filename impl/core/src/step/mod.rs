@@ -261,12 +261,17 @@ pub enum Effect {
     /// The kill signal of the task's kill number `kill`. `already_delivered`: the step was
     /// taken again by a runner restored after a crash, and the task's supervisor had
     /// delivered this kill's signal before it (so it was not sent again).
+    /// `kill_timeout_ns`: the kill timeout that runs from this signal (the task's, capped by
+    /// the client's `max_kill_timeout`), so that a log shows whether its SIGKILL came too
+    /// soon; absent in logs written before it was recorded.
     Signal {
         task: String,
         signal: String,
         kill: u32,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         already_delivered: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kill_timeout_ns: Option<i64>,
     },
     /// SIGKILL to the task's process group: kill number `kill`'s timeout fired.
     SigKill { task: String, kill: u32 },
@@ -298,6 +303,7 @@ impl Effect {
                 signal: signal.clone(),
                 kill: *kill,
                 already_delivered: false,
+                kill_timeout_ns: runner.tasks.get(*task).map(|t| t.kill_timeout_ns),
             },
             Command::ForceKill { task, kill } => Effect::SigKill {
                 task: name(*task),
