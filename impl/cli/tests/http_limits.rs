@@ -6,6 +6,7 @@ use quiesce_agent::daemon::{self, Agent, AgentConfig};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 const IDLE: Duration = Duration::from_secs(1);
@@ -17,6 +18,23 @@ const PACED_WRITE: Duration = Duration::from_secs(2);
 struct Running {
     agent: Agent,
     data_dir: std::path::PathBuf,
+}
+
+/// The agents run in this process, and a thread count is the process's: the test that
+/// counts threads runs alone, the others beside each other (once, under load, another
+/// test's agent starting beside it broke its bound). Each test takes its turn first, once.
+static TURNS: RwLock<()> = RwLock::new(());
+
+fn beside_others() -> RwLockReadGuard<'static, ()> {
+    TURNS
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn alone() -> RwLockWriteGuard<'static, ()> {
+    TURNS
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Drop for Running {
@@ -112,6 +130,7 @@ fn closed_after(mut stream: TcpStream, since: Instant) -> Duration {
 
 #[test]
 fn an_idle_connection_is_closed_after_the_idle_timeout_and_not_before() {
+    let _turn = beside_others();
     let agent = agent("idle");
     let since = Instant::now();
     let silent = agent.connect();
@@ -135,6 +154,7 @@ fn an_idle_connection_is_closed_after_the_idle_timeout_and_not_before() {
 
 #[test]
 fn a_blocking_query_in_flight_is_not_idle() {
+    let _turn = beside_others();
     let agent = agent("blocking");
     let wait = IDLE * 3;
     let since = Instant::now();
@@ -152,6 +172,7 @@ fn a_blocking_query_in_flight_is_not_idle() {
 
 #[test]
 fn a_body_that_does_not_arrive_in_time_is_refused_with_408() {
+    let _turn = beside_others();
     let agent = agent("slow-body");
     let answer = agent.exchange(
         "PUT /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n",
@@ -163,6 +184,7 @@ fn a_body_that_does_not_arrive_in_time_is_refused_with_408() {
 
 #[test]
 fn oversized_heads_and_urls_are_refused() {
+    let _turn = beside_others();
     let agent = agent("sizes");
     let big = "a".repeat(100 << 10);
     let answer = agent.exchange(
@@ -187,6 +209,7 @@ fn oversized_heads_and_urls_are_refused() {
 
 #[test]
 fn waiting_queries_and_idle_connections_hold_no_thread() {
+    let _turn = alone();
     let agent = agent("threads");
     // A first job, so that the jobs list has an index to wait past (`index=0` does not
     // block, as in Nomad).
@@ -251,6 +274,7 @@ fn waiting_queries_and_idle_connections_hold_no_thread() {
 
 #[test]
 fn a_get_s_body_is_not_read_and_an_unknown_token_is_refused_before_its_body() {
+    let _turn = beside_others();
     let agent = agent_with("heads", true, WRITE);
     // A GET announcing a body it never sends is answered at once (Nomad ignores a GET's
     // body), not after the body timeout: a 403, as nothing is allowed without a token.
@@ -284,6 +308,7 @@ fn a_get_s_body_is_not_read_and_an_unknown_token_is_refused_before_its_body() {
 
 #[test]
 fn an_answer_the_client_does_not_take_is_given_up() {
+    let _turn = beside_others();
     let agent = agent("slow-reader");
     register_big_versions(&agent);
     let mut stream = ask_big_versions(&agent);
