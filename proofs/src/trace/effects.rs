@@ -9,9 +9,9 @@
 //!   higher than the last one's;
 //! * `kill_timeout_respected`: SIGKILL only as the effect of that task's `KillTimeout` step,
 //!   after the kill signal of the same kill, and no sooner than that kill's timeout after
-//!   it (by the entries' times, less a thousandth and a millisecond for the clocks, where
-//!   the signal's effect records its timeout and was sent in the step that logs it: one
-//!   taken again after a crash was delivered earlier, when the timeout began);
+//!   it began (where the signal's effect records its timeout: from the moment it records,
+//!   else from its entry's time; a signal logged by a step taken again after a crash is
+//!   not timed, as its delivery, when the timeout began, came before);
 //! * a task is launched only when it is not running: first, or again after its process
 //!   ended (a restart); never twice over a live process.
 
@@ -27,8 +27,7 @@ pub struct EffectRules {
     registered: BTreeMap<(AllocId, Option<String>), BTreeSet<String>>,
     /// The last kill number signalled, by (allocation, task).
     signalled: BTreeMap<(AllocId, String), u32>,
-    /// When that kill's signal went out (its entry's time, Unix ns) and its kill timeout,
-    /// where the log says both.
+    /// When that kill's timeout began (Unix ns) and how long it is, where the log says.
     timed: BTreeMap<(AllocId, String), (i64, i64)>,
     /// Tasks whose process runs, by (allocation, task).
     live: BTreeSet<(AllocId, String)>,
@@ -107,6 +106,7 @@ impl EffectRules {
                     kill,
                     already_delivered,
                     kill_timeout_ns,
+                    timeout_from_ns,
                 } => {
                     let key = (alloc.clone(), task.clone());
                     if restart {
@@ -137,7 +137,10 @@ impl EffectRules {
                         }
                     }
                     match kill_timeout_ns.filter(|_| !already_delivered) {
-                        Some(timeout) => self.timed.insert(key.clone(), (entry.time_ns, timeout)),
+                        Some(timeout) => self.timed.insert(
+                            key.clone(),
+                            (timeout_from_ns.unwrap_or(entry.time_ns), timeout),
+                        ),
                         None => self.timed.remove(&key),
                     };
                     self.signalled.insert(key, *kill);
@@ -162,13 +165,12 @@ impl EffectRules {
                         ));
                     }
                     if let Some(&(at, timeout)) = self.timed.get(&(alloc.clone(), task.clone())) {
-                        // The agent sleeps on the monotonic clock and logs the Unix one,
-                        // which an NTP slew may run up to 0.05% slower: a thousandth of the
-                        // timeout and a millisecond are allowed for that.
-                        if entry.time_ns - at < timeout - timeout / 1000 - 1_000_000 {
+                        // The agent's timer is due at `at + timeout` on the Unix clock and
+                        // fires on the monotonic one: a millisecond is allowed between them.
+                        if entry.time_ns - at < timeout - 1_000_000 {
                             return Err(format!(
                                 "task {task:?} of allocation {alloc} is SIGKILLed {} ms after \
-                                 kill {kill}'s signal, before its kill timeout of {} ms",
+                                 kill {kill}'s timeout began, before its end at {} ms",
                                 (entry.time_ns - at) / 1_000_000,
                                 timeout / 1_000_000
                             ));

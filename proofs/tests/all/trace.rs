@@ -321,7 +321,7 @@ fn a_sigkill_before_its_kill_timeout_has_run_is_refused() {
     expect_refused(
         &log,
         seq,
-        "2000 ms after kill 1's signal, before its kill timeout of 3000 ms",
+        "2000 ms after kill 1's timeout began, before its end at 3000 ms",
     );
 }
 

@@ -408,6 +408,7 @@ mod tests {
                 kill: 1,
                 already_delivered: true,
                 kill_timeout_ns: Some(5_000_000_000),
+                timeout_from_ns: Some(1_000),
             },
         ];
         let line = entry.to_json_line();

@@ -262,8 +262,10 @@ pub enum Effect {
     /// taken again by a runner restored after a crash, and the task's supervisor had
     /// delivered this kill's signal before it (so it was not sent again).
     /// `kill_timeout_ns`: the kill timeout that runs from this signal (the task's, capped by
-    /// the client's `max_kill_timeout`), so that a log shows whether its SIGKILL came too
-    /// soon; absent in logs written before it was recorded.
+    /// the client's `max_kill_timeout`), and `timeout_from_ns` when it began (Unix ns) where
+    /// the host says (the agent: it may precede the entry's own time, taken when the step is
+    /// stored), so that a log shows whether its SIGKILL came too soon; both absent in logs
+    /// written before they were recorded.
     Signal {
         task: String,
         signal: String,
@@ -272,6 +274,8 @@ pub enum Effect {
         already_delivered: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         kill_timeout_ns: Option<i64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_from_ns: Option<i64>,
     },
     /// SIGKILL to the task's process group: kill number `kill`'s timeout fired.
     SigKill { task: String, kill: u32 },
@@ -304,6 +308,7 @@ impl Effect {
                 kill: *kill,
                 already_delivered: false,
                 kill_timeout_ns: runner.tasks.get(*task).map(|t| t.kill_timeout_ns),
+                timeout_from_ns: None,
             },
             Command::ForceKill { task, kill } => Effect::SigKill {
                 task: name(*task),

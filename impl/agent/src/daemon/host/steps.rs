@@ -12,7 +12,9 @@ use quiesce_core::step::{Effect, Step};
 
 impl DaemonHost {
     // invariant: kill_timeout_respected
-    pub(super) fn start_timer(&mut self, timer: Timer, after_ns: i64) {
+    /// Arms `timer`, due `after_ns` from now (or from the signal the task really got, or
+    /// at its stored deadline); the deadline (Unix ns).
+    pub(super) fn start_timer(&mut self, timer: Timer, after_ns: i64) -> i64 {
         let now = unix_now_ns();
         let signalled_before = match timer {
             Timer::KillTimeout(ix) => self.signalled_before.remove(&ix),
@@ -30,6 +32,33 @@ impl DaemonHost {
         };
         self.deadlines.insert(timer, due);
         self.schedule(due - now, Due::Timer(timer, due));
+        due
+    }
+
+    /// Notes on the step's `Signal` effect for task `ix` when its kill timeout began, which
+    /// the entry's own time (taken when the step is stored) may follow by the store's wait.
+    fn note_timeout_start(&mut self, runner: &AllocRunner, ix: usize, from_ns: i64) {
+        let Some(name) = runner.tasks.get(ix).map(|t| t.name.as_str()) else {
+            return;
+        };
+        let effects = self
+            .pending
+            .log
+            .last_mut()
+            .filter(|_| self.recording)
+            .map(|entry| &mut entry.effects);
+        let signal = effects.and_then(|effects| {
+            effects
+                .iter_mut()
+                .rev()
+                .find(|e| matches!(e, Effect::Signal { task, .. } if task == name))
+        });
+        if let Some(Effect::Signal {
+            timeout_from_ns, ..
+        }) = signal
+        {
+            *timeout_from_ns = Some(from_ns);
+        }
     }
 }
 
@@ -67,7 +96,12 @@ impl Host for DaemonHost {
             Command::DeregisterServices { task, names } => {
                 self.services(runner, *task, names, false)
             }
-            Command::StartTimer { timer, after_ns } => self.start_timer(*timer, *after_ns),
+            Command::StartTimer { timer, after_ns } => {
+                let due = self.start_timer(*timer, *after_ns);
+                if let Timer::KillTimeout(ix) = timer {
+                    self.note_timeout_start(runner, *ix, due - after_ns);
+                }
+            }
             // The shell refuses a timer it no longer has armed, and the dispatcher an entry
             // whose deadline is no longer the one here (a cancel and a new start of the same
             // timer leave the first entry in the queue).
