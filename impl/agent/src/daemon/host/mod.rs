@@ -151,11 +151,6 @@ fn lost(why: String) -> raw_exec::ExitRecord {
 }
 
 impl DaemonHost {
-    /// When `timer`, armed now, is due (Unix ns).
-    pub(crate) fn deadline(&self, timer: Timer) -> Option<i64> {
-        self.deadlines.get(&timer).copied()
-    }
-
     pub fn new(alloc: &str, shared: &Arc<Shared>) -> Self {
         DaemonHost {
             alloc: alloc.into(),
@@ -171,6 +166,11 @@ impl DaemonHost {
             recording: false,
             restoring: false,
         }
+    }
+
+    /// When `timer`, armed now, is due (Unix ns).
+    pub(crate) fn deadline(&self, timer: Timer) -> Option<i64> {
+        self.deadlines.get(&timer).copied()
     }
 
     /// A pull read the allocation's record at `index` and reserved the log sequence number
