@@ -15,7 +15,7 @@ from faulty_proxy import FaultyProxy
 
 
 # For a run of flagged stops alone, which skip the delay, so that a longer one costs
-# nothing: the group delay is judged across the probe's and the node's clocks only when the
+# nothing (kill-timeout, which waits twice the delay, runs nothing without the witness): the group delay is judged across the probe's and the node's clocks only when the
 # node's clock is known to within a quarter of it, and that bound spans the job's whole
 # placement (286 ms once in CI, on 2 loaded cores, over a quarter of the default 1 s).
 FLAGGED_ONLY_DELAY = ("--delay", "4s")
@@ -98,8 +98,10 @@ def test_the_probe_conforms_against_the_reference_agent(agent):
 
 
 def test_without_the_witness_what_only_it_shows_is_not_observable(agent):
+    # kill-timeout runs nothing without the witness, so the delay costs nothing here.
     code, output, report = probe(
-        agent.address, "--scenario", "job-stop-flagged", "--scenario", "kill-timeout", witness=False)
+        agent.address, "--scenario", "job-stop-flagged", "--scenario", "kill-timeout",
+        *FLAGGED_ONLY_DELAY, witness=False)
     assert code == 0, output
     seen = verdicts(report)
     assert seen[("job-stop-flagged", "prestop_hooks_always_run")] == "not observable"
@@ -188,8 +190,9 @@ def test_without_the_event_stream_the_probe_says_so_and_still_conforms(agent, fa
 
 def test_where_no_node_offers_raw_exec_the_probe_runs_mock_tasks(agent):
     with FaultyProxy(agent.address, "hide-raw-exec") as proxy:
+        # Mock tasks have no witness: kill-timeout runs nothing, so the delay costs nothing.
         code, output, report = probe(proxy.address, "--scenario", "job-stop-flagged",
-                                     "--scenario", "kill-timeout")
+                                     "--scenario", "kill-timeout", *FLAGGED_ONLY_DELAY)
         assert proxy.rewritten > 0
     assert code == 0, output
     assert report["driver"] == "mock_driver" and report["witness"] is None, report
