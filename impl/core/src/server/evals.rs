@@ -215,7 +215,7 @@ impl Server {
                 .collect();
             nodes.sort_by_key(|(node, count)| (*count, node.clone()));
             let found = nodes.into_iter().find_map(|(node, _)| {
-                placement::assign_ports(&self.store, &node, group, &mut taken)
+                placement::assign_ports(&self.store, &node, job, group, &mut taken)
                     .map(|ports| (node, ports))
             });
             match found {

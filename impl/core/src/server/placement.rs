@@ -107,7 +107,8 @@ pub fn feasible_anywhere<T>(
 
 /// The group's ports on `node`, each free of every allocation whose tasks may still run
 /// there — a stopping one in its delay included (Nomad since #10440, its `TestOverlap`): a
-/// reserved one as asked, a dynamic one the lowest free in the dynamic range; `None` if any
+/// reserved one as asked, a dynamic one the first free in the dynamic range from where
+/// [`dynamic_start`] puts the port, wrapping around; `None` if any
 /// cannot be had, and the evaluation blocks until an allocation's end frees a port. So a
 /// new allocation never listens where a stopping one still does, and a flagged stop, which
 /// skips the delay, frees its ports at once. Unlike Nomad, which hands a replacement its
@@ -116,6 +117,7 @@ pub fn feasible_anywhere<T>(
 pub fn assign_ports(
     store: &StateStore,
     node: &NodeId,
+    job: &Job,
     group: &TaskGroup,
     taken: &mut BTreeSet<(NodeId, u16)>,
 ) -> Option<Vec<AllocatedPort>> {
@@ -146,7 +148,10 @@ pub fn assign_ports(
     }
     for network in group.networks.iter().flatten() {
         for port in network.dynamic_ports.iter().flatten() {
-            let value = (MIN_DYNAMIC_PORT..=MAX_DYNAMIC_PORT)
+            let span = u32::from(MAX_DYNAMIC_PORT - MIN_DYNAMIC_PORT) + 1;
+            let start = dynamic_start(node, job, group, &port.label);
+            let value = (0..span)
+                .map(|i| MIN_DYNAMIC_PORT + ((start + i) % span) as u16)
                 .find(|p| !held.contains(p) && !mine.contains(p))?;
             mine.insert(value);
             ports.push(AllocatedPort {
@@ -158,6 +163,23 @@ pub fn assign_ports(
     }
     taken.extend(mine.into_iter().map(|p| (node.clone(), p)));
     Some(ports)
+}
+
+/// Where in the dynamic range the search for a port starts: its offset from
+/// [`MIN_DYNAMIC_PORT`], a hash (FNV-1a) of the node, the job, the group and the port's
+/// label. Nomad picks dynamic ports at random; the lowest free one, which this was, gave
+/// every agent on one host the same first port, so two agents' tasks listened on one port
+/// and a check could reach the other's. A hash spreads them as randomness would, and the
+/// simulator, which has no randomness, places the same ports for the same state.
+fn dynamic_start(node: &NodeId, job: &Job, group: &TaskGroup, label: &str) -> u32 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in [node.as_str(), &job.id, &group.name, label] {
+        for byte in part.bytes().chain([0]) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    (hash % (u64::from(MAX_DYNAMIC_PORT - MIN_DYNAMIC_PORT) + 1)) as u32
 }
 
 #[cfg(test)]

@@ -21,7 +21,8 @@
 //! `NOMAD_MEMORY_LIMIT` (Nomad's defaults for what `resources` leaves out: 300 MB, and
 //! 100 MHz unless it asks for `cores`), and per port `NOMAD_PORT_<label>`,
 //! `NOMAD_ADDR_<label>`, `NOMAD_IP_<label>`, `NOMAD_HOST_PORT_<label>`: a static port as
-//! given, a dynamic one the lowest free in 20000–32000 on the node, shown under
+//! given, a dynamic one free in 20000–32000 on the node (searched from a point hashed from
+//! the node, job, group and label, as Nomad picks at random), shown under
 //! `AllocatedResources.Shared.Ports`. Templates are written into the task directory before
 //! the task starts, following no symlink (`raw_exec/beneath.rs`).
 

@@ -702,6 +702,69 @@ fn a_stopping_allocation_keeps_its_static_port_until_its_client_ends_it() {
     );
 }
 
+/// Dynamic ports: two servers (two agents on one host) placing the same job on their own
+/// nodes do not both hand out the range's first port, as the lowest free port did; on one
+/// node the allocations of a group take distinct ports, all in the range, and a port held by
+/// a running allocation is not handed out again.
+#[test]
+fn dynamic_ports_are_spread_by_node_and_distinct_on_one() {
+    use quiesce_core::server::placement::{MAX_DYNAMIC_PORT, MIN_DYNAMIC_PORT};
+    use quiesce_core::spec::{Network, Port};
+    let dynamic = |count| {
+        let mut job = job("service", count);
+        job.task_groups[0].networks = Some(vec![Network {
+            dynamic_ports: Some(vec![Port {
+                label: "http".into(),
+                ..Port::default()
+            }]),
+            ..Network::default()
+        }]);
+        job
+    };
+    let ports_on = |node_name: &str, count| {
+        let mut server = Server::new(Vec::new(), 3);
+        server.upsert_node(node(node_name, "ready"));
+        server.register_job(dynamic(count)).unwrap();
+        server.process_next_eval().unwrap();
+        let mut ports: Vec<u16> = server
+            .store
+            .allocs_by_job("web")
+            .map(|a| a.ports[0].value)
+            .collect();
+        ports.sort();
+        (server, ports)
+    };
+    let (_, first) = ports_on("n1", 1);
+    let (_, second) = ports_on("n2", 1);
+    assert_ne!(first, second, "two nodes' first dynamic ports");
+    let (mut server, five) = ports_on("n1", 5);
+    assert_eq!(five.len(), 5);
+    assert!(five.windows(2).all(|w| w[0] < w[1]), "distinct: {five:?}");
+    assert!(five
+        .iter()
+        .all(|p| (MIN_DYNAMIC_PORT..=MAX_DYNAMIC_PORT).contains(p)));
+    assert!(five.contains(&first[0]), "the same start on the same node");
+    // A sixth allocation of the group (the count raised) takes none of the five.
+    let running: Vec<_> = server
+        .store
+        .allocs_by_job("web")
+        .map(|a| a.id.clone())
+        .collect();
+    for id in &running {
+        server.client_report(id, report(ClientStatus::Running));
+    }
+    server.register_job(dynamic(6)).unwrap();
+    server.process_next_eval().unwrap();
+    let sixth: Vec<u16> = server
+        .store
+        .allocs_by_job("web")
+        .filter(|a| !running.contains(&a.id))
+        .map(|a| a.ports[0].value)
+        .collect();
+    assert_eq!(sixth.len(), 1);
+    assert!(!five.contains(&sixth[0]), "{sixth:?} among {five:?}");
+}
+
 // invariant: job_dead_only_when_tasks_ended
 #[test]
 fn a_jobs_status_moves_its_modify_index_and_is_published_in_the_write_that_changes_it() {
