@@ -15,9 +15,10 @@ from faulty_proxy import FaultyProxy
 
 
 # For a run of flagged stops alone, which skip the delay, so that a longer one costs
-# nothing (kill-timeout, which waits twice the delay, runs nothing without the witness): the group delay is judged across the probe's and the node's clocks only when the
-# node's clock is known to within a quarter of it, and that bound spans the job's whole
-# placement (286 ms once in CI, on 2 loaded cores, over a quarter of the default 1 s).
+# nothing (kill-timeout, which waits twice the delay, runs nothing without the witness):
+# the group delay is judged across the probe's and the node's clocks only when the node's
+# clock is known to within a quarter of it, and that bound spans the job's whole placement
+# (286 ms once in CI, on 2 loaded cores, over a quarter of the default 1 s).
 FLAGGED_ONLY_DELAY = ("--delay", "4s")
 
 

@@ -186,6 +186,61 @@ fn dynamic_start(node: &NodeId, job: &Job, group: &TaskGroup, label: &str) -> u3
 mod tests {
     use super::glob;
 
+    /// Two dynamic ports of one group take distinct ports from the hashed start on, and
+    /// with every port from the start to the range's end held, the search wraps around to
+    /// the range's first.
+    #[test]
+    fn a_dynamic_port_search_takes_distinct_ports_and_wraps_around_the_range() {
+        use super::{assign_ports, dynamic_start, MAX_DYNAMIC_PORT, MIN_DYNAMIC_PORT};
+        use crate::server::store::StateStore;
+        use crate::server::structs::NodeId;
+        use crate::spec::{Job, Network, Port, TaskGroup};
+        use std::collections::BTreeSet;
+        let node = NodeId::from("n1");
+        let job = Job {
+            id: "web".into(),
+            ..Job::default()
+        };
+        let port = |label: &str| Port {
+            label: label.into(),
+            ..Port::default()
+        };
+        let group = TaskGroup {
+            name: "g".into(),
+            networks: Some(vec![Network {
+                dynamic_ports: Some(vec![port("a"), port("b")]),
+                ..Network::default()
+            }]),
+            ..TaskGroup::default()
+        };
+        let store = StateStore::default();
+        let ports = assign_ports(&store, &node, &job, &group, &mut BTreeSet::new()).unwrap();
+        assert_eq!(ports.len(), 2);
+        assert_ne!(ports[0].value, ports[1].value, "{ports:?}");
+        let first = MIN_DYNAMIC_PORT + dynamic_start(&node, &job, &group, "a") as u16;
+        assert_eq!(ports[0].value, first);
+        // Held from the start on (another allocation of the same plan, say): wrap around.
+        let mut taken: BTreeSet<_> = (first..=MAX_DYNAMIC_PORT)
+            .map(|p| (node.clone(), p))
+            .collect();
+        let single = TaskGroup {
+            networks: Some(vec![Network {
+                dynamic_ports: Some(vec![port("a")]),
+                ..Network::default()
+            }]),
+            ..group.clone()
+        };
+        assert!(
+            first > MIN_DYNAMIC_PORT,
+            "this node's start leaves the range's first free"
+        );
+        let wrapped = assign_ports(&store, &node, &job, &single, &mut taken).unwrap();
+        assert_eq!(
+            wrapped[0].value, MIN_DYNAMIC_PORT,
+            "{wrapped:?} after {first}"
+        );
+    }
+
     #[test]
     fn datacenter_globs() {
         for (pattern, text, matches) in [
