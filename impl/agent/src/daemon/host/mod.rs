@@ -186,9 +186,16 @@ impl DaemonHost {
         self.restart = Some((seq, time_ns));
     }
 
-    /// A host for a restored runner: the timers it re-arms keep the deadlines they had.
+    /// A host for a restored runner: the timers it re-arms keep the deadlines they had,
+    /// but for `min_healthy_time`'s, which starts again when the runner watches anew
+    /// (`AllocRunner::rearm_health`), as Nomad's health hook, run again for a restored
+    /// allocation, makes a new tracker. Its `healthy_deadline` goes on, unlike Nomad's
+    /// (ARCHITECTURE.md, "Deliberate differences in behaviour").
     pub fn resuming(mut self, deadlines: Vec<(Timer, i64)>) -> Self {
-        self.resumed = deadlines.into_iter().collect();
+        self.resumed = deadlines
+            .into_iter()
+            .filter(|(timer, _)| *timer != Timer::Healthy)
+            .collect();
         self
     }
 

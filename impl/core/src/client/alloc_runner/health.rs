@@ -167,8 +167,9 @@ impl AllocRunner {
     }
 
     /// A restored runner's health watch: the `min_healthy_time` timer starts again (the
-    /// tasks' running is watched anew), the `healthy_deadline` goes on where it was (the
-    /// host keeps its stored due time: one passed while the agent was down fires at once).
+    /// tasks' running is watched anew; the agent's host does not resume its stored due
+    /// time), the `healthy_deadline` goes on where it was (the host keeps its stored due
+    /// time: one passed while the agent was down fires at once).
     pub(super) fn rearm_health(&mut self, out: &mut Vec<Command>) {
         self.health.timer = false;
         // The checks run anew in the restarted agent: until they say so, they fail.
