@@ -5,7 +5,7 @@
 //! evaluations; `ClientRestart` is logged if a runner was mid-way; a pending evaluation is
 //! processed and its plan stored durably; each unfinished runner is restored
 //! (`AllocRunner::restore`: timers re-armed with the deadlines stored with its progress,
-//! so a delay resumes where it was, and a stored flag applied at once), then brought up to
+//! but for `min_healthy_time`'s, which starts again; so a delay resumes where it was, and a stored flag applied at once), then brought up to
 //! its allocation's stored record as a pull, before any of its tasks' exits; its tasks are
 //! reattached (a supervisor answers on an abstract socket named after the run's directory;
 //! if it is gone, its `exit.json` gives the exit; a reattach that fails otherwise reports

@@ -186,9 +186,10 @@ fn dynamic_start(node: &NodeId, job: &Job, group: &TaskGroup, label: &str) -> u3
 mod tests {
     use super::glob;
 
-    /// Two dynamic ports of one group take distinct ports from the hashed start on, and
-    /// with every port from the start to the range's end held, the search wraps around to
-    /// the range's first.
+    /// Two dynamic ports of one group take distinct ports: with every port held but the
+    /// first label's start and the one after it, each label takes one of the two. With
+    /// every port from the start to the range's end held, the search wraps around to the
+    /// range's first.
     #[test]
     fn a_dynamic_port_search_takes_distinct_ports_and_wraps_around_the_range() {
         use super::{assign_ports, dynamic_start, MAX_DYNAMIC_PORT, MIN_DYNAMIC_PORT};
@@ -201,40 +202,45 @@ mod tests {
             id: "web".into(),
             ..Job::default()
         };
-        let port = |label: &str| Port {
-            label: label.into(),
-            ..Port::default()
-        };
-        let group = TaskGroup {
+        let group_of = |labels: &[&str]| TaskGroup {
             name: "g".into(),
             networks: Some(vec![Network {
-                dynamic_ports: Some(vec![port("a"), port("b")]),
+                dynamic_ports: Some(
+                    labels
+                        .iter()
+                        .map(|label| Port {
+                            label: label.to_string(),
+                            ..Port::default()
+                        })
+                        .collect(),
+                ),
                 ..Network::default()
             }]),
             ..TaskGroup::default()
         };
         let store = StateStore::default();
-        let ports = assign_ports(&store, &node, &job, &group, &mut BTreeSet::new()).unwrap();
-        assert_eq!(ports.len(), 2);
-        assert_ne!(ports[0].value, ports[1].value, "{ports:?}");
-        let first = MIN_DYNAMIC_PORT + dynamic_start(&node, &job, &group, "a") as u16;
-        assert_eq!(ports[0].value, first);
+        let two = group_of(&["a", "b"]);
+        let first = MIN_DYNAMIC_PORT + dynamic_start(&node, &job, &two, "a") as u16;
+        assert!(
+            first > MIN_DYNAMIC_PORT && first < MAX_DYNAMIC_PORT,
+            "{first}"
+        );
+        let held = |free: &[u16]| -> BTreeSet<_> {
+            (MIN_DYNAMIC_PORT..=MAX_DYNAMIC_PORT)
+                .filter(|p| !free.contains(p))
+                .map(|p| (node.clone(), p))
+                .collect()
+        };
+        let ports = assign_ports(&store, &node, &job, &two, &mut held(&[first, first + 1]))
+            .expect("two ports free for two labels");
+        let values: Vec<u16> = ports.iter().map(|p| p.value).collect();
+        assert_eq!(values, [first, first + 1]);
         // Held from the start on (another allocation of the same plan, say): wrap around.
         let mut taken: BTreeSet<_> = (first..=MAX_DYNAMIC_PORT)
             .map(|p| (node.clone(), p))
             .collect();
-        let single = TaskGroup {
-            networks: Some(vec![Network {
-                dynamic_ports: Some(vec![port("a")]),
-                ..Network::default()
-            }]),
-            ..group.clone()
-        };
-        assert!(
-            first > MIN_DYNAMIC_PORT,
-            "this node's start leaves the range's first free"
-        );
-        let wrapped = assign_ports(&store, &node, &job, &single, &mut taken).unwrap();
+        let wrapped = assign_ports(&store, &node, &job, &group_of(&["a"]), &mut taken)
+            .expect("the search wraps");
         assert_eq!(
             wrapped[0].value, MIN_DYNAMIC_PORT,
             "{wrapped:?} after {first}"

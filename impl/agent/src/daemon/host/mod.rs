@@ -78,7 +78,8 @@ pub struct DaemonHost {
     pending: Pending,
     /// When each running timer is due (Unix ns), stored with the runner's progress.
     deadlines: BTreeMap<Timer, i64>,
-    /// Deadlines stored before a restart: a re-armed timer keeps its old deadline.
+    /// Deadlines stored before a restart: a re-armed timer keeps its old deadline, except
+    /// `min_healthy_time`'s (see [`DaemonHost::resuming`]).
     resumed: BTreeMap<Timer, i64>,
     /// Tasks whose current kill signal their supervisor had delivered before this host
     /// attached (a runner restored from progress stored before the signal): when (Unix ns).
@@ -186,10 +187,10 @@ impl DaemonHost {
         self.restart = Some((seq, time_ns));
     }
 
-    /// A host for a restored runner: the timers it re-arms keep the deadlines they had,
-    /// but for `min_healthy_time`'s, which starts again when the runner watches anew
-    /// (`AllocRunner::rearm_health`), as Nomad's health hook, run again for a restored
-    /// allocation, makes a new tracker. Its `healthy_deadline` goes on, unlike Nomad's
+    /// A host for a restored runner: the timers it re-arms keep their stored deadlines,
+    /// except the `min_healthy_time` timer, which starts again when the runner watches
+    /// anew (`AllocRunner::rearm_health`; Nomad's restored health hook makes a new
+    /// tracker). The `healthy_deadline` keeps its deadline, unlike Nomad's
     /// (ARCHITECTURE.md, "Deliberate differences in behaviour").
     pub fn resuming(mut self, deadlines: Vec<(Timer, i64)>) -> Self {
         self.resumed = deadlines
