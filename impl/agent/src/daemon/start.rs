@@ -5,14 +5,15 @@
 //! evaluations; `ClientRestart` is logged if a runner was mid-way; a pending evaluation is
 //! processed and its plan stored durably; each unfinished runner is restored
 //! (`AllocRunner::restore`: timers re-armed with the deadlines stored with its progress,
-//! but for `min_healthy_time`'s, which starts again; so a delay resumes where it was, and a stored flag applied at once), then brought up to
-//! its allocation's stored record as a pull, before any of its tasks' exits; its tasks are
-//! reattached (a supervisor answers on an abstract socket named after the run's directory;
-//! if it is gone, its `exit.json` gives the exit; a reattach that fails otherwise reports
-//! the task lost rather than starting it twice); its signalled tasks' kill requests are
-//! sent again; and the pulls the client had not taken are queued. A runner is registered
-//! with its shell's lock held (`RunnerShell::starting`), so no event from another thread
-//! reaches it before its restore has been carried out.
+//! but for `min_healthy_time`'s, which starts again; so a delay resumes where it was, and a
+//! stored flag applied at once), then brought up to its allocation's stored record as a
+//! pull, before any of its tasks' exits; its tasks are reattached (a supervisor answers on
+//! an abstract socket named after the run's directory; if it is gone, its `exit.json` gives
+//! the exit; a reattach that fails otherwise reports the task lost rather than starting it
+//! twice); its signalled tasks' kill requests are sent again; and the pulls the client had
+//! not taken are queued. A runner is registered with its shell's lock held
+//! (`RunnerShell::starting`), so no event from another thread reaches it before its restore
+//! has been carried out.
 
 use super::*;
 
