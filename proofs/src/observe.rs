@@ -463,7 +463,7 @@ fn registered_services(sim: &Simulator, id: &str, runner: Option<&AllocRunner>) 
             runner
                 .tasks
                 .iter()
-                .position(|task| task.name == service.task)
+                .position(|task| *task.name == *service.task)
         });
         if let Some(ix) = position {
             debug_assert!(ix < 64, "a task's bit in Registered::tasks");

@@ -125,35 +125,56 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 pub fn go_duration(ns: i64) -> String {
     const SECOND: i64 = 1_000_000_000;
     let ns = ns.max(0);
+    // One buffer written in place: a stop formats several durations per allocation.
+    let mut out = String::with_capacity(16);
     if ns == 0 {
-        return "0s".to_string();
-    }
-    if ns < SECOND {
+        out.push_str("0s");
+    } else if ns < SECOND {
         let (unit, per) = match ns {
             0..1_000 => ("ns", 1),
             1_000..1_000_000 => ("µs", 1_000),
             _ => ("ms", 1_000_000),
         };
-        return format!("{}{unit}", decimal(ns, per));
+        decimal(&mut out, ns, per);
+        out.push_str(unit);
+    } else {
+        let (hours, minutes) = (ns / (3600 * SECOND), ns / (60 * SECOND) % 60);
+        if hours > 0 {
+            push_int(&mut out, hours);
+            out.push('h');
+        }
+        if hours > 0 || minutes > 0 {
+            push_int(&mut out, minutes);
+            out.push('m');
+        }
+        decimal(&mut out, ns % (60 * SECOND), SECOND);
+        out.push('s');
     }
-    let (hours, minutes) = (ns / (3600 * SECOND), ns / (60 * SECOND) % 60);
-    let seconds = decimal(ns % (60 * SECOND), SECOND);
-    match (hours, minutes) {
-        (0, 0) => format!("{seconds}s"),
-        (0, _) => format!("{minutes}m{seconds}s"),
-        _ => format!("{hours}h{minutes}m{seconds}s"),
-    }
+    out
 }
 
-/// `value / per` with the remainder as a decimal fraction, trailing zeros dropped.
-fn decimal(value: i64, per: i64) -> String {
+fn push_int(out: &mut String, value: i64) {
+    use std::fmt::Write;
+    write!(out, "{value}").expect("writing to a String cannot fail");
+}
+
+/// Appends `value / per` with the remainder as a decimal fraction, trailing zeros dropped
+/// (`per` a power of ten).
+fn decimal(out: &mut String, value: i64, per: i64) {
     let (whole, rest) = (value / per, value % per);
+    push_int(out, whole);
     if rest == 0 {
-        return whole.to_string();
+        return;
     }
-    let width = per.to_string().len() - 1;
-    let fraction = format!("{rest:0width$}");
-    format!("{whole}.{}", fraction.trim_end_matches('0'))
+    out.push('.');
+    let mut digit = per / 10;
+    let mut rest = rest;
+    while rest > 0 {
+        let d = u8::try_from(rest / digit).expect("a digit");
+        out.push(char::from(b'0' + d));
+        rest %= digit;
+        digit /= 10;
+    }
 }
 
 /// A Go duration (`1s`, `2000ms`, `1m30s`, `1.5h`) in nanoseconds.

@@ -22,6 +22,7 @@ use events::WriteType;
 pub use plan::{DesiredUpdates, PlanOutcome};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use store::StateStore;
 use structs::*;
 
@@ -121,7 +122,7 @@ impl std::error::Error for ServerError {}
 pub struct ClientReport {
     pub client_status: ClientStatus,
     pub client_description: String,
-    pub task_states: BTreeMap<String, TaskState>,
+    pub task_states: BTreeMap<Arc<str>, TaskState>,
     /// The allocation's health within its deployment, once its client decided.
     pub deployment_status: Option<AllocDeploymentStatus>,
 }
@@ -632,7 +633,9 @@ impl Server {
     }
 }
 
+/// `_nomad-task-{alloc}-{owner}-{name}`: every deregistration makes one per service, most
+/// of them to find it already gone.
 fn service_id(alloc_id: &str, task: &str, name: &str) -> String {
     let owner = if task.is_empty() { "group" } else { task };
-    format!("_nomad-task-{alloc_id}-{owner}-{name}")
+    crate::text::joined(&["_nomad-task-", alloc_id, "-", owner, "-", name])
 }

@@ -175,7 +175,7 @@ impl Simulator {
                 runner
                     .tasks
                     .iter()
-                    .position(|t| t.name == name)
+                    .position(|t| *t.name == *name)
                     .ok_or_else(|| refused(format!("no task {name:?}")))?,
             ),
             None => None,
@@ -202,7 +202,7 @@ impl Simulator {
                 runner
                     .tasks
                     .iter()
-                    .position(|t| &t.name == name)
+                    .position(|t| *t.name == **name)
                     .ok_or_else(not_enabled)?,
             ),
             None => None,

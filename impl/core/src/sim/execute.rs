@@ -160,5 +160,5 @@ impl Simulator {
 
 /// The task a service belongs to, by name; empty for a group service.
 fn task_owner(runner: &AllocRunner, task: Option<usize>) -> String {
-    task.map_or(String::new(), |ix| runner.tasks[ix].name.clone())
+    task.map_or(String::new(), |ix| String::from(&*runner.tasks[ix].name))
 }

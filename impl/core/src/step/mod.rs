@@ -288,7 +288,7 @@ impl Effect {
             runner
                 .tasks
                 .get(ix)
-                .map_or_else(|| format!("#{ix}"), |task| task.name.clone())
+                .map_or_else(|| format!("#{ix}"), |task| String::from(&*task.name))
         };
         Some(match command {
             Command::StartTask { task } => Effect::Launch { task: name(*task) },

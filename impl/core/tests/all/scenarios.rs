@@ -90,11 +90,11 @@ fn allocs(sim: &Simulator) -> Vec<AllocId> {
 
 fn event_types(sim: &Simulator, alloc: &str, task: &str) -> Vec<String> {
     let runner = sim.runner(alloc).unwrap();
-    let task = runner.tasks.iter().find(|t| t.name == task).unwrap();
+    let task = runner.tasks.iter().find(|t| *t.name == *task).unwrap();
     task.state
         .events
         .iter()
-        .map(|e| e.event_type.clone())
+        .map(|e| e.event_type.to_string())
         .collect()
 }
 

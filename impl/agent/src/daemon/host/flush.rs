@@ -16,7 +16,7 @@ impl DaemonHost {
         if names.is_empty() {
             return;
         }
-        let owner = task.map_or(String::new(), |ix| runner.tasks[ix].name.clone());
+        let owner = task.map_or(String::new(), |ix| String::from(&*runner.tasks[ix].name));
         self.pending.services.push((on, owner, names.to_vec()));
     }
 

@@ -38,7 +38,7 @@ impl DaemonHost {
     /// Notes on the step's `Signal` effect for task `ix` when its kill timeout began, which
     /// the entry's own time (taken when the step is stored) may follow by the store's wait.
     fn note_timeout_start(&mut self, runner: &AllocRunner, ix: usize, from_ns: i64) {
-        let Some(name) = runner.tasks.get(ix).map(|t| t.name.as_str()) else {
+        let Some(name) = runner.tasks.get(ix).map(|t| &*t.name) else {
             return;
         };
         let effects = self
@@ -153,7 +153,7 @@ impl Host for DaemonHost {
             runner
                 .tasks
                 .get(ix)
-                .map_or_else(String::new, |t| t.name.clone())
+                .map_or_else(String::new, |t| String::from(&*t.name))
         };
         let step = match what {
             // Read (and its sequence number reserved) by the client, under the core lock.

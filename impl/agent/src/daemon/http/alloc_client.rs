@@ -68,7 +68,7 @@ pub(super) fn signal_alloc(shared: &Shared, id: &str, body: &[u8]) -> Result<Rep
         ));
     };
     let signalled = shell.inspect(|runner, host| {
-        let names: Vec<&str> = runner.tasks.iter().map(|t| t.name.as_str()).collect();
+        let names: Vec<&str> = runner.tasks.iter().map(|t| &*t.name).collect();
         if !task_name.is_empty() {
             let ix = names
                 .iter()
@@ -166,7 +166,10 @@ pub(super) fn alloc_stats(shared: &Shared, id: &str) -> Result<Reply, ApiError> 
     let leaders: Vec<(String, i32)> = shell.inspect(|runner, host| {
         let named = runner.tasks.iter().enumerate();
         named
-            .filter_map(|(ix, task)| host.task_pid(ix).map(|pid| (task.name.clone(), pid)))
+            .filter_map(|(ix, task)| {
+                host.task_pid(ix)
+                    .map(|pid| (String::from(&*task.name), pid))
+            })
             .collect()
     });
     // SAFETY: sysconf has no preconditions.

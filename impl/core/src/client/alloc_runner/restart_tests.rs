@@ -17,7 +17,7 @@ fn kinds(runner: &AllocRunner) -> Vec<String> {
         .state
         .events
         .iter()
-        .map(|e| e.event_type.clone())
+        .map(|e| e.event_type.to_string())
         .collect()
 }
 

@@ -7,12 +7,15 @@ use crate::client::{Command, DelayOutcome, Timer};
 use crate::gotime::go_duration;
 use crate::server::structs::{event_types, TaskEvent, TaskState, TaskStateName, MAX_TASK_EVENTS};
 use crate::spec::{EffectiveRestartPolicy, Task, TaskRole, DEFAULT_KILL_SIGNAL};
+use crate::text::joined;
 use serde::{Deserialize, Serialize};
 
 mod restart;
 
 pub use restart::{Decision, RestartMark};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Where the task stands on the stop path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,7 +49,7 @@ pub struct ExitResult {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskRunner {
-    pub name: String,
+    pub name: Arc<str>,
     pub role: TaskRole,
     pub shutdown_delay_ns: i64,
     /// `kill_timeout` capped by the client's `max_kill_timeout`.
@@ -89,21 +92,25 @@ pub struct TaskRunner {
     pub batch: bool,
 }
 
-pub(super) fn event(
-    event_type: &str,
+pub(super) fn event<const N: usize>(
+    event_type: &'static str,
     now: i64,
-    display: String,
-    details: &[(&str, String)],
+    display: impl Into<Cow<'static, str>>,
+    details: [(&'static str, String); N],
 ) -> TaskEvent {
     TaskEvent {
-        event_type: event_type.to_string(),
+        event_type: Cow::Borrowed(event_type),
         time: now,
         message: String::new(),
-        display_message: display,
+        display_message: display.into(),
+        // Inserted one by one: `collect` sorts its input through a buffer of its own first,
+        // more work than a few inserts into one leaf.
         details: details
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect::<BTreeMap<_, _>>(),
+            .into_iter()
+            .fold(BTreeMap::new(), |mut map, (key, value)| {
+                map.insert(Cow::Borrowed(key), value);
+                map
+            }),
     }
 }
 
@@ -130,7 +137,7 @@ impl TaskRunner {
             &task.kill_signal
         };
         TaskRunner {
-            name: task.name.clone(),
+            name: Arc::from(task.name.as_str()),
             role: task.role(),
             shutdown_delay_ns: task.shutdown_delay_ns,
             // kill_timeout_respected, capped (§2.4 step 5, #13626).
@@ -208,8 +215,8 @@ impl TaskRunner {
         self.record(event(
             event_types::STARTED,
             now,
-            "Task started by client".into(),
-            &[],
+            "Task started by client",
+            [],
         ));
         if !was_running {
             // The `Started` event's time (a nanosecond on from others at this instant).
@@ -234,8 +241,12 @@ impl TaskRunner {
         self.record(event(
             event_types::KILLING,
             now,
-            format!("Sent interrupt. Waiting {timeout} before force killing"),
-            &[("kill_timeout", timeout.clone())],
+            joined(&[
+                "Sent interrupt. Waiting ",
+                &timeout,
+                " before force killing",
+            ]),
+            [("kill_timeout", timeout.clone())],
         ));
         self.kill_from_hooks(ix, cancelled, now, out);
     }
@@ -261,16 +272,24 @@ impl TaskRunner {
             self.record(event(
                 event_types::SKIPPING_SHUTDOWN_DELAY,
                 now,
-                format!("Skipping shutdown_delay of {delay} before killing the task."),
-                &[],
+                joined(&[
+                    "Skipping shutdown_delay of ",
+                    &delay,
+                    " before killing the task.",
+                ]),
+                [],
             ));
             self.send_signal(ix, now, out);
         } else {
             self.record(event(
                 event_types::WAITING_FOR_SHUTDOWN_DELAY,
                 now,
-                format!("Waiting for shutdown_delay of {delay} before killing the task."),
-                &[],
+                joined(&[
+                    "Waiting for shutdown_delay of ",
+                    &delay,
+                    " before killing the task.",
+                ]),
+                [],
             ));
             self.phase = TaskPhase::Delaying;
             self.delay = DelayOutcome::Waiting;
@@ -292,11 +311,12 @@ impl TaskRunner {
         self.record(event(
             event_types::SHUTDOWN_DELAY_CUT_SHORT,
             now,
-            format!(
-                "Shutdown delay of {} cut short by -no-shutdown-delay.",
-                go_duration(self.shutdown_delay_ns)
-            ),
-            &[],
+            joined(&[
+                "Shutdown delay of ",
+                &go_duration(self.shutdown_delay_ns),
+                " cut short by -no-shutdown-delay.",
+            ]),
+            [],
         ));
         self.send_signal(ix, now, out);
     }
@@ -363,8 +383,8 @@ impl TaskRunner {
             self.record(event(
                 event_types::KILLED,
                 now,
-                "Task successfully killed".into(),
-                &[],
+                "Task successfully killed",
+                [],
             ));
         }
         self.phase = TaskPhase::Dead;
@@ -383,16 +403,23 @@ impl TaskRunner {
                 event_types::DRIVER_FAILURE,
                 now,
                 failure.clone(),
-                &[("driver_error", failure.clone())],
+                [("driver_error", failure.clone())],
             ));
         }
-        let mut display = format!("Exit Code: {}", exit.exit_code);
-        let mut details = vec![("exit_code", exit.exit_code.to_string())];
+        let code = exit.exit_code.to_string();
+        let mut terminated = event(
+            event_types::TERMINATED,
+            now,
+            joined(&["Exit Code: ", &code]),
+            [("exit_code", code)],
+        );
         if let Some(signal) = exit.signal {
-            display.push_str(&format!(", Signal: {signal}"));
-            details.push(("signal", signal.to_string()));
+            let signal = signal.to_string();
+            terminated.display_message =
+                joined(&[&terminated.display_message, ", Signal: ", &signal]).into();
+            terminated.details.insert(Cow::Borrowed("signal"), signal);
         }
-        self.record(event(event_types::TERMINATED, now, display, &details));
+        self.record(terminated);
     }
 
     fn pre_kill_hooks(&self) -> [&dyn TaskPreKillHook; 1] {

@@ -57,8 +57,8 @@ impl TaskRunner {
         self.record(event(
             event_types::RESTART_SIGNALED,
             now,
-            "User requested restart".into(),
-            &[("restart_reason", "User requested restart".into())],
+            "User requested restart",
+            [("restart_reason", "User requested restart".into())],
         ));
         self.kill_from_hooks(ix, cancelled || no_shutdown_delay, now, out);
     }
@@ -164,7 +164,7 @@ impl TaskRunner {
             event_types::RESTARTING,
             now,
             format!("Task restarting in {}", go_duration(delay_ns)),
-            &[
+            [
                 ("restart_reason", reason),
                 ("start_delay", delay_ns.to_string()),
             ],
@@ -184,7 +184,7 @@ impl TaskRunner {
             event_types::NOT_RESTARTING,
             now,
             reason.clone(),
-            &[("restart_reason", reason)],
+            [("restart_reason", reason)],
         ));
     }
 
@@ -214,8 +214,8 @@ impl TaskRunner {
             self.record(event(
                 event_types::RESTARTING,
                 now,
-                "Task restarting in 0s".into(),
-                &[("restart_reason", "User requested restart".into())],
+                "Task restarting in 0s",
+                [("restart_reason", "User requested restart".into())],
             ));
         }
         self.state.restarts += 1;

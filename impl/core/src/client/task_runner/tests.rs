@@ -10,6 +10,9 @@ fn durations_read_as_go_prints_them() {
         (250_000_000, "250ms"),
         (1_000_000_000, "1s"),
         (1_500_000_000, "1.5s"),
+        (1_005_000_000, "1.005s"),
+        (1_000_000_001, "1.000000001s"),
+        (-5, "0s"),
         (30_000_000_000, "30s"),
         (60_000_000_000, "1m0s"),
         (90_000_000_000, "1m30s"),
@@ -34,14 +37,14 @@ fn a_task_keeps_its_last_ten_events() {
         0,
     );
     for n in 0..MAX_TASK_EVENTS {
-        runner.record(event("E", n as i64, String::new(), &[]));
+        runner.record(event("E", n as i64, String::new(), []));
     }
     assert_eq!(
         runner.state.events.len(),
         MAX_TASK_EVENTS,
         "ten are all kept"
     );
-    runner.record(event("E", 10, String::new(), &[]));
+    runner.record(event("E", 10, String::new(), []));
     let times: Vec<i64> = runner.state.events.iter().map(|e| e.time).collect();
     assert_eq!(times, (1..=10).collect::<Vec<i64>>());
 }
@@ -55,13 +58,13 @@ fn events_recorded_at_one_instant_are_a_nanosecond_apart() {
         0,
     );
     for (kind, at) in [("A", 5), ("B", 5), ("C", 5), ("D", 4), ("E", 20)] {
-        runner.record(event(kind, at, String::new(), &[]));
+        runner.record(event(kind, at, String::new(), []));
     }
     let times: Vec<(&str, i64)> = runner
         .state
         .events
         .iter()
-        .map(|e| (e.event_type.as_str(), e.time))
+        .map(|e| (&*e.event_type, e.time))
         .collect();
     assert_eq!(times, [("A", 5), ("B", 6), ("C", 7), ("D", 8), ("E", 20)]);
 }

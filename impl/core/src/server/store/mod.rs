@@ -56,8 +56,9 @@ pub struct StateStore {
     allocs_by_job: Arc<BTreeMap<JobId, BTreeSet<AllocId>>>,
     /// What each job's status is derived from (`status.rs`).
     counts: Arc<BTreeMap<JobId, Counts>>,
-    evals: Arc<BTreeMap<EvalId, Evaluation>>,
-    services: Arc<BTreeMap<String, ServiceRegistration>>,
+    /// Each record shared too, as an allocation is: a copy of the table copies pointers.
+    evals: Arc<BTreeMap<EvalId, Arc<Evaluation>>>,
+    services: Arc<BTreeMap<String, Arc<ServiceRegistration>>>,
     nodes: Arc<BTreeMap<NodeId, Node>>,
     /// Every deployment, by ID (`deployments.rs`).
     deployments: Arc<BTreeMap<String, Deployment>>,
@@ -251,7 +252,7 @@ impl StateStore {
     }
 
     pub fn service(&self, id: &str) -> Option<&ServiceRegistration> {
-        self.services.get(id)
+        self.services.get(id).map(Arc::as_ref)
     }
 
     /// The index of the last write.
@@ -361,15 +362,15 @@ impl StateStore {
     }
 
     pub fn eval(&self, id: &str) -> Option<&Evaluation> {
-        self.evals.get(id)
+        self.evals.get(id).map(Arc::as_ref)
     }
 
     pub fn evals(&self) -> impl Iterator<Item = &Evaluation> {
-        self.evals.values()
+        self.evals.values().map(Arc::as_ref)
     }
 
     pub fn services(&self) -> impl Iterator<Item = &ServiceRegistration> {
-        self.services.values()
+        self.services.values().map(Arc::as_ref)
     }
 
     pub fn has_service(&self, id: &str) -> bool {
@@ -380,8 +381,7 @@ impl StateStore {
         &'a self,
         alloc_id: &'a str,
     ) -> impl Iterator<Item = &'a ServiceRegistration> + 'a {
-        self.services
-            .values()
+        self.services()
             .filter(move |service| service.alloc_id == alloc_id)
     }
 
@@ -572,7 +572,7 @@ impl StateStore {
             }
             eval.modify_time = now;
         }
-        Arc::make_mut(&mut self.evals).insert(eval.id.clone(), eval);
+        Arc::make_mut(&mut self.evals).insert(eval.id.clone(), Arc::new(eval));
     }
 
     pub(super) fn eval_mut(&mut self, id: &str) -> Option<&mut Evaluation> {
@@ -581,7 +581,7 @@ impl StateStore {
         if !self.evals.contains_key(id) {
             return None;
         }
-        let eval = Arc::make_mut(&mut self.evals).get_mut(id)?;
+        let eval = Arc::make_mut(Arc::make_mut(&mut self.evals).get_mut(id)?);
         if let Some(now) = now {
             eval.modify_time = now;
         }
@@ -590,7 +590,7 @@ impl StateStore {
 
     pub(super) fn put_service(&mut self, service: ServiceRegistration) {
         self.wrote(Record::Service(service.id.clone()));
-        Arc::make_mut(&mut self.services).insert(service.id.clone(), service);
+        Arc::make_mut(&mut self.services).insert(service.id.clone(), Arc::new(service));
     }
 
     pub(super) fn delete_service(&mut self, id: &str) -> bool {
