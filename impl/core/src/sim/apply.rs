@@ -15,7 +15,7 @@ use std::sync::Arc;
 impl Simulator {
     /// Applies exactly `step`, or changes nothing and says why.
     pub fn apply(&mut self, step: &Step) -> Result<(), SimError> {
-        let (job, group) = self.context_of(step);
+        let (job, group, node) = self.context_of(step);
         self.effects.clear();
         match step {
             Step::StopJob {
@@ -60,8 +60,8 @@ impl Simulator {
                 alloc,
                 task,
                 no_shutdown_delay,
-            } => self.restart_alloc(alloc, task.as_deref(), *no_shutdown_delay, step)?,
-            _ => self.runner_step(step)?,
+            } => self.restart_alloc(alloc, node, task.as_deref(), *no_shutdown_delay, step)?,
+            _ => self.runner_step(step, node)?,
         }
         let mut entry = LogEntry::step(step.clone(), job, group);
         entry.time_ns = self.now_ns;
@@ -81,21 +81,27 @@ impl Simulator {
         }
     }
 
-    /// The job and task group a step is about, for its log entry.
-    fn context_of(&self, step: &Step) -> (Option<JobId>, Option<String>) {
+    /// The job and task group a step is about, for its log entry, and the node whose client
+    /// runs the step's allocation (looked up once here for the step that follows).
+    fn context_of(&self, step: &Step) -> (Option<JobId>, Option<String>, Option<NodeId>) {
         if let Some(job) = step.job() {
-            return (Some(job.clone()), None);
+            return (Some(job.clone()), None, None);
         }
         let Some(alloc) = step.alloc() else {
-            return (None, None);
+            return (None, None, None);
         };
-        let record = self
-            .runner(alloc)
-            .map(|runner| runner.alloc.as_ref())
+        let placed = self.node_and_runner(alloc);
+        let record = placed
+            .map(|(_, runner)| runner.alloc.as_ref())
             .or_else(|| self.server.store.alloc_for_client(alloc));
+        let node = placed.map(|(node, _)| node.clone());
         match record {
-            Some(record) => (Some(record.job_id.clone()), Some(record.task_group.clone())),
-            None => (None, None),
+            Some(record) => (
+                Some(record.job_id.clone()),
+                Some(record.task_group.clone()),
+                node,
+            ),
+            None => (None, None, node),
         }
     }
 
@@ -143,11 +149,12 @@ impl Simulator {
         self.execute(&node, alloc_id, commands)
     }
 
-    /// `alloc restart`, straight to the client that runs the allocation; refused (nothing
-    /// changes) when the runner refuses it.
+    /// `alloc restart`, straight to the client that runs the allocation (`node`, from the
+    /// step's context); refused (nothing changes) when the runner refuses it.
     fn restart_alloc(
         &mut self,
         alloc: &AllocId,
+        node: Option<NodeId>,
         task: Option<&str>,
         no_shutdown_delay: bool,
         step: &Step,
@@ -161,9 +168,7 @@ impl Simulator {
         if stopped {
             return Err(refused("the server has stopped the allocation".into()));
         }
-        let node = self
-            .client_of(alloc)
-            .ok_or_else(|| refused("no client runs it".into()))?;
+        let node = node.ok_or_else(|| refused("no client runs it".into()))?;
         let now = self.now_ns;
         let runner = self
             .clients
@@ -187,10 +192,11 @@ impl Simulator {
         self.execute(&node, alloc, commands)
     }
 
-    fn runner_step(&mut self, step: &Step) -> Result<(), SimError> {
+    /// A runner's step, on `node`: the client that runs its allocation, if any.
+    fn runner_step(&mut self, step: &Step, node: Option<NodeId>) -> Result<(), SimError> {
         let not_enabled = || SimError::NotEnabled(step.to_string());
         let alloc = step.alloc().ok_or_else(not_enabled)?.clone();
-        let node = self.client_of(&alloc).ok_or_else(not_enabled)?;
+        let node = node.ok_or_else(not_enabled)?;
         let now = self.now_ns;
         let runner = self
             .clients

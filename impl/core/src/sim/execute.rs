@@ -22,10 +22,16 @@ impl Simulator {
         let mut report = false;
         while !commands.is_empty() {
             let mut follow_ups = Vec::new();
+            // Each command's effect, in order, with the runner looked up once for the batch:
+            // an effect reads only the tasks' names and kill timeouts, which no command of
+            // the batch changes.
+            if let Some(runner) = self.clients.get(node).and_then(|c| c.runners.get(alloc)) {
+                let effects = commands
+                    .iter()
+                    .filter_map(|command| Effect::of(command, runner));
+                self.effects.extend(effects);
+            }
             for command in commands {
-                if let Some(runner) = self.clients.get(node).and_then(|c| c.runners.get(alloc)) {
-                    self.effects.extend(Effect::of(&command, runner));
-                }
                 match command {
                     Command::Report => report = true,
                     Command::ForceKill { task, .. } => {

@@ -191,14 +191,6 @@ impl Simulator {
         self.node_and_runner(alloc).map(|(_, runner)| runner)
     }
 
-    fn client_of<Q>(&self, alloc: &Q) -> Option<NodeId>
-    where
-        AllocId: Borrow<Q>,
-        Q: Ord + ?Sized,
-    {
-        self.node_and_runner(alloc).map(|(node, _)| node.clone())
-    }
-
     /// The runner of an allocation and its node: looked up on the node the server placed it
     /// on, rather than every node's runners searched in turn (searched only for a runner
     /// the server no longer knows of, or one before its first pull).
