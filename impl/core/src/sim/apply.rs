@@ -174,7 +174,7 @@ impl Simulator {
             .clients
             .get_mut(&node)
             .and_then(|c| c.runner_mut(alloc))
-            .expect("client_of found it");
+            .expect("the step's context found its runner");
         let ix = match task {
             Some(name) => Some(
                 runner

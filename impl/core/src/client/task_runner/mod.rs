@@ -407,16 +407,13 @@ impl TaskRunner {
             ));
         }
         let code = exit.exit_code.to_string();
-        let mut terminated = event(
-            event_types::TERMINATED,
-            now,
-            joined(&["Exit Code: ", &code]),
-            [("exit_code", code)],
-        );
-        if let Some(signal) = exit.signal {
-            let signal = signal.to_string();
-            terminated.display_message =
-                joined(&[&terminated.display_message, ", Signal: ", &signal]).into();
+        let signal = exit.signal.map(|signal| signal.to_string());
+        let display = match &signal {
+            Some(signal) => joined(&["Exit Code: ", &code, ", Signal: ", signal]),
+            None => joined(&["Exit Code: ", &code]),
+        };
+        let mut terminated = event(event_types::TERMINATED, now, display, [("exit_code", code)]);
+        if let Some(signal) = signal {
             terminated.details.insert(Cow::Borrowed("signal"), signal);
         }
         self.record(terminated);

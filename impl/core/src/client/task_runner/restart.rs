@@ -13,6 +13,7 @@ use crate::client::{Command, DelayOutcome, Timer};
 use crate::gotime::go_duration;
 use crate::server::structs::{event_types, TaskStateName};
 use crate::spec::RestartMode;
+use crate::text::joined;
 use serde::{Deserialize, Serialize};
 
 /// Whether the task's kill in progress is an in-place restart's, and whether that restart
@@ -163,7 +164,7 @@ impl TaskRunner {
         self.record(event(
             event_types::RESTARTING,
             now,
-            format!("Task restarting in {}", go_duration(delay_ns)),
+            joined(&["Task restarting in ", &go_duration(delay_ns)]),
             [
                 ("restart_reason", reason),
                 ("start_delay", delay_ns.to_string()),
