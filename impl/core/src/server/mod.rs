@@ -13,6 +13,7 @@ pub mod scaling;
 pub mod scheduler;
 pub mod store;
 pub mod structs;
+mod task_events;
 mod versions;
 
 use crate::ids::IdGen;

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub use super::task_events::TaskEvents;
 pub use crate::id::Id;
 
 pub type JobId = String;
@@ -129,9 +130,9 @@ pub struct TaskState {
     pub started_at: i64,
     #[serde(default, with = "crate::gotime::serde_time")]
     pub finished_at: i64,
-    /// Shared between copies (the runner's, the server's last report of it, a cloned
-    /// simulator's): recording an event copies the list, whose events are shared too.
-    pub events: Arc<Vec<Arc<TaskEvent>>>,
+    /// The last ten, oldest first; shared between copies (the runner's, the server's last
+    /// report of it, a cloned simulator's), recording one puts it in front of them.
+    pub events: TaskEvents,
 }
 
 impl TaskState {
@@ -155,7 +156,7 @@ impl Default for TaskState {
             last_restart: 0,
             started_at: 0,
             finished_at: 0,
-            events: std::sync::Arc::default(),
+            events: TaskEvents::default(),
         }
     }
 }

@@ -182,24 +182,7 @@ impl TaskRunner {
         if event.event_type == event_types::RESTARTING {
             self.state.last_restart = event.time;
         }
-        let event = std::sync::Arc::new(event);
-        let events = &mut self.state.events;
-        // Shared (a clone of the simulator holds them): copied once, into room for the
-        // new event, rather than copied and then grown. A copy is of pointers: the events
-        // themselves are shared for good.
-        let kept_from = (events.len() + 1).saturating_sub(MAX_TASK_EVENTS);
-        match std::sync::Arc::get_mut(events) {
-            Some(events) => {
-                events.push(event);
-                events.drain(..kept_from);
-            }
-            None => {
-                let mut copy = Vec::with_capacity(events.len() + 1 - kept_from);
-                copy.extend_from_slice(&events[kept_from..]);
-                copy.push(event);
-                *events = std::sync::Arc::new(copy);
-            }
-        }
+        self.state.events.push(event);
         debug_assert!(self.state.events.len() <= MAX_TASK_EVENTS);
     }
 
