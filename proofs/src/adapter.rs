@@ -5,7 +5,7 @@ use quiesce_core::sim::Simulator;
 use quiesce_core::spec::{
     Job, Lifecycle, RestartPolicy, Service, Task, TaskGroup, TaskRole, UpdateStrategy,
 };
-use quiesce_core::step::Step;
+use quiesce_core::step::{Step, TaskName};
 use quiesce_model::config::{GroupCfg, ModelCfg, TaskCfg, TaskKind, MAX_TASKS};
 use quiesce_model::Action;
 
@@ -157,7 +157,7 @@ pub fn jobspec(cfg: &ModelCfg) -> Job {
 /// placement order, the model's positions.
 pub fn step_of(cfg: &ModelCfg, ids: &[AllocId], action: Action) -> Step {
     let alloc = |ix: u8| ids[usize::from(ix)].clone();
-    let task = |ix: u8| cfg.group.tasks[usize::from(ix)].name.clone();
+    let task = |ix: u8| TaskName::from(cfg.group.tasks[usize::from(ix)].name.as_str());
     let job = cfg.job.to_string();
     match action {
         Action::StopJob {
@@ -249,7 +249,7 @@ pub fn action_of(cfg: &ModelCfg, ids: &[AllocId], step: &Step) -> Option<Action>
             cfg.group
                 .tasks
                 .iter()
-                .position(|t| &t.name == name)
+                .position(|t| *t.name == **name)
                 .and_then(|ix| u8::try_from(ix).ok())?,
         ),
     };

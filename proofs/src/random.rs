@@ -159,7 +159,7 @@ fn requests(sim: &Simulator, cfg: &ModelCfg, ids: &[AllocId]) -> Vec<Step> {
                 task.phase == quiesce_core::client::TaskPhase::Running
                     && task.role != quiesce_core::spec::TaskRole::Poststop
             })
-            .map(|task| Some(String::from(&*task.name)))
+            .map(|task| Some(task.name.clone()))
             .collect::<Vec<_>>();
         if running.is_empty() {
             continue;

@@ -49,7 +49,7 @@ impl EffectRules {
         // task of the allocation whose process runs.
         if let (Some(Step::RestartAlloc { task, .. }), Some(alloc)) = (entry.as_step(), &alloc) {
             let targets: Vec<(AllocId, String)> = match task {
-                Some(task) => vec![(alloc.clone(), task.clone())],
+                Some(task) => vec![(alloc.clone(), task.to_string())],
                 None => self
                     .live
                     .iter()
@@ -63,7 +63,7 @@ impl EffectRules {
         if let (Some(Step::TaskExit { task, .. } | Step::PoststopExit { task, .. }), Some(alloc)) =
             (entry.as_step(), &alloc)
         {
-            self.live.remove(&(alloc.clone(), task.clone()));
+            self.live.remove(&(alloc.clone(), task.to_string()));
         }
         for effect in &entry.effects {
             self.checked += 1;
@@ -148,7 +148,7 @@ impl EffectRules {
                 Effect::SigKill { task, kill } => {
                     let timed_out = matches!(
                         entry.as_step(),
-                        Some(Step::KillTimeout { task: t, .. }) if t == task
+                        Some(Step::KillTimeout { task: t, .. }) if **t == **task
                     );
                     if !timed_out {
                         return Err(format!(

@@ -395,12 +395,12 @@ impl Instance {
             // interval, no further.
             let interval = self
                 .restart_intervals
-                .get(task)
+                .get(&**task)
                 .copied()
                 .unwrap_or(i64::MAX);
             let start = *self
                 .interval_starts
-                .entry((alloc.clone(), task.clone()))
+                .entry((alloc.clone(), task.to_string()))
                 .or_insert(entry.time_ns);
             if entry.time_ns.saturating_sub(start) >= interval.saturating_sub(1_000_000_000) {
                 self.stop_judging(
@@ -413,7 +413,7 @@ impl Instance {
                 self.unjudged += 1;
                 return Ok(());
             }
-            if self.exit_decides.contains(task) {
+            if self.exit_decides.contains(&**task) {
                 self.stop_judging(
                     entry.seq,
                     format!(
@@ -427,7 +427,7 @@ impl Instance {
         }
         let task = match step.task() {
             None => None,
-            Some(name) => match model.cfg.group.tasks.iter().position(|t| &t.name == name) {
+            Some(name) => match model.cfg.group.tasks.iter().position(|t| *t.name == **name) {
                 Some(ix) => Some(ix as u8),
                 None => return Err(format!("the job's group has no task {name:?}")),
             },

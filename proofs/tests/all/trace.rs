@@ -243,7 +243,7 @@ fn a_task_signalled_twice_is_refused() {
     let exit = log
         .iter()
         .position(|e| {
-            matches!(e.as_step(), Some(Step::TaskExit { alloc: a, task: t }) if Some(a) == alloc.as_ref() && t == task)
+            matches!(e.as_step(), Some(Step::TaskExit { alloc: a, task: t }) if Some(a) == alloc.as_ref() && **t == **task)
         })
         .unwrap();
     log[exit].effects.push(effect);

@@ -30,7 +30,7 @@ impl Simulator {
 
     fn push_runner_steps(&self, id: &AllocId, runner: &AllocRunner, steps: &mut Vec<Step>) {
         let alloc = id.clone();
-        let task = |ix: usize| String::from(&*runner.tasks[ix].name);
+        let task = |ix: usize| runner.tasks[ix].name.clone();
         for step in runner.ready_steps() {
             steps.push(step_of_runner(id, runner, step));
         }
@@ -107,7 +107,7 @@ impl Simulator {
 /// The step alphabet's name for a runner's ready step.
 pub(super) fn step_of_runner(alloc: &AllocId, runner: &AllocRunner, step: RunnerStep) -> Step {
     let alloc = alloc.clone();
-    let task = |ix: usize| String::from(&*runner.tasks[ix].name);
+    let task = |ix: usize| runner.tasks[ix].name.clone();
     match step {
         RunnerStep::GroupPreKill => Step::GroupPreKill { alloc },
         RunnerStep::TaskPreKill(ix) => Step::TaskPreKill {

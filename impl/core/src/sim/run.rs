@@ -75,7 +75,7 @@ impl Simulator {
             let (at, alloc, ix) = exit.expect("checked");
             self.now_ns = self.now_ns.max(at);
             let runner = self.runner(&alloc)?;
-            let task = String::from(&*runner.tasks[ix].name);
+            let task = runner.tasks[ix].name.clone();
             return Some(if runner.tasks[ix].role == TaskRole::Poststop {
                 Step::PoststopExit { alloc, task }
             } else {
@@ -89,15 +89,15 @@ impl Simulator {
             Timer::GroupDelay => Step::GroupDelayElapsed { alloc },
             Timer::TaskDelay(ix) => Step::TaskDelayElapsed {
                 alloc,
-                task: String::from(&*runner.tasks[ix].name),
+                task: runner.tasks[ix].name.clone(),
             },
             Timer::KillTimeout(ix) => Step::KillTimeout {
                 alloc,
-                task: String::from(&*runner.tasks[ix].name),
+                task: runner.tasks[ix].name.clone(),
             },
             Timer::RestartDelay(ix) => Step::RestartDelayElapsed {
                 alloc,
-                task: String::from(&*runner.tasks[ix].name),
+                task: runner.tasks[ix].name.clone(),
             },
             Timer::Healthy => Step::AllocHealthy { alloc },
             Timer::HealthyDeadline => Step::AllocUnhealthy { alloc },

@@ -133,7 +133,7 @@ struct Wire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     alloc: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    task: Option<String>,
+    task: Option<super::TaskName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     purge: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -12,6 +12,10 @@ use crate::server::structs::{AllocId, JobId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// A task's name in a step: shared with its runner, not copied, as a step names one after
+/// nearly every other.
+pub type TaskName = std::sync::Arc<str>;
+
 /// One step of the step alphabet.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Step {
@@ -42,46 +46,46 @@ pub enum Step {
     },
     TaskPreKill {
         alloc: AllocId,
-        task: String,
+        task: TaskName,
     },
     TaskDelayElapsed {
         alloc: AllocId,
-        task: String,
+        task: TaskName,
     },
     TaskExit {
         alloc: AllocId,
-        task: String,
+        task: TaskName,
     },
     KillTimeout {
         alloc: AllocId,
-        task: String,
+        task: TaskName,
     },
     PoststopStart {
         alloc: AllocId,
-        task: String,
+        task: TaskName,
     },
     PoststopExit {
         alloc: AllocId,
-        task: String,
+        task: TaskName,
     },
     ClientRestart,
     /// `alloc restart`, in place: `task`, or (`None`) every running task.
     RestartAlloc {
         alloc: AllocId,
-        task: Option<String>,
+        task: Option<TaskName>,
         no_shutdown_delay: bool,
     },
     /// The restart policy decides about a task that ended on its own; `unrecoverable`: its
     /// run ended in an error the driver reported, which is never retried.
     RestartDecision {
         alloc: AllocId,
-        task: String,
+        task: TaskName,
         unrecoverable: bool,
     },
     /// The restart delay timer fires: the task runs again.
     RestartDelayElapsed {
         alloc: AllocId,
-        task: String,
+        task: TaskName,
     },
     /// `job run` of an edited jobspec. The simulator's stand-in for the edit: the latest
     /// version with each group's `Meta["generation"]` counted up (a destructive change that
@@ -170,7 +174,7 @@ impl Step {
     }
 
     /// The task the step is about, if any.
-    pub fn task(&self) -> Option<&String> {
+    pub fn task(&self) -> Option<&TaskName> {
         match self {
             Step::TaskPreKill { task, .. }
             | Step::TaskDelayElapsed { task, .. }

@@ -349,7 +349,7 @@ fn kill_order_is_leader_then_sidecar_then_poststop() {
         })
         .map(|e| {
             let task = e.as_step().and_then(Step::task).unwrap();
-            (e.name().to_string(), task.clone())
+            (e.name().to_string(), task.to_string())
         })
         .collect();
     let step = |s: &str, t: &str| (s.to_string(), t.to_string());

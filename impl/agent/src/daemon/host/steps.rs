@@ -153,7 +153,7 @@ impl Host for DaemonHost {
             runner
                 .tasks
                 .get(ix)
-                .map_or_else(String::new, |t| String::from(&*t.name))
+                .map_or_else(|| "".into(), |t| t.name.clone())
         };
         let step = match what {
             // Read (and its sequence number reserved) by the client, under the core lock.
