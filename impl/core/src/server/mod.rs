@@ -565,7 +565,7 @@ impl Server {
         let rollout_stop_ended = terminal
             && !alloc.client_status.is_terminal()
             && alloc.desired_description == scheduler::DESC_UPDATING;
-        let job_id = alloc.job_id.clone();
+        let job_id = rollout_stop_ended.then(|| alloc.job_id.clone());
         let failed_in_deployment = report.client_status == ClientStatus::Failed
             && alloc.desired_status == DesiredStatus::Run
             && !alloc.deployment_id.is_empty();
@@ -584,7 +584,7 @@ impl Server {
         if let Some(health) = report.deployment_status {
             self.alloc_healthy(alloc_id, health, index);
         }
-        if rollout_stop_ended {
+        if let Some(job_id) = job_id {
             self.wake_running_deployment(&job_id, index);
         }
         if failed_in_deployment {

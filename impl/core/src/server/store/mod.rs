@@ -530,13 +530,17 @@ impl StateStore {
             alloc.modify_time = now;
         }
         let came = Counts::of(alloc);
-        let job_id = alloc.job_id.clone();
+        // The job's ID copied only for what reads it: a change of the counts, or a host
+        // that notes what moved (most reports change neither in the simulator).
+        let job_id = (gone != came || self.moved.is_some()).then(|| alloc.job_id.clone());
         if client_visible {
             alloc.alloc_modify_index = index;
             self.client_changes.push(alloc.id.clone());
         }
-        self.moved_allocs_of(&job_id);
-        self.recount(&job_id, gone, came);
+        if let Some(job_id) = job_id {
+            self.moved_allocs_of(&job_id);
+            self.recount(&job_id, gone, came);
+        }
         true
     }
 

@@ -95,9 +95,11 @@ impl StateStore {
         if gone == came {
             return;
         }
-        let counts = Arc::make_mut(&mut self.counts)
-            .entry(job_id.to_string())
-            .or_default();
+        let all = Arc::make_mut(&mut self.counts);
+        if !all.contains_key(job_id) {
+            all.insert(job_id.to_string(), Counts::default());
+        }
+        let counts = all.get_mut(job_id).expect("just inserted");
         let was = *counts;
         debug_assert!(
             counts.allocs >= gone.allocs && counts.live >= gone.live,
