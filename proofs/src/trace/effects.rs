@@ -95,7 +95,7 @@ impl EffectRules {
                         self.restarting.insert((alloc.clone(), task.clone()));
                     }
                     if let Some(registered) = self.registered.get_mut(&(alloc, task.clone())) {
-                        for service in services {
+                        for service in services.iter() {
                             registered.remove(service);
                         }
                     }

@@ -472,7 +472,7 @@ fn a_crash_that_keeps_its_service_is_refused() {
     let mut log = run(vec![crashing_api_job()], |_| Vec::new());
     let crash = find(&log, "TaskExit", |effects| {
         effects.iter().any(
-            |e| matches!(e, Effect::Deregister { services, .. } if services == &["api-server"]),
+            |e| matches!(e, Effect::Deregister { services, .. } if services[..] == ["api-server"]),
         )
     });
     log[crash].effects.clear();

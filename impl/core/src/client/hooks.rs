@@ -30,7 +30,7 @@ pub trait TaskStopHook {
 /// `shutdown_delay` (so load balancers stop sending traffic before the tasks die).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupServiceHook {
-    pub services: Vec<String>,
+    pub services: std::sync::Arc<[String]>,
     pub shutdown_delay_ns: i64,
 }
 
@@ -70,7 +70,7 @@ impl RunnerPreKillHook for GroupServiceHook {
 /// before it is killed, and again once it has exited.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskServiceHook {
-    pub services: Vec<String>,
+    pub services: std::sync::Arc<[String]>,
 }
 
 impl TaskServiceHook {
@@ -110,8 +110,8 @@ impl TaskStopHook for TaskServiceHook {
 mod tests {
     use super::*;
 
-    fn names() -> Vec<String> {
-        vec!["web".to_string()]
+    fn names() -> std::sync::Arc<[String]> {
+        ["web".to_string()].into()
     }
 
     // invariant: prestop_hooks_always_run

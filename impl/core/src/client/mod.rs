@@ -71,11 +71,11 @@ pub enum Command {
     /// Register the group's (`None`) or a task's native services.
     RegisterServices {
         task: Option<usize>,
-        names: Vec<String>,
+        names: std::sync::Arc<[String]>,
     },
     DeregisterServices {
         task: Option<usize>,
-        names: Vec<String>,
+        names: std::sync::Arc<[String]>,
     },
     StartTimer {
         timer: Timer,

@@ -400,7 +400,7 @@ mod tests {
         entry.effects = vec![
             Effect::Deregister {
                 task: Some("app".into()),
-                services: vec!["app-svc".into()],
+                services: ["app-svc".to_string()].into(),
             },
             Effect::Signal {
                 task: "app".into(),

@@ -254,13 +254,13 @@ pub enum Effect {
     Register {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         task: Option<String>,
-        services: Vec<String>,
+        services: std::sync::Arc<[String]>,
     },
     /// Native services deregistered (idempotent: the stop hooks deregister again).
     Deregister {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         task: Option<String>,
-        services: Vec<String>,
+        services: std::sync::Arc<[String]>,
     },
     /// The kill signal of the task's kill number `kill`. `already_delivered`: the step was
     /// taken again by a runner restored after a crash, and the task's supervisor had
