@@ -13,11 +13,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::sync::Arc;
 
+/// A task's last events, oldest first: at most [`MAX_TASK_EVENTS`], the newest of a chain
+/// of at most twice as many.
 #[derive(Clone, Default)]
 pub struct TaskEvents {
     newest: Option<Arc<Node>>,
-    /// The events shown: at most [`MAX_TASK_EVENTS`], the newest of the chain.
-    len: usize,
 }
 
 struct Node {
@@ -50,15 +50,18 @@ impl TaskEvents {
             older,
             chain,
         }));
-        self.len = (self.len + 1).min(MAX_TASK_EVENTS);
+        debug_assert!(chain < 2 * MAX_TASK_EVENTS, "a chain of {chain} events");
     }
 
+    /// The events shown: the newest of the chain, ten at most.
     pub fn len(&self) -> usize {
-        self.len
+        self.newest
+            .as_ref()
+            .map_or(0, |node| node.chain.min(MAX_TASK_EVENTS))
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.newest.is_none()
     }
 
     /// The newest event.
@@ -73,20 +76,21 @@ impl TaskEvents {
 
     /// The events shown, oldest first.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &TaskEvent> + ExactSizeIterator {
+        let len = self.len();
         let mut shown: [Option<&TaskEvent>; MAX_TASK_EVENTS] = [None; MAX_TASK_EVENTS];
-        for (slot, event) in shown[..self.len].iter_mut().rev().zip(self.newest_first()) {
+        for (slot, event) in shown[..len].iter_mut().rev().zip(self.newest_first()) {
             *slot = Some(event);
         }
         shown
             .into_iter()
-            .take(self.len)
+            .take(len)
             .map(|event| event.expect("a node for every event shown"))
     }
 
     /// The events shown, newest first, following the chain.
     fn newest_first(&self) -> impl Iterator<Item = &TaskEvent> {
         std::iter::successors(self.newest.as_deref(), |node| node.older.as_deref())
-            .take(self.len)
+            .take(self.len())
             .map(|node| &node.event)
     }
 }
@@ -104,14 +108,14 @@ fn chain_of(newest_first: Vec<TaskEvent>) -> Option<Arc<Node>> {
 }
 
 impl PartialEq for TaskEvents {
-    /// The same events shown; one list shared (as most are) is equal without a look.
+    /// The same events shown; one chain shared (as most are) is equal without a look.
     fn eq(&self, other: &TaskEvents) -> bool {
         let shared = match (&self.newest, &other.newest) {
             (Some(ours), Some(theirs)) => Arc::ptr_eq(ours, theirs),
             (None, None) => true,
             _ => false,
         };
-        (shared && self.len == other.len) || self.iter().eq(other.iter())
+        shared || self.iter().eq(other.iter())
     }
 }
 
@@ -210,6 +214,10 @@ mod tests {
         assert_eq!(listed, (3..13).collect::<Vec<_>>());
         let read: TaskEvents = serde_json::from_value(json).unwrap();
         assert_eq!(read, events);
+        // More than ten read (a record of another writer's): the last ten are kept.
+        let longer = serde_json::to_value((0..13).map(event).collect::<Vec<_>>()).unwrap();
+        let read: TaskEvents = serde_json::from_value(longer).unwrap();
+        assert_eq!(times(&read), (3..13).collect::<Vec<_>>());
         assert_eq!(
             format!("{read:?}"),
             format!("{:?}", events.iter().collect::<Vec<_>>())

@@ -99,7 +99,7 @@ impl StateStore {
         if !all.contains_key(job_id) {
             all.insert(job_id.to_string(), Counts::default());
         }
-        let counts = all.get_mut(job_id).expect("just inserted");
+        let counts = all.get_mut(job_id).expect("present, or just inserted");
         let was = *counts;
         debug_assert!(
             counts.allocs >= gone.allocs && counts.live >= gone.live,
