@@ -5,7 +5,7 @@
 use crate::client::hooks::{TaskPreKillHook, TaskServiceHook, TaskStopHook};
 use crate::client::{Command, DelayOutcome, Timer};
 use crate::gotime::go_duration;
-use crate::server::structs::{event_types, TaskEvent, TaskState, TaskStateName, MAX_TASK_EVENTS};
+use crate::server::structs::{event_types, TaskEvent, TaskState, TaskStateName};
 use crate::spec::{EffectiveRestartPolicy, Task, TaskRole, DEFAULT_KILL_SIGNAL};
 use crate::text::joined;
 use serde::{Deserialize, Serialize};
@@ -183,7 +183,6 @@ impl TaskRunner {
             self.state.last_restart = event.time;
         }
         self.state.events.push(event);
-        debug_assert!(self.state.events.len() <= MAX_TASK_EVENTS);
     }
 
     pub(super) fn start(&mut self, ix: usize, now: i64, out: &mut Vec<Command>) {

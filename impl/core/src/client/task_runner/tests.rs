@@ -1,4 +1,5 @@
 use super::*;
+use crate::server::structs::MAX_TASK_EVENTS;
 
 #[test]
 fn durations_read_as_go_prints_them() {
