@@ -260,5 +260,13 @@ def test_a_replacement_never_gets_the_dynamic_port_its_predecessor_still_holds(a
     assert agent.get(f"/v1/allocation/{old['ID']}")["ClientStatus"] == "running", "the old one is in its delay"
     assert new_port != old_port
     agent.http("DELETE", "/v1/job/ported?purge=true&no_shutdown_delay=true")
-    agent.wait_until("both to end", lambda: all(
-        agent.exit_record(a, "t") for a in (old["ID"], new["ID"])))
+    try:
+        agent.wait_until("both to end", lambda: all(
+            agent.exit_record(a, "t") for a in (old["ID"], new["ID"])))
+    except AssertionError as timeout:
+        # Failed once under CI's load (2026-12-07), not since: say what each allocation
+        # went through, and whether its task was ever launched, for the next time.
+        steps = {a: [e["step"] for e in agent.events() if e.get("alloc") == a]
+                 for a in (old["ID"], new["ID"])}
+        launched = {a: agent.task_dir(a, "t").exists() for a in (old["ID"], new["ID"])}
+        raise AssertionError(f"{timeout}; steps {steps}; task launched {launched}") from None
