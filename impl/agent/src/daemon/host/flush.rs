@@ -4,20 +4,21 @@
 use super::DaemonHost;
 use crate::daemon::persist;
 use quiesce_core::client::AllocRunner;
+use std::sync::Arc;
 
 impl DaemonHost {
     pub(super) fn services(
         &mut self,
         runner: &AllocRunner,
         task: Option<usize>,
-        names: &[String],
+        names: &Arc<[String]>,
         on: bool,
     ) {
         if names.is_empty() {
             return;
         }
         let owner = task.map_or(String::new(), |ix| String::from(&*runner.tasks[ix].name));
-        self.pending.services.push((on, owner, names.to_vec()));
+        self.pending.services.push((on, owner, Arc::clone(names)));
     }
 
     /// Makes the pending services' changes visible on the server now, before a launch, and
@@ -152,7 +153,7 @@ fn change_services(
     shared: &crate::daemon::Shared,
     core: &mut crate::daemon::Core,
     alloc: &str,
-    services: &[(bool, String, Vec<String>)],
+    services: &[(bool, String, Arc<[String]>)],
 ) {
     for (on, owner, names) in services {
         if *on {

@@ -110,8 +110,8 @@ pub struct DaemonHost {
 #[derive(Default)]
 struct Pending {
     /// Services to register (`true`) or deregister, by owner (`""` for the group), not yet
-    /// applied on the server.
-    services: Vec<(bool, String, Vec<String>)>,
+    /// applied on the server; the names shared with the hook's command.
+    services: Vec<(bool, String, Arc<[String]>)>,
     /// The records of services already applied on the server, for the settle's commit.
     effects: Vec<super::persist::Write>,
     /// A `Report` command came: the report is sent with the runner's state at the flush.
