@@ -20,8 +20,9 @@ pub(super) struct Schedule {
     /// Each allocation's running timers: when each is due.
     timers: Arc<BTreeMap<AllocId, BTreeMap<Timer, i64>>>,
     /// When each task (by position) whose exit is a step now (killing, or a running
-    /// poststop task) will exit by itself, by the mock driver's script.
-    exits: Arc<BTreeMap<AllocId, BTreeMap<usize, i64>>>,
+    /// poststop task) will exit by itself, by the mock driver's script: an allocation's
+    /// entry has one place per task, and is there while one of them is set.
+    exits: Arc<BTreeMap<AllocId, Box<[Option<i64>]>>>,
     /// The mock driver's handle of each started task, by position.
     handles: Arc<BTreeMap<AllocId, BTreeMap<usize, u64>>>,
     /// `timers` and `exits` by when each is due, once asked for.
@@ -116,56 +117,45 @@ impl Schedule {
             .insert(task, handle);
     }
 
-    /// Sets when task `task` will exit by itself (`None`: its exit is no step now); copies
-    /// nothing if that is as it was.
-    pub(super) fn set_exit(&mut self, alloc: &AllocId, task: usize, due: Option<i64>) {
-        let was = self
-            .exits
-            .get(alloc)
-            .and_then(|exits| exits.get(&task))
-            .copied();
-        if was == due {
+    /// Sets when each task of the allocation will exit by itself, `dues[i]` for task `i`
+    /// (`None`: its exit is no step now). One lookup, and nothing copied, when all are as
+    /// they were, as they are after most steps; else one write of the allocation's entry.
+    pub(super) fn set_exits(&mut self, alloc: &AllocId, dues: &[Option<i64>]) {
+        let current = self.exits.get(alloc).map_or(&[][..], |exits| &exits[..]);
+        let was = |task: usize| current.get(task).copied().flatten();
+        let tasks = dues.len().max(current.len());
+        let due = |task: usize| dues.get(task).copied().flatten();
+        if (0..tasks).all(|task| was(task) == due(task)) {
             return;
         }
         if let Some(queues) = self.queues.get_mut() {
-            if let Some(was) = was {
-                queues.exits.remove(&(was, alloc.clone(), task));
-            }
-            if let Some(at) = due {
-                queues.exits.insert((at, alloc.clone(), task));
-            }
-        }
-        let exits = Arc::make_mut(&mut self.exits);
-        match due {
-            Some(at) => {
-                exits.entry(alloc.clone()).or_default().insert(task, at);
-            }
-            None => {
-                if let Some(of_alloc) = exits.get_mut(alloc) {
-                    of_alloc.remove(&task);
-                    if of_alloc.is_empty() {
-                        exits.remove(alloc);
-                    }
+            for task in (0..tasks).filter(|&task| was(task) != due(task)) {
+                if let Some(was) = was(task) {
+                    queues.exits.remove(&(was, alloc.clone(), task));
+                }
+                if let Some(at) = due(task) {
+                    queues.exits.insert((at, alloc.clone(), task));
                 }
             }
         }
+        let exits = Arc::make_mut(&mut self.exits);
+        if dues.iter().all(Option::is_none) {
+            exits.remove(alloc);
+        } else {
+            exits.insert(alloc.clone(), dues.into());
+        }
     }
 
-    /// Sets when each task of the allocation will exit by itself, `dues[i]` for task `i`
-    /// (as [`Schedule::set_exit`]); one lookup, and nothing copied, when all are as they
-    /// were, as they are after most steps.
-    pub(super) fn set_exits(&mut self, alloc: &AllocId, dues: &[Option<i64>]) {
-        let current = self.exits.get(alloc);
-        let unchanged = dues
-            .iter()
-            .enumerate()
-            .all(|(task, &due)| current.and_then(|exits| exits.get(&task)).copied() == due);
-        if unchanged {
-            return;
-        }
-        for (task, &due) in dues.iter().enumerate() {
-            self.set_exit(alloc, task, due);
-        }
+    /// Sets when task `task` alone will exit by itself (as [`Schedule::set_exits`]).
+    #[cfg(test)]
+    fn set_exit(&mut self, alloc: &AllocId, task: usize, due: Option<i64>) {
+        let mut dues = self
+            .exits
+            .get(alloc)
+            .map_or_else(Vec::new, |exits| exits.to_vec());
+        dues.resize(dues.len().max(task + 1), None);
+        dues[task] = due;
+        self.set_exits(alloc, &dues);
     }
 
     /// The process exit due soonest (ties as [`Schedule::first_timer`]'s).
@@ -177,7 +167,15 @@ impl Schedule {
     fn queues(&self) -> &Queues {
         self.queues.get_or_init(|| Queues {
             timers: sorted(&self.timers),
-            exits: sorted(&self.exits),
+            exits: self
+                .exits
+                .iter()
+                .flat_map(|(alloc, dues)| {
+                    dues.iter()
+                        .enumerate()
+                        .filter_map(move |(task, due)| Some((*due.as_ref()?, alloc.clone(), task)))
+                })
+                .collect(),
         })
     }
 }
