@@ -507,22 +507,19 @@ impl StateStore {
         AllocId: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        let Some((key, _)) = self.allocs.get_key_value(id) else {
+        // A copy of the table, and of the record, only if a clone still shares it (an
+        // event holding this version shows it as it was).
+        let Some(alloc) = shared_entry_mut(&mut self.allocs, id) else {
             return false;
         };
-        let key = key.clone();
-        self.wrote(Record::Alloc(key.clone()));
-        // A copy only if an event still holds this version (it shows it as it was).
-        let alloc = Arc::make_mut(
-            Arc::make_mut(&mut self.allocs)
-                .get_mut::<AllocId>(&key)
-                .expect("checked"),
-        );
+        let alloc = Arc::make_mut(alloc);
         debug_assert!(
             index >= alloc.modify_index,
-            "indexes only grow: alloc {key} written at {index} after {}",
+            "indexes only grow: alloc {} written at {index} after {}",
+            alloc.id,
             alloc.modify_index
         );
+        let key = alloc.id.clone();
         let gone = Counts::of(alloc);
         change(alloc);
         alloc.modify_index = index;
@@ -535,8 +532,9 @@ impl StateStore {
         let job_id = (gone != came || self.moved.is_some()).then(|| alloc.job_id.clone());
         if client_visible {
             alloc.alloc_modify_index = index;
-            self.client_changes.push(alloc.id.clone());
+            self.client_changes.push(key.clone());
         }
+        self.wrote(Record::Alloc(key));
         if let Some(job_id) = job_id {
             self.moved_allocs_of(&job_id);
             self.recount(&job_id, gone, came);
@@ -582,10 +580,7 @@ impl StateStore {
     pub(super) fn eval_mut(&mut self, id: &str) -> Option<&mut Evaluation> {
         self.wrote(Record::Eval(id.to_string()));
         let now = self.now;
-        if !self.evals.contains_key(id) {
-            return None;
-        }
-        let eval = Arc::make_mut(Arc::make_mut(&mut self.evals).get_mut(id)?);
+        let eval = Arc::make_mut(shared_entry_mut(&mut self.evals, id)?);
         if let Some(now) = now {
             eval.modify_time = now;
         }
@@ -607,7 +602,7 @@ impl StateStore {
             })
         });
         self.wrote(Record::Service(id.to_string()));
-        self.services.contains_key(id) && Arc::make_mut(&mut self.services).remove(id).is_some()
+        shared_remove(&mut self.services, id).is_some()
     }
 
     pub fn node(&self, id: &str) -> Option<&Node> {
@@ -622,6 +617,35 @@ impl StateStore {
         self.wrote(Record::Node(node.id.clone()));
         Arc::make_mut(&mut self.nodes).insert(node.id.clone(), node);
     }
+}
+
+/// The value of `key` in a table shared between copies of the store, to write: the table
+/// copied first if another copy shares it, and then only if the key is in it. One lookup when
+/// this copy has the table to itself (after its first write), two when it copies it.
+fn shared_entry_mut<'a, K, V, Q>(table: &'a mut Arc<BTreeMap<K, V>>, key: &Q) -> Option<&'a mut V>
+where
+    K: Ord + Clone + Borrow<Q>,
+    V: Clone,
+    Q: Ord + ?Sized,
+{
+    if Arc::get_mut(table).is_none() && !table.contains_key(key) {
+        return None;
+    }
+    Arc::make_mut(table).get_mut(key)
+}
+
+/// Removes `key` from a table shared between copies of the store, as [`shared_entry_mut`]
+/// writes: the table copied only if the key is in it.
+fn shared_remove<K, V, Q>(table: &mut Arc<BTreeMap<K, V>>, key: &Q) -> Option<V>
+where
+    K: Ord + Clone + Borrow<Q>,
+    V: Clone,
+    Q: Ord + ?Sized,
+{
+    if Arc::get_mut(table).is_none() && !table.contains_key(key) {
+        return None;
+    }
+    Arc::make_mut(table).remove(key)
 }
 
 #[cfg(test)]
