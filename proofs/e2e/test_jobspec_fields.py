@@ -245,7 +245,8 @@ def test_an_evaluation_that_cannot_place_everything_places_nothing(agent):
 def test_a_replacement_never_gets_the_dynamic_port_its_predecessor_still_holds(agent):
     job = {"Job": {"ID": "ported", "TaskGroups": [{"Name": "g",
         "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
-        "Tasks": [{"Name": "t", "Driver": "raw_exec", "ShutdownDelay": 20 * 10**9,
+        # Longer than any wait below: the old allocation is still in its delay at the checks.
+        "Tasks": [{"Name": "t", "Driver": "raw_exec", "ShutdownDelay": 60 * 10**9,
                    "Env": {"V": "1"}, "Services": [{"Name": "ported", "Provider": "nomad"}],
                    "Config": {"command": "/bin/sleep", "args": ["60"]}}]}]}}
     assert agent.http("PUT", "/v1/jobs", job)[0] == 200

@@ -118,8 +118,9 @@ impl Schedule {
     }
 
     /// Sets when each task of the allocation will exit by itself, `dues[i]` for task `i`
-    /// (`None`: its exit is no step now). One lookup, and nothing copied, when all are as
-    /// they were, as they are after most steps; else one write of the allocation's entry.
+    /// (`None`: its exit is no step now), replacing the allocation's whole entry: a task at
+    /// or past `dues.len()` has none after. One lookup, and nothing copied, when all are as
+    /// they were, as they are after most steps; else one write of the entry.
     pub(super) fn set_exits(&mut self, alloc: &AllocId, dues: &[Option<i64>]) {
         let current = self.exits.get(alloc).map_or(&[][..], |exits| &exits[..]);
         let was = |task: usize| current.get(task).copied().flatten();

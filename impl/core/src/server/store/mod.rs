@@ -507,8 +507,8 @@ impl StateStore {
         AllocId: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        // A copy of the table, and of the record, only if a clone still shares it (an
-        // event holding this version shows it as it was).
+        // The table is copied if a clone of the store shares it; the record, if an event or
+        // a clone holds this version (an event shows it as it was).
         let Some(alloc) = shared_entry_mut(&mut self.allocs, id) else {
             return false;
         };
@@ -620,15 +620,16 @@ impl StateStore {
 }
 
 /// The value of `key` in a table shared between copies of the store, to write: the table
-/// copied first if another copy shares it, and then only if the key is in it. One lookup when
-/// this copy has the table to itself (after its first write), two when it copies it.
+/// copied first if another copy shares it, and then only if the key is in it. One lookup
+/// when this copy has the table to itself (after its first write), or when the key is
+/// absent; two when the table is copied.
 fn shared_entry_mut<'a, K, V, Q>(table: &'a mut Arc<BTreeMap<K, V>>, key: &Q) -> Option<&'a mut V>
 where
     K: Ord + Clone + Borrow<Q>,
     V: Clone,
     Q: Ord + ?Sized,
 {
-    if Arc::get_mut(table).is_none() && !table.contains_key(key) {
+    if absent_from_shared(table, key) {
         return None;
     }
     Arc::make_mut(table).get_mut(key)
@@ -642,10 +643,21 @@ where
     V: Clone,
     Q: Ord + ?Sized,
 {
-    if Arc::get_mut(table).is_none() && !table.contains_key(key) {
+    if absent_from_shared(table, key) {
         return None;
     }
     Arc::make_mut(table).remove(key)
+}
+
+/// Whether the table is shared with another copy and lacks `key`: then a write would copy it
+/// for nothing. Unshared, it is not looked at (the write's own lookup finds whether `key` is
+/// there).
+fn absent_from_shared<K, V, Q>(table: &mut Arc<BTreeMap<K, V>>, key: &Q) -> bool
+where
+    K: Ord + Borrow<Q>,
+    Q: Ord + ?Sized,
+{
+    Arc::get_mut(table).is_none() && !table.contains_key(key)
 }
 
 #[cfg(test)]
