@@ -29,7 +29,7 @@ import urllib.request
 
 import pytest
 
-from conftest import SECOND, WITNESS
+from conftest import SECOND, WITNESS, job_processes
 
 RUNS = int(os.environ.get("QUIESCE_CRASH_LAUNCH_RUNS", "20"))
 SEED = int(os.environ.get("QUIESCE_CRASH_SEED", "1"))
@@ -56,32 +56,6 @@ def launch_job(address):
              "Config": {"command": "/bin/sleep", "args": ["1000"]}},
         ],
     }]}}
-
-
-def job_processes(agent):
-    """Every live process of the agent's tasks, from /proc: {(alloc, task): [(pid, kind)]}
-    with kind "supervisor" or "task" (both carry the task's NOMAD_ALLOC_DIR and
-    NOMAD_TASK_NAME in their environment)."""
-    prefix = f"NOMAD_ALLOC_DIR={agent.data_dir}/alloc/".encode()
-    found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as environ:
-                variables = environ.read().split(b"\0")
-            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                argv = cmdline.read().split(b"\0")
-            with open(f"/proc/{pid}/stat") as stat:
-                zombie = stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-        except OSError:
-            continue
-        alloc = next((v[len(prefix):].decode() for v in variables if v.startswith(prefix)), None)
-        name = next((v.split(b"=", 1)[1].decode() for v in variables
-                     if v.startswith(b"NOMAD_TASK_NAME=")), None)
-        if alloc is None or name is None or zombie:
-            continue
-        kind = "supervisor" if len(argv) > 1 and argv[1] == b"supervise" else "task"
-        found.setdefault((alloc, name), []).append((int(pid), kind))
-    return found
 
 
 def send_and_crash(agent, requests, delay_s):

@@ -2,13 +2,14 @@
 quiesce CLI. Delays that must be waited are short and measured; delays that must be skipped
 are 30 s + 30 s, and the processes must die in under 10 s."""
 
+import threading
 import time
 
 import nomad
 import nomadpy
 import pytest
 
-from conftest import model_job, validate_log, web_job
+from conftest import SECOND, job_processes, model_job, validate_log, web_job
 
 # A flagged stop must kill within this many seconds where the delays add up to 60 s.
 FAST = 10.0
@@ -118,6 +119,75 @@ def test_a_purge_honours_the_flag(agent):
     agent.close()
     agent.start()
     assert runners() == "0"
+
+
+# invariant: flag_is_honoured
+def test_a_flagged_stop_sent_as_the_tasks_launch_leaves_nothing_running(agent):
+    """A flagged stop that meets the launches at every stage: sent from a second connection
+    the moment the job exists (before most of its allocations are pulled), or 0 to 40 ms
+    after the registration's answer (while its tasks launch, or after). Judged by the
+    processes: every allocation ends complete; every task whose supervisor started it died of
+    its kill signal, delivered once, well within the delays it skipped; a task never launched
+    has no start in its events; nothing of the jobs is left in /proc."""
+    launched = never = rounds = 0
+    # Ten rounds, and more (up to 40) until both a task launched and one never launched
+    # were met: which one a stop meets is the race's to say.
+    for round_ in range(40):
+        if round_ >= 10 and launched and never:
+            break
+        rounds += 1
+        job_id = f"race-{round_}"
+        job = {"Job": {"ID": job_id, "TaskGroups": [{
+            "Name": "g", "Count": 4, "ShutdownDelay": 30 * SECOND,
+            "Tasks": [{"Name": "t", "Driver": "raw_exec", "ShutdownDelay": 30 * SECOND,
+                       "Config": {"command": "/bin/sleep", "args": ["3600"]}}]}]}}
+        stop = f"/v1/job/{job_id}?no_shutdown_delay=true"
+        if round_ % 2 == 0:
+            # The stop races the registration: asked again until the job is there (an
+            # unknown job's deregistration is answered 200 with an empty body, as Nomad's).
+            stopped = []
+
+            def stop_once_there():
+                deadline = time.monotonic() + FAST
+                while time.monotonic() < deadline:
+                    status, body, _ = agent.http("DELETE", stop)
+                    if status == 200 and body["EvalID"]:
+                        stopped.append(time.monotonic())
+                        return
+
+            racer = threading.Thread(target=stop_once_there)
+            racer.start()
+            assert agent.http("PUT", "/v1/jobs", job)[0] == 200
+            racer.join()
+            assert stopped, "the stop never found the job"
+            requested = stopped[0]
+        else:
+            assert agent.http("PUT", "/v1/jobs", job)[0] == 200
+            time.sleep((round_ // 2 % 5) * 0.01)
+            requested = time.monotonic()
+            assert agent.http("DELETE", stop)[0] == 200
+        allocs = agent.allocs(job_id)
+        assert len(allocs) == 4, allocs
+        # The delays add up to 60 s; the flag skips them.
+        agent.wait_terminal([a["ID"] for a in allocs], timeout=FAST)
+        assert time.monotonic() - requested < FAST
+        for alloc in allocs:
+            record = agent.get(f"/v1/allocation/{alloc['ID']}")
+            assert record["ClientStatus"] == "complete", (round_, record["TaskStates"])
+            events = [e["Type"] for e in (record["TaskStates"] or {}).get("t", {}).get("Events") or []]
+            # Its supervisor made exit.json before it forked the task: launched.
+            if not agent.started(alloc["ID"], "t"):
+                never += 1
+                assert "Started" not in events, (round_, alloc["ID"], events)
+                continue
+            launched += 1
+            exit_record = agent.wait_until("the exit record", lambda: agent.exit_record(alloc["ID"], "t"))
+            signals = [d["signal"] for d in exit_record["delivered"] if not d["forced"]]
+            assert signals == [2] and exit_record["signal"] == 2, (round_, alloc["ID"], exit_record)
+    agent.wait_until("nothing of the jobs left in /proc", lambda: not job_processes(agent), timeout=FAST)
+    print(f"\nflagged stops as tasks launch: {launched} launched, {never} never launched, "
+          f"in {rounds} rounds")
+    assert launched and never, (launched, never)
 
 
 # invariant: flag_scoped
