@@ -509,7 +509,7 @@ impl StateStore {
     {
         // The table is copied if a clone of the store shares it; the record, if an event or
         // a clone holds this version (an event shows it as it was).
-        let Some(alloc) = shared_entry_mut(&mut self.allocs, id) else {
+        let Some(alloc) = write_shared(&mut self.allocs, id, |allocs| allocs.get_mut(id)) else {
             return false;
         };
         let alloc = Arc::make_mut(alloc);
@@ -580,7 +580,9 @@ impl StateStore {
     pub(super) fn eval_mut(&mut self, id: &str) -> Option<&mut Evaluation> {
         self.wrote(Record::Eval(id.to_string()));
         let now = self.now;
-        let eval = Arc::make_mut(shared_entry_mut(&mut self.evals, id)?);
+        let eval = Arc::make_mut(write_shared(&mut self.evals, id, |evals| {
+            evals.get_mut(id)
+        })?);
         if let Some(now) = now {
             eval.modify_time = now;
         }
@@ -602,7 +604,7 @@ impl StateStore {
             })
         });
         self.wrote(Record::Service(id.to_string()));
-        shared_remove(&mut self.services, id).is_some()
+        write_shared(&mut self.services, id, |services| services.remove(id)).is_some()
     }
 
     pub fn node(&self, id: &str) -> Option<&Node> {
@@ -619,45 +621,24 @@ impl StateStore {
     }
 }
 
-/// The value of `key` in a table shared between copies of the store, to write: the table
-/// copied first if another copy shares it, and then only if the key is in it. One lookup
-/// when this copy has the table to itself (after its first write), or when the key is
-/// absent; two when the table is copied.
-fn shared_entry_mut<'a, K, V, Q>(table: &'a mut Arc<BTreeMap<K, V>>, key: &Q) -> Option<&'a mut V>
+/// Writes `key`'s entry of a table shared between copies of the store (`write` gets the
+/// table, this copy's own): the table copied first if another copy shares it, and then only
+/// if the key is in it; `None` if it is not. One lookup besides `write`'s while the table is
+/// shared, none while this copy has it to itself (after its first write).
+fn write_shared<'a, K, V, Q, R>(
+    table: &'a mut Arc<BTreeMap<K, V>>,
+    key: &Q,
+    write: impl FnOnce(&'a mut BTreeMap<K, V>) -> Option<R>,
+) -> Option<R>
 where
     K: Ord + Clone + Borrow<Q>,
     V: Clone,
     Q: Ord + ?Sized,
 {
-    if absent_from_shared(table, key) {
+    if Arc::get_mut(table).is_none() && !table.contains_key(key) {
         return None;
     }
-    Arc::make_mut(table).get_mut(key)
-}
-
-/// Removes `key` from a table shared between copies of the store, as [`shared_entry_mut`]
-/// writes: the table copied only if the key is in it.
-fn shared_remove<K, V, Q>(table: &mut Arc<BTreeMap<K, V>>, key: &Q) -> Option<V>
-where
-    K: Ord + Clone + Borrow<Q>,
-    V: Clone,
-    Q: Ord + ?Sized,
-{
-    if absent_from_shared(table, key) {
-        return None;
-    }
-    Arc::make_mut(table).remove(key)
-}
-
-/// Whether the table is shared with another copy and lacks `key`: then a write would copy it
-/// for nothing. Unshared, it is not looked at (the write's own lookup finds whether `key` is
-/// there).
-fn absent_from_shared<K, V, Q>(table: &mut Arc<BTreeMap<K, V>>, key: &Q) -> bool
-where
-    K: Ord + Borrow<Q>,
-    Q: Ord + ?Sized,
-{
-    Arc::get_mut(table).is_none() && !table.contains_key(key)
+    write(Arc::make_mut(table))
 }
 
 #[cfg(test)]
