@@ -310,8 +310,8 @@ impl Core {
                     Table::Allocs,
                     id.to_string(),
                     store
-                        .alloc_record(id)
-                        .map(|alloc| Payload::Alloc(Box::new(alloc.clone()))),
+                        .alloc_shared(id)
+                        .map(|alloc| Payload::Alloc(Arc::clone(alloc))),
                 ),
                 Record::Eval(id) => (
                     Table::Evals,

@@ -133,7 +133,9 @@ pub struct StoredAlloc {
 #[derive(Debug)]
 pub enum Payload {
     Jobs(Vec<Job>),
-    Alloc(Box<Allocation>),
+    /// The store's own record, shared: a write that changes it later copies it then (as it
+    /// would anyway: the event journal holds it too).
+    Alloc(std::sync::Arc<Allocation>),
     Eval(Evaluation),
     Service(ServiceRegistration),
     /// A runner's state, already encoded by the thread that took its steps (in parallel

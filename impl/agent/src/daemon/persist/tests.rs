@@ -83,7 +83,7 @@ fn a_job_stored_before_the_resources_defaults_loads_with_them() {
                 (
                     Table::Allocs,
                     "a".into(),
-                    Some(Payload::Alloc(Box::new(alloc))),
+                    Some(Payload::Alloc(std::sync::Arc::new(alloc))),
                 ),
             ],
             log: Vec::new(),

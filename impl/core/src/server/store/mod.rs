@@ -324,8 +324,9 @@ impl StateStore {
         self.allocs.get(id).map(Arc::as_ref)
     }
 
-    /// The allocation's record itself, shared (what an event carries).
-    pub(super) fn alloc_shared<Q>(&self, id: &Q) -> Option<&Arc<Allocation>>
+    /// The allocation's record itself, shared (what an event carries, and what the agent
+    /// hands its committer to store).
+    pub fn alloc_shared<Q>(&self, id: &Q) -> Option<&Arc<Allocation>>
     where
         AllocId: Borrow<Q>,
         Q: Ord + ?Sized,
