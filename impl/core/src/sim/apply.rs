@@ -15,7 +15,14 @@ use std::sync::Arc;
 impl Simulator {
     /// Applies exactly `step`, or changes nothing and says why.
     pub fn apply(&mut self, step: &Step) -> Result<(), SimError> {
-        let (job, group, node) = self.context_of(step);
+        let context = self.context_of(step);
+        self.apply_in(step, context)
+    }
+
+    /// [`Simulator::apply`], with the step's context already found (by whoever found the
+    /// step on its runner, see `run.rs`).
+    pub(super) fn apply_in(&mut self, step: &Step, context: StepContext) -> Result<(), SimError> {
+        let (job, group, node) = context;
         self.effects.clear();
         match step {
             Step::StopJob {
@@ -83,25 +90,23 @@ impl Simulator {
 
     /// The job and task group a step is about, for its log entry, and the node whose client
     /// runs the step's allocation (looked up once here for the step that follows).
-    fn context_of(&self, step: &Step) -> (Option<JobId>, Option<String>, Option<NodeId>) {
+    fn context_of(&self, step: &Step) -> StepContext {
         if let Some(job) = step.job() {
             return (Some(job.clone()), None, None);
         }
         let Some(alloc) = step.alloc() else {
             return (None, None, None);
         };
-        let placed = self.node_and_runner(alloc);
-        let record = placed
-            .map(|(_, runner)| runner.alloc.as_ref())
-            .or_else(|| self.server.store.alloc_for_client(alloc));
-        let node = placed.map(|(node, _)| node.clone());
-        match record {
+        if let Some((node, runner)) = self.node_and_runner(alloc) {
+            return runner_context(node, runner);
+        }
+        match self.server.store.alloc_for_client(alloc) {
             Some(record) => (
                 Some(record.job_id.clone()),
                 Some(record.task_group.clone()),
-                node,
+                None,
             ),
-            None => (None, None, node),
+            None => (None, None, None),
         }
     }
 
@@ -317,6 +322,19 @@ impl Simulator {
         }
         Ok(())
     }
+}
+
+/// What a step logs and where it runs: the job and task group it is about, and the node
+/// whose client runs its allocation.
+pub(super) type StepContext = (Option<JobId>, Option<String>, Option<NodeId>);
+
+/// The context of a step of `runner`'s, on `node`.
+pub(super) fn runner_context(node: &NodeId, runner: &AllocRunner) -> StepContext {
+    (
+        Some(runner.alloc.job_id.clone()),
+        Some(runner.alloc.task_group.clone()),
+        Some(node.clone()),
+    )
 }
 
 fn fired_timer(step: &Step, task: Option<usize>) -> Option<Timer> {

@@ -72,10 +72,7 @@ impl Simulator {
             self.server.client_report(alloc, runner.report());
             self.after_server_write();
         }
-        self.refresh_exits(node, alloc);
-        if !self.maybe_ready.contains(alloc) {
-            Arc::make_mut(&mut self.maybe_ready).insert(alloc.clone());
-        }
+        self.refresh(node, alloc);
         Ok(())
     }
 
@@ -132,12 +129,22 @@ impl Simulator {
         Ok(())
     }
 
-    /// Re-reads, for every task of one allocation, when it will exit by itself if that exit
-    /// is a step now.
-    fn refresh_exits(&mut self, node: &NodeId, alloc: &AllocId) {
+    /// After a runner's commands: re-reads, for every task of one allocation, when it will
+    /// exit by itself if that exit is a step now, and notes whether the runner has a step
+    /// ready (`maybe_ready`: only these commands change what is).
+    fn refresh(&mut self, node: &NodeId, alloc: &AllocId) {
         let Some(runner) = self.clients[node].runners.get(alloc) else {
             return;
         };
+        let ready = !runner.ready_steps().is_empty();
+        if ready != self.maybe_ready.contains(alloc) {
+            let maybe_ready = Arc::make_mut(&mut self.maybe_ready);
+            if ready {
+                maybe_ready.insert(alloc.clone());
+            } else {
+                maybe_ready.remove(alloc);
+            }
+        }
         // The allocation's handles looked up once, not once per task, and a task's exit
         // only for a task whose exit can be a step.
         let handles = self.schedule.handles_of(alloc);

@@ -1,6 +1,7 @@
 //! Running until quiet: steps that wait for nothing first, then whatever is due earliest,
 //! the clock advanced to it.
 
+use super::apply::{runner_context, StepContext};
 use super::enabled::step_of_runner;
 use super::{SimError, Simulator};
 use crate::client::Timer;
@@ -14,12 +15,21 @@ impl Simulator {
     /// due earliest, advancing the clock to it. At most `max_steps` steps.
     pub fn run_until_quiet(&mut self, max_steps: usize) -> Result<usize, SimError> {
         for taken in 0..max_steps {
-            let Some(step) = self.next_immediate().or_else(|| self.next_timed()) else {
+            let Some((step, context)) = self.next_immediate().or_else(|| self.next_timed()) else {
                 return Ok(taken);
             };
-            self.apply(&step)?;
+            self.apply_with(&step, context)?;
         }
         Err(SimError::NotQuiet { steps: max_steps })
+    }
+
+    /// Applies a step found here, in its context if the search found that too (a runner's
+    /// step: its node and its allocation's job and group, without looking them up again).
+    fn apply_with(&mut self, step: &Step, context: Option<StepContext>) -> Result<(), SimError> {
+        match context {
+            Some(context) => self.apply_in(step, context),
+            None => self.apply(step),
+        }
     }
 
     /// Takes only the steps that wait for nothing (the scheduler, pulls, runner steps) until
@@ -27,29 +37,33 @@ impl Simulator {
     /// and no timer or scripted exit has come. At most `max_steps` steps.
     pub fn run_until_idle(&mut self, max_steps: usize) -> Result<usize, SimError> {
         for taken in 0..max_steps {
-            let Some(step) = self.next_immediate() else {
+            let Some((step, context)) = self.next_immediate() else {
                 return Ok(taken);
             };
-            self.apply(&step)?;
+            self.apply_with(&step, context)?;
         }
         Err(SimError::NotQuiet { steps: max_steps })
     }
 
-    fn next_immediate(&mut self) -> Option<Step> {
+    /// The next step that waits for nothing, with its context when it is a runner's.
+    fn next_immediate(&mut self) -> Option<(Step, Option<StepContext>)> {
         if let Some(job) = self.server.next_eval_job() {
-            return Some(Step::ProcessEval { job: job.clone() });
+            return Some((Step::ProcessEval { job: job.clone() }, None));
         }
         if let Some(alloc) = self.pending_sync.first() {
-            return Some(Step::ClientSync {
-                alloc: alloc.clone(),
-            });
+            let alloc = alloc.clone();
+            return Some((Step::ClientSync { alloc }, None));
         }
+        // `execute` keeps in `maybe_ready` the runners with a step ready; one removed since
+        // (a client that forgot it) is dropped here.
         while let Some(alloc) = self.maybe_ready.first().cloned() {
-            let step = self.runner(&alloc).and_then(|runner| {
-                runner
-                    .ready_steps()
-                    .first()
-                    .map(|&step| step_of_runner(&alloc, runner, step))
+            let step = self.node_and_runner(&alloc).and_then(|(node, runner)| {
+                runner.ready_steps().first().map(|&step| {
+                    (
+                        step_of_runner(&alloc, runner, step),
+                        Some(runner_context(node, runner)),
+                    )
+                })
             });
             match step {
                 Some(step) => return Some(step),
@@ -61,7 +75,8 @@ impl Simulator {
         None
     }
 
-    fn next_timed(&mut self) -> Option<Step> {
+    /// The timer or process exit due earliest, the clock advanced to it, with its context.
+    fn next_timed(&mut self) -> Option<(Step, Option<StepContext>)> {
         let timer = self.schedule.first_timer();
         let exit = self.schedule.first_exit();
         let take_exit = match (&timer, &exit) {
@@ -74,18 +89,21 @@ impl Simulator {
         if take_exit {
             let (at, alloc, ix) = exit.expect("checked");
             self.now_ns = self.now_ns.max(at);
-            let runner = self.runner(&alloc)?;
+            let (node, runner) = self.node_and_runner(&alloc)?;
+            let context = Some(runner_context(node, runner));
             let task = runner.tasks[ix].name.clone();
-            return Some(if runner.tasks[ix].role == TaskRole::Poststop {
+            let step = if runner.tasks[ix].role == TaskRole::Poststop {
                 Step::PoststopExit { alloc, task }
             } else {
                 Step::TaskExit { alloc, task }
-            });
+            };
+            return Some((step, context));
         }
         let (at, alloc, timer) = timer.expect("checked");
         self.now_ns = self.now_ns.max(at);
-        let runner = self.runner(&alloc)?;
-        Some(match timer {
+        let (node, runner) = self.node_and_runner(&alloc)?;
+        let context = Some(runner_context(node, runner));
+        let step = match timer {
             Timer::GroupDelay => Step::GroupDelayElapsed { alloc },
             Timer::TaskDelay(ix) => Step::TaskDelayElapsed {
                 alloc,
@@ -101,6 +119,7 @@ impl Simulator {
             },
             Timer::Healthy => Step::AllocHealthy { alloc },
             Timer::HealthyDeadline => Step::AllocUnhealthy { alloc },
-        })
+        };
+        Some((step, context))
     }
 }
