@@ -158,7 +158,7 @@ pub fn jobspec(cfg: &ModelCfg) -> Job {
 pub fn step_of(cfg: &ModelCfg, ids: &[AllocId], action: Action) -> Step {
     let alloc = |ix: u8| ids[usize::from(ix)].clone();
     let task = |ix: u8| TaskName::from(cfg.group.tasks[usize::from(ix)].name.as_str());
-    let job = cfg.job.to_string();
+    let job = quiesce_core::server::structs::JobId::from(cfg.job.as_str());
     match action {
         Action::StopJob {
             purge,

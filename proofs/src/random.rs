@@ -111,7 +111,7 @@ pub fn run_with(
 /// restart (flagged or not) of every running task of every allocation the client runs, and
 /// of all its running tasks at once.
 fn requests(sim: &Simulator, cfg: &ModelCfg, ids: &[AllocId]) -> Vec<Step> {
-    let job = cfg.job.to_string();
+    let job = quiesce_core::server::structs::JobId::from(cfg.job.as_str());
     let mut out = Vec::new();
     if sim.server.store.job(&job).is_some() {
         for (purge, flag) in [(false, false), (false, true), (true, false), (true, true)] {

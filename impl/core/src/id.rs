@@ -1,4 +1,4 @@
-//! [`Id`]: the text of an identifier (an allocation's or a node's; jobs' and evaluations'
+//! [`Id`]: the text of an identifier (an allocation's, a node's or a job's; evaluations'
 //! are still `String`s), shared rather than copied.
 //!
 //! A record is copied whenever it is written and a copy of the simulator still holds it

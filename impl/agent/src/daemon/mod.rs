@@ -289,7 +289,7 @@ impl Core {
                 ),
                 Record::ScalingEvents(id) => (
                     Table::ScalingEvents,
-                    id.clone(),
+                    id.to_string(),
                     store
                         .scaling_events(id)
                         .map(|events| Payload::ScalingEvents(Box::new(events.clone()))),
@@ -303,7 +303,7 @@ impl Core {
                 ),
                 Record::Job(id) => (
                     Table::Jobs,
-                    id.clone(),
+                    id.to_string(),
                     store.job_versions_owned(id).cloned().map(Payload::Jobs),
                 ),
                 Record::Alloc(id) => (

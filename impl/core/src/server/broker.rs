@@ -15,9 +15,9 @@ pub struct EvalBroker {
 impl EvalBroker {
     /// Enqueues `eval` for `job`; returns the pending evaluation it supersedes, if any.
     pub fn enqueue(&mut self, job: &str, eval: &str) -> Option<EvalId> {
-        let superseded = self.pending.insert(job.to_string(), eval.to_string());
+        let superseded = self.pending.insert(JobId::from(job), eval.to_string());
         if superseded.is_none() {
-            self.order.push_back(job.to_string());
+            self.order.push_back(JobId::from(job));
         }
         superseded
     }

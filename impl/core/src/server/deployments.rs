@@ -112,7 +112,7 @@ impl Server {
         let mut deployment = Deployment {
             id: self.ids.uuid(),
             namespace: job.namespace.clone(),
-            job_id: job.id.clone(),
+            job_id: job.id.as_str().into(),
             job_version: job.version,
             job_modify_index: job.job_modify_index,
             job_spec_modify_index: job.job_modify_index,
@@ -623,7 +623,7 @@ impl Server {
         job.submit_time = self.store.now();
         self.store.put_job_version(job.clone());
         self.notes.push(Note::Registered {
-            job: job.id.clone(),
+            job: job.id.as_str().into(),
         });
         self.open_deployment(&job, index);
         job

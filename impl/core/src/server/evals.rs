@@ -245,7 +245,7 @@ impl Server {
                 eval_id: eval.id.clone(),
                 name: format!("{}.{}[{}]", job.id, placement.group, placement.index),
                 node_id: node,
-                job_id: job.id.clone(),
+                job_id: job.id.as_str().into(),
                 job_version: job.version,
                 task_group: placement.group.clone(),
                 desired_status: DesiredStatus::Run,

@@ -137,7 +137,7 @@ impl Server {
                     .allocs_by_job(&job.id)
                     .all(|a| Pass::alloc_collectable(a, cutoffs.jobs))
             {
-                jobs.push(job.id.clone());
+                jobs.push(job.id.as_str().into());
                 evals.extend(job_evals.iter().map(|e| e.id.clone()));
                 allocs.extend(store.allocs_by_job(&job.id).map(|a| a.id.clone()));
             }

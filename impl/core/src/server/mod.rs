@@ -244,7 +244,7 @@ impl Server {
             priority,
             eval_type: eval_type.to_string(),
             triggered_by: triggered_by.to_string(),
-            job_id: job.id.clone(),
+            job_id: job.id.as_str().into(),
             job_modify_index: job.job_modify_index,
             status: EvalStatus::Pending,
             status_description: String::new(),
@@ -528,9 +528,9 @@ impl Server {
             .store
             .job(job_id)
             .cloned()
-            .ok_or_else(|| ServerError::JobNotFound(job_id.to_string()))?;
+            .ok_or_else(|| ServerError::JobNotFound(job_id.into()))?;
         if !job.stop {
-            return Err(ServerError::JobNotStopped(job_id.to_string()));
+            return Err(ServerError::JobNotStopped(job_id.into()));
         }
         let spec = job.spec_only();
         let mut started = job;

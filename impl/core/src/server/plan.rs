@@ -41,7 +41,7 @@ impl Server {
         let store = &self.store;
         let mut jobs = BTreeMap::new();
         if let Some(versions) = store.job_versions(job_id) {
-            jobs.insert(job_id.to_string(), versions.to_vec());
+            jobs.insert(job_id.into(), versions.to_vec());
         }
         let mut allocs: Vec<Allocation> = store.allocs_by_job(job_id).cloned().collect();
         for node in &self.nodes {

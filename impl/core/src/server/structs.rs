@@ -10,7 +10,7 @@ use std::sync::Arc;
 pub use super::task_events::TaskEvents;
 pub use crate::id::Id;
 
-pub type JobId = String;
+pub type JobId = Id;
 pub type AllocId = Id;
 pub type EvalId = String;
 pub type NodeId = Id;

@@ -72,7 +72,7 @@ impl LogEntry {
             event: Event::RegisterJob {
                 spec: Box::new(spec.clone()),
             },
-            job: Some(spec.id.clone()),
+            job: Some(spec.id.as_str().into()),
             group: None,
             effects: Vec::new(),
         }
@@ -86,7 +86,7 @@ impl LogEntry {
             event: Event::Deployment {
                 status: status.to_string(),
             },
-            job: Some(job.to_string()),
+            job: Some(job.into()),
             group: None,
             effects: Vec::new(),
         }
@@ -127,7 +127,7 @@ struct Wire {
     time_ns: i64,
     step: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    job: Option<String>,
+    job: Option<JobId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1119,7 +1119,7 @@ fn a_restored_server_takes_up_its_evaluations_and_its_ready_nodes() {
     server.register_job(job_named("pending", 1)).unwrap();
     let mut restored = Server::restore(server.store.clone(), Vec::new(), 3);
     assert_eq!(
-        restored.next_eval_job().map(String::as_str),
+        restored.next_eval_job().map(|job| job.as_str()),
         Some("pending")
     );
     restored.process_next_eval().unwrap().unwrap();

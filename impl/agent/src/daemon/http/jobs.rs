@@ -497,9 +497,7 @@ pub(super) fn is_start(core: &Core, job: &Job) -> bool {
 pub(super) fn log_registration(core: &mut Core, id: &str, starts: bool) {
     if starts {
         core.log(LogEntry::step(
-            Step::StartJob {
-                job: id.to_string(),
-            },
+            Step::StartJob { job: id.into() },
             None,
             None,
         ));
@@ -541,7 +539,7 @@ pub(super) fn stop_job(shared: &Shared, id: &str, query: &Query) -> Result<Reply
         );
     }
     let step = Step::StopJob {
-        job: id.to_string(),
+        job: id.into(),
         purge,
         no_shutdown_delay,
     };

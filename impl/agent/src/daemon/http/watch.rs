@@ -205,7 +205,7 @@ impl Watchers {
             wake(&Key::Table(table));
         }
         for job in &moved.job_allocs {
-            wake(&Key::JobAllocs(job.clone()));
+            wake(&Key::JobAllocs(job.to_string()));
         }
     }
 
@@ -298,7 +298,7 @@ mod tests {
     fn moved(records: &[Record], jobs: &[&str]) -> Moved {
         Moved {
             records: records.iter().cloned().collect(),
-            job_allocs: jobs.iter().map(|j| j.to_string()).collect(),
+            job_allocs: jobs.iter().map(|&j| j.into()).collect(),
             overflowed: false,
         }
     }

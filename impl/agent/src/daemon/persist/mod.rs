@@ -553,7 +553,7 @@ impl Persist {
                 )
                 .collect();
             if let Some(last) = versions.last() {
-                tables.jobs.insert(last.id.clone(), versions);
+                tables.jobs.insert(last.id.as_str().into(), versions);
             }
         })?;
         each(&read, Table::Allocs, |stored: StoredAlloc| {

@@ -205,11 +205,7 @@ fn a_purge_deletes_the_events_and_a_restore_keeps_them() {
     server.scale_job("web", note("web", "kept")).unwrap();
     let store = &server.store;
     let tables = Tables {
-        jobs: [(
-            "web".to_string(),
-            store.job_versions("web").unwrap().to_vec(),
-        )]
-        .into(),
+        jobs: [("web".into(), store.job_versions("web").unwrap().to_vec())].into(),
         scaling_events: vec![store.scaling_events("web").unwrap().clone()],
         ..Tables::default()
     };

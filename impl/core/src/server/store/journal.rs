@@ -133,7 +133,7 @@ fn event_of(kind: WriteType, snapshot: Snapshot) -> Event {
         Snapshot::Alloc(alloc) => (
             Topic::Allocation,
             alloc.id.to_string(),
-            vec![alloc.job_id.clone(), String::new()],
+            vec![alloc.job_id.to_string(), String::new()],
             alloc.namespace.clone(),
         ),
         Snapshot::Job { job, .. } => (
@@ -145,13 +145,13 @@ fn event_of(kind: WriteType, snapshot: Snapshot) -> Event {
         Snapshot::Eval(eval) => (
             Topic::Evaluation,
             eval.id.clone(),
-            vec![eval.job_id.clone(), String::new()],
+            vec![eval.job_id.to_string(), String::new()],
             eval.namespace.clone(),
         ),
         Snapshot::Service { service, owner, .. } => (
             Topic::Service,
             service.id.clone(),
-            vec![service.job_id.clone(), service.service_name.clone()],
+            vec![service.job_id.to_string(), service.service_name.clone()],
             owner
                 .as_ref()
                 .map_or_else(|| "default".to_string(), |o| o.namespace.clone()),
@@ -160,7 +160,7 @@ fn event_of(kind: WriteType, snapshot: Snapshot) -> Event {
         Snapshot::Deployment(deployment) => (
             Topic::Deployment,
             deployment.id.clone(),
-            vec![deployment.job_id.clone()],
+            vec![deployment.job_id.to_string()],
             deployment.namespace.clone(),
         ),
     };

@@ -395,10 +395,10 @@ impl StateStore {
 
     // invariant: jobspec_unchanged
     pub(super) fn put_job_version(&mut self, job: Job) {
-        self.wrote(Record::Job(job.id.clone()));
+        self.wrote(Record::Job(job.id.as_str().into()));
         let versions = Arc::make_mut(
             Arc::make_mut(&mut self.jobs)
-                .entry(job.id.clone())
+                .entry(job.id.as_str().into())
                 .or_default(),
         );
         debug_assert!(
@@ -433,7 +433,7 @@ impl StateStore {
         };
         stored.stable = true;
         stored.modify_index = index;
-        self.wrote(Record::Job(id.to_string()));
+        self.wrote(Record::Job(id.into()));
         true
     }
 
@@ -458,7 +458,7 @@ impl StateStore {
     }
 
     pub(super) fn delete_job(&mut self, id: &str) {
-        self.deleting(Record::Job(id.to_string()), |store| {
+        self.deleting(Record::Job(id.into()), |store| {
             let job = store.job(id)?;
             Some(Snapshot::Job {
                 status: store.job_status(job),
@@ -466,7 +466,7 @@ impl StateStore {
                 deleted: true,
             })
         });
-        self.wrote(Record::Job(id.to_string()));
+        self.wrote(Record::Job(id.into()));
         Arc::make_mut(&mut self.jobs).remove(id);
         self.delete_scaling_events(id);
         if self.counts.get(id).is_some_and(|counts| counts.is_empty()) {

@@ -75,7 +75,7 @@ impl StateStore {
         if let Some(moved) = self.moved.as_mut() {
             if !moved.job_allocs.contains(job_id) {
                 moved.note(|moved| {
-                    moved.job_allocs.insert(job_id.to_string());
+                    moved.job_allocs.insert(job_id.into());
                 });
             }
         }
@@ -97,7 +97,7 @@ mod tests {
         store.moved_allocs_of("job");
         let moved = store.drain_moved();
         assert_eq!(moved.records, BTreeSet::from([Record::Alloc("a".into())]));
-        assert_eq!(moved.job_allocs, BTreeSet::from(["job".to_string()]));
+        assert_eq!(moved.job_allocs, BTreeSet::from(["job".into()]));
         assert!(!moved.overflowed);
         assert!(store.drain_moved().is_empty(), "drained");
         for n in 0..=MAX_MOVED {

@@ -22,16 +22,16 @@ impl StateStore {
         event: ScalingEvent,
     ) {
         debug_assert_eq!(event.create_index, self.index, "recorded in its own write");
-        self.wrote(Record::ScalingEvents(job_id.to_string()));
+        self.wrote(Record::ScalingEvents(job_id.into()));
         let groups: Vec<String> = self
             .job(job_id)
             .map(|job| job.task_groups.iter().map(|g| g.name.clone()).collect())
             .unwrap_or_default();
         debug_assert!(groups.iter().any(|g| g == group), "{group} is {job_id}'s");
         let recorded = Arc::make_mut(&mut self.scaling_events)
-            .entry(job_id.to_string())
+            .entry(job_id.into())
             .or_insert_with(|| JobScalingEvents {
-                job_id: job_id.to_string(),
+                job_id: job_id.into(),
                 ..JobScalingEvents::default()
             });
         recorded.modify_index = event.create_index;
@@ -50,7 +50,7 @@ impl StateStore {
     pub(super) fn delete_scaling_events(&mut self, job_id: &str) {
         if self.scaling_events.contains_key(job_id) {
             Arc::make_mut(&mut self.scaling_events).remove(job_id);
-            self.wrote(Record::ScalingEvents(job_id.to_string()));
+            self.wrote(Record::ScalingEvents(job_id.into()));
         }
     }
 

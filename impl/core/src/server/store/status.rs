@@ -81,7 +81,7 @@ impl StateStore {
     /// `pending` again after a restart, until it is stopped or placed.)
     pub fn job_status(&self, job: &Job) -> &'static str {
         self.counts
-            .get(&job.id)
+            .get(job.id.as_str())
             .copied()
             .unwrap_or_default()
             .status(job.stop)
@@ -97,7 +97,7 @@ impl StateStore {
         }
         let all = Arc::make_mut(&mut self.counts);
         if !all.contains_key(job_id) {
-            all.insert(job_id.to_string(), Counts::default());
+            all.insert(job_id.into(), Counts::default());
         }
         let counts = all.get_mut(job_id).expect("present, or just inserted");
         let was = *counts;
@@ -126,7 +126,7 @@ impl StateStore {
             if let Some(job) = versions.and_then(|v| v.last_mut()) {
                 job.modify_index = index;
             }
-            self.wrote(Record::Job(job_id.to_string()));
+            self.wrote(Record::Job(job_id.into()));
         }
     }
 }
