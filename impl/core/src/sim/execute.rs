@@ -129,9 +129,9 @@ impl Simulator {
         Ok(())
     }
 
-    /// After a runner's commands: re-reads, for every task of one allocation, when it will
-    /// exit by itself if that exit is a step now, and notes whether the runner has a step
-    /// ready (`maybe_ready`: only these commands change what is).
+    /// After a runner's step and its commands: re-reads, for every task of one allocation,
+    /// when it will exit by itself if that exit is a step now, and notes whether the runner
+    /// has a step ready (`maybe_ready`: only its steps change what it has).
     fn refresh(&mut self, node: &NodeId, alloc: &AllocId) {
         let Some(runner) = self.clients[node].runners.get(alloc) else {
             return;

@@ -27,7 +27,7 @@
 //! 5. `TaskPreKill` of the leader: `TaskRunner::begin_kill` records `Killing` with the
 //!    capped kill timeout, deregisters the task's services, records `Skipping shutdown
 //!    delay`, and issues `Command::Signal` and `StartTimer(KillTimeout)`. The mock driver
-//!    records the signal; `refresh_exits` schedules the process's exit.
+//!    records the signal; `refresh` schedules the process's exit.
 //! 6. `TaskExit` (or `KillTimeout`: `Command::ForceKill` and the forced exit in one step):
 //!    `TaskRunner::exited` records `Terminated` and `Killed`, the stop hooks deregister
 //!    again, and `ready_steps` offers the sidecar's `TaskPreKill`, then `PoststopStart`.
@@ -101,7 +101,8 @@ pub struct Simulator {
     schedule: Schedule,
     /// Allocations whose client has an update to pull.
     pending_sync: Arc<BTreeSet<AllocId>>,
-    /// Runners that may have a ready internal step.
+    /// The runners with an internal step ready, kept by `execute` after each of their steps
+    /// (nothing else changes what a runner has ready).
     maybe_ready: Arc<BTreeSet<AllocId>>,
     log: EventLog,
     /// The effects of the step being applied, for its log entry.

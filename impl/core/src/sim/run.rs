@@ -54,8 +54,8 @@ impl Simulator {
             let alloc = alloc.clone();
             return Some((Step::ClientSync { alloc }, None));
         }
-        // `execute` keeps in `maybe_ready` the runners with a step ready; one removed since
-        // (a client that forgot it) is dropped here.
+        // `execute` keeps in `maybe_ready` the runners with a step ready. (Should one be
+        // there with none, or be gone, it is dropped here rather than stop the run.)
         while let Some(alloc) = self.maybe_ready.first().cloned() {
             let step = self.node_and_runner(&alloc).and_then(|(node, runner)| {
                 runner.ready_steps().first().map(|&step| {

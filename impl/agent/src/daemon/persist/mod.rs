@@ -133,8 +133,8 @@ pub struct StoredAlloc {
 #[derive(Debug)]
 pub enum Payload {
     Jobs(Vec<Job>),
-    /// The store's own record, shared: a write that changes it later copies it then (as it
-    /// would anyway: the event journal holds it too).
+    /// The store's own record, shared: a write that changes it while the committer holds
+    /// it copies it then (as it does anyway while the event journal holds it).
     Alloc(std::sync::Arc<Allocation>),
     Eval(Evaluation),
     Service(ServiceRegistration),

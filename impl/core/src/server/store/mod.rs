@@ -242,7 +242,7 @@ impl StateStore {
         self.jobs.get(id).map(Arc::as_ref)
     }
 
-    /// An allocation, tombstone or not (for a durable copy).
+    /// An allocation, tombstone or not.
     pub fn alloc_record<Q>(&self, id: &Q) -> Option<&Allocation>
     where
         AllocId: Borrow<Q>,
@@ -528,8 +528,8 @@ impl StateStore {
             alloc.modify_time = now;
         }
         let came = Counts::of(alloc);
-        // The job's ID copied only for what reads it: a change of the counts, or a host
-        // that notes what moved (most reports change neither in the simulator).
+        // The job's ID taken only for what reads it: a change of the counts, or a host that
+        // notes what moved (most reports change neither in the simulator).
         let job_id = (gone != came || self.moved.is_some()).then(|| alloc.job_id.clone());
         if client_visible {
             alloc.alloc_modify_index = index;
