@@ -82,10 +82,13 @@ impl Simulator {
         alloc: &AllocId,
         command: Command,
     ) -> Result<(), SimError> {
-        let runner = &self.clients[node].runners[alloc];
+        // The runner is looked up only by the commands that read it: most (timers, signals)
+        // do not.
+        let runner = || &self.clients[node].runners[alloc];
         let now = self.now_ns;
         match command {
             Command::StartTask { task } => {
+                let runner = runner();
                 let group = runner
                     .alloc
                     .job
@@ -106,12 +109,12 @@ impl Simulator {
                 self.schedule.set_handle(alloc, task, handle);
             }
             Command::RegisterServices { task, names } => {
-                let owner = task_owner(runner, task);
-                self.server.register_services(alloc, &owner, &names);
+                let owner = task_owner(runner(), task);
+                self.server.register_services(alloc, owner, &names);
             }
             Command::DeregisterServices { task, names } => {
-                let owner = task_owner(runner, task);
-                self.server.deregister_services(alloc, &owner, &names);
+                let owner = task_owner(runner(), task);
+                self.server.deregister_services(alloc, owner, &names);
             }
             Command::StartTimer { timer, after_ns } => {
                 self.schedule.start_timer(alloc, timer, now + after_ns);
@@ -172,6 +175,6 @@ impl Simulator {
 }
 
 /// The task a service belongs to, by name; empty for a group service.
-fn task_owner(runner: &AllocRunner, task: Option<usize>) -> String {
-    task.map_or(String::new(), |ix| String::from(&*runner.tasks[ix].name))
+fn task_owner(runner: &AllocRunner, task: Option<usize>) -> &str {
+    task.map_or("", |ix| &runner.tasks[ix].name)
 }
