@@ -72,7 +72,7 @@ impl Server {
         for id in &allocs {
             debug_assert!(self
                 .store
-                .alloc_record(id)
+                .alloc_for_client(id)
                 .is_some_and(|a| a.client_status.is_terminal()));
             self.store.delete_alloc(id);
         }

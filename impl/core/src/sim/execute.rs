@@ -134,18 +134,18 @@ impl Simulator {
 
     /// After a runner's step and its commands: re-reads, for every task of one allocation,
     /// when it will exit by itself if that exit is a step now, and notes whether the runner
-    /// has a step ready (`maybe_ready`: only its steps change what it has).
+    /// has a step ready (`ready_runners`: only its steps change what it has).
     fn refresh(&mut self, node: &NodeId, alloc: &AllocId) {
         let Some(runner) = self.clients[node].runners.get(alloc) else {
             return;
         };
         let ready = !runner.ready_steps().is_empty();
-        if ready != self.maybe_ready.contains(alloc) {
-            let maybe_ready = Arc::make_mut(&mut self.maybe_ready);
+        if ready != self.ready_runners.contains(alloc) {
+            let ready_runners = Arc::make_mut(&mut self.ready_runners);
             if ready {
-                maybe_ready.insert(alloc.clone());
+                ready_runners.insert(alloc.clone());
             } else {
-                maybe_ready.remove(alloc);
+                ready_runners.remove(alloc);
             }
         }
         // The allocation's handles looked up once, not once per task, and a task's exit

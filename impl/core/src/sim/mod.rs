@@ -103,7 +103,7 @@ pub struct Simulator {
     pending_sync: Arc<BTreeSet<AllocId>>,
     /// The runners with an internal step ready, kept by `execute` after each of their steps
     /// (nothing else changes what a runner has ready).
-    maybe_ready: Arc<BTreeSet<AllocId>>,
+    ready_runners: Arc<BTreeSet<AllocId>>,
     log: EventLog,
     /// The effects of the step being applied, for its log entry.
     effects: Vec<Effect>,
@@ -132,7 +132,7 @@ impl Simulator {
             now_ns: 0,
             schedule: Schedule::default(),
             pending_sync: Arc::default(),
-            maybe_ready: Arc::default(),
+            ready_runners: Arc::default(),
             log: EventLog::default(),
             effects: Vec::new(),
         }

@@ -54,9 +54,9 @@ impl Simulator {
             let alloc = alloc.clone();
             return Some((Step::ClientSync { alloc }, None));
         }
-        // `execute` keeps in `maybe_ready` the runners with a step ready. (Should one be
+        // `execute` keeps in `ready_runners` the runners with a step ready. (Should one be
         // there with none, or be gone, it is dropped here rather than stop the run.)
-        while let Some(alloc) = self.maybe_ready.first().cloned() {
+        while let Some(alloc) = self.ready_runners.first().cloned() {
             let step = self.node_and_runner(&alloc).and_then(|(node, runner)| {
                 runner.ready_steps().first().map(|&step| {
                     (
@@ -68,7 +68,7 @@ impl Simulator {
             match step {
                 Some(step) => return Some(step),
                 None => {
-                    Arc::make_mut(&mut self.maybe_ready).remove(&alloc);
+                    Arc::make_mut(&mut self.ready_runners).remove(&alloc);
                 }
             }
         }

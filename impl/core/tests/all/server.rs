@@ -997,7 +997,7 @@ fn a_live_batch_jobs_completed_allocations_are_not_collected_so_its_work_is_not_
     let collected = server.collect_garbage(Cutoffs::ALL);
     assert_eq!(collected.jobs, 0, "the job still runs");
     assert!(
-        server.store.alloc_record(&ids[0]).is_some(),
+        server.store.alloc_for_client(&ids[0]).is_some(),
         "the completed allocation is what keeps index 0 from running again"
     );
     server.register_job(job("batch", 2)).unwrap();
@@ -1057,7 +1057,7 @@ fn a_job_with_a_pending_evaluation_or_a_recent_change_is_not_collected() {
     server.stop_job("web", StopJobOptions::default()).unwrap();
     server.process_next_eval().unwrap().unwrap();
     server.client_report(&ids[0], report(ClientStatus::Complete));
-    let ended = server.store.alloc_record(&ids[0]).unwrap().modify_index;
+    let ended = server.store.alloc_for_client(&ids[0]).unwrap().modify_index;
     // Another stop: its evaluation is pending. (Evaluations are not collected on their
     // own here: an evaluation cutoff of 0.)
     server.stop_job("web", StopJobOptions::default()).unwrap();
@@ -1085,9 +1085,9 @@ fn a_running_allocation_is_never_collected_and_an_ended_one_goes_with_its_evalua
     server.client_report(&ids[1], report(ClientStatus::Complete));
     let collected = server.collect_garbage(Cutoffs::ALL);
     assert_eq!(collected.jobs, 0);
-    assert!(server.store.alloc_record(&ids[0]).is_some(), "running");
+    assert!(server.store.alloc_for_client(&ids[0]).is_some(), "running");
     assert!(
-        server.store.alloc_record(&ids[1]).is_none(),
+        server.store.alloc_for_client(&ids[1]).is_none(),
         "ended, and its evaluation's other allocation is not: the ended one goes"
     );
 }

@@ -242,15 +242,6 @@ impl StateStore {
         self.jobs.get(id).map(Arc::as_ref)
     }
 
-    /// An allocation, tombstone or not.
-    pub fn alloc_record<Q>(&self, id: &Q) -> Option<&Allocation>
-    where
-        AllocId: Borrow<Q>,
-        Q: Ord + ?Sized,
-    {
-        self.allocs.get(id).map(Arc::as_ref)
-    }
-
     pub fn service(&self, id: &str) -> Option<&ServiceRegistration> {
         self.services.get(id).map(Arc::as_ref)
     }
