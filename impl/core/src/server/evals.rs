@@ -254,7 +254,7 @@ impl Server {
                 desired_transition: DesiredTransition::default(),
                 client_status: ClientStatus::Pending,
                 client_description: String::new(),
-                task_states: BTreeMap::new(),
+                task_states: TaskStates::default(),
                 previous_allocation: placement.previous.clone(),
                 next_allocation: None,
                 create_index: index,

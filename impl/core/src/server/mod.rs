@@ -14,6 +14,7 @@ pub mod scheduler;
 pub mod store;
 pub mod structs;
 mod task_events;
+mod task_states;
 mod versions;
 
 use crate::ids::IdGen;
@@ -23,7 +24,6 @@ use events::WriteType;
 pub use plan::{DesiredUpdates, PlanOutcome};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 use store::StateStore;
 use structs::*;
 
@@ -123,7 +123,7 @@ impl std::error::Error for ServerError {}
 pub struct ClientReport {
     pub client_status: ClientStatus,
     pub client_description: String,
-    pub task_states: BTreeMap<Arc<str>, TaskState>,
+    pub task_states: TaskStates,
     /// The allocation's health within its deployment, once its client decided.
     pub deployment_status: Option<AllocDeploymentStatus>,
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use super::task_events::TaskEvents;
+pub use super::task_states::TaskStates;
 pub use crate::id::Id;
 
 pub type JobId = Id;
@@ -187,7 +188,7 @@ pub struct Allocation {
     pub desired_transition: DesiredTransition,
     pub client_status: ClientStatus,
     pub client_description: String,
-    pub task_states: BTreeMap<Arc<str>, TaskState>,
+    pub task_states: TaskStates,
     #[serde(rename = "PreviousAllocation")]
     pub previous_allocation: Option<AllocId>,
     #[serde(rename = "NextAllocation")]

@@ -167,7 +167,7 @@ pub(super) struct AllocStub<'a> {
     desired_transition: &'a quiesce_core::server::structs::DesiredTransition,
     client_status: ClientStatus,
     client_description: &'a str,
-    task_states: &'a BTreeMap<Arc<str>, quiesce_core::server::structs::TaskState>,
+    task_states: &'a quiesce_core::server::structs::TaskStates,
     next_allocation: &'a str,
     deployment_status: &'a Option<quiesce_core::server::structs::AllocDeploymentStatus>,
     create_index: u64,

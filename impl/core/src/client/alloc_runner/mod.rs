@@ -564,16 +564,11 @@ impl AllocRunner {
     }
 
     /// The task states as the client reports them (each name shared with its task runner).
-    pub fn task_states(
-        &self,
-    ) -> std::collections::BTreeMap<Arc<str>, crate::server::structs::TaskState> {
-        // Inserted one by one: for a handful of tasks that is cheaper than `collect`, which
-        // sorts through a buffer of its own first; a report follows nearly every step.
-        let mut states = std::collections::BTreeMap::new();
-        for task in &self.tasks {
-            states.insert(task.name.clone(), task.state.clone());
-        }
-        states
+    pub fn task_states(&self) -> crate::server::structs::TaskStates {
+        self.tasks
+            .iter()
+            .map(|task| (task.name.clone(), task.state.clone()))
+            .collect()
     }
 }
 
