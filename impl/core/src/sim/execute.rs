@@ -149,28 +149,32 @@ impl Simulator {
             }
         }
         // The allocation's handles looked up once, not once per task, and a task's exit
-        // only for a task whose exit can be a step.
+        // only for a task whose exit can be a step. Written on the stack for a group of up
+        // to eight tasks (this runs after every step).
         let handles = self.schedule.handles_of(alloc);
-        let dues: Vec<Option<i64>> = runner
-            .tasks
-            .iter()
-            .enumerate()
-            .map(|(ix, task)| {
-                let eligible = match task.phase {
-                    TaskPhase::Delaying | TaskPhase::Signalled | TaskPhase::Running => true,
-                    TaskPhase::NotStarted
-                    | TaskPhase::Dead
-                    | TaskPhase::Crashed
-                    | TaskPhase::Restarting => false,
-                };
-                handles
-                    .filter(|_| eligible)
-                    .and_then(|handles| handles.get(&ix))
-                    .and_then(|handle| self.driver.next_exit_at(handle))
-                    .map(|at| at.max(self.now_ns))
-            })
-            .collect();
-        self.schedule.set_exits(alloc, &dues);
+        let mut on_stack = [None; 8];
+        let mut on_heap = Vec::new();
+        let dues = if runner.tasks.len() <= on_stack.len() {
+            &mut on_stack[..runner.tasks.len()]
+        } else {
+            on_heap.resize(runner.tasks.len(), None);
+            &mut on_heap[..]
+        };
+        for (ix, (task, due)) in runner.tasks.iter().zip(dues.iter_mut()).enumerate() {
+            let eligible = match task.phase {
+                TaskPhase::Delaying | TaskPhase::Signalled | TaskPhase::Running => true,
+                TaskPhase::NotStarted
+                | TaskPhase::Dead
+                | TaskPhase::Crashed
+                | TaskPhase::Restarting => false,
+            };
+            *due = handles
+                .filter(|_| eligible)
+                .and_then(|handles| handles.get(&ix))
+                .and_then(|handle| self.driver.next_exit_at(handle))
+                .map(|at| at.max(self.now_ns));
+        }
+        self.schedule.set_exits(alloc, dues);
     }
 }
 
