@@ -628,8 +628,9 @@ impl Server {
             return 0;
         }
         self.store.next_index(WriteType::ServiceDeregister);
-        ids.iter()
-            .filter(|id| self.store.delete_service(id))
+        ids.into_iter()
+            .map(|id| self.store.delete_service(id))
+            .filter(|&deleted| deleted)
             .count()
     }
 }

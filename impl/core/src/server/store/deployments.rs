@@ -73,10 +73,13 @@ impl StateStore {
         }
         let ids = Arc::make_mut(&mut self.deployments_by_job).remove(job_id);
         for id in ids.unwrap_or_default() {
-            self.deleting(Record::Deployment(id.clone()), |store| {
-                let deployment = store.deployments.get(&id)?;
-                Some(Snapshot::Deployment(Box::new(deployment.clone())))
-            });
+            self.deleting(
+                || Record::Deployment(id.clone()),
+                |store| {
+                    let deployment = store.deployments.get(&id)?;
+                    Some(Snapshot::Deployment(Box::new(deployment.clone())))
+                },
+            );
             self.wrote(Record::Deployment(id.clone()));
             Arc::make_mut(&mut self.deployments).remove(&id);
         }

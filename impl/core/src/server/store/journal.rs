@@ -97,10 +97,11 @@ impl StateStore {
             })
     }
 
-    /// Keeps what a write deletes, for its event.
+    /// Keeps what a write deletes, for its event (`record` made only then: a store without
+    /// events, as the simulator's, pays nothing).
     pub(super) fn deleting(
         &mut self,
-        record: Record,
+        record: impl FnOnce() -> Record,
         snapshot: impl FnOnce(&Self) -> Option<Snapshot>,
     ) {
         if self.events.is_none() {
@@ -111,7 +112,7 @@ impl StateStore {
             self.open
                 .get_or_insert_with(|| OpenWrite::new(index, WriteType::Acl))
                 .deleted
-                .insert(record, snapshot);
+                .insert(record(), snapshot);
         }
     }
 }

@@ -441,22 +441,26 @@ impl StateStore {
     }
 
     pub(super) fn delete_eval(&mut self, id: &str) {
-        self.deleting(Record::Eval(id.to_string()), |store| {
-            Some(Snapshot::Eval(Box::new(store.eval(id)?.clone())))
-        });
+        self.deleting(
+            || Record::Eval(id.to_string()),
+            |store| Some(Snapshot::Eval(Box::new(store.eval(id)?.clone()))),
+        );
         self.wrote(Record::Eval(id.to_string()));
         Arc::make_mut(&mut self.evals).remove(id);
     }
 
     pub(super) fn delete_job(&mut self, id: &str) {
-        self.deleting(Record::Job(id.into()), |store| {
-            let job = store.job(id)?;
-            Some(Snapshot::Job {
-                status: store.job_status(job),
-                job: Box::new(job.clone()),
-                deleted: true,
-            })
-        });
+        self.deleting(
+            || Record::Job(id.into()),
+            |store| {
+                let job = store.job(id)?;
+                Some(Snapshot::Job {
+                    status: store.job_status(job),
+                    job: Box::new(job.clone()),
+                    deleted: true,
+                })
+            },
+        );
         self.wrote(Record::Job(id.into()));
         Arc::make_mut(&mut self.jobs).remove(id);
         self.delete_scaling_events(id);
@@ -540,9 +544,10 @@ impl StateStore {
         // tombstones here until their client reports them ended, and each update is
         // published; Nomad 1.7.3 and later deletes them in the purge's own write, and
         // publishes nothing of them.)
-        self.deleting(Record::Alloc(id.clone()), |store| {
-            Some(Snapshot::Alloc(Arc::clone(store.alloc_shared(id)?)))
-        });
+        self.deleting(
+            || Record::Alloc(id.clone()),
+            |store| Some(Snapshot::Alloc(Arc::clone(store.alloc_shared(id)?))),
+        );
         self.wrote(Record::Alloc(id.clone()));
         if let Some(alloc) = Arc::make_mut(&mut self.allocs).remove(id) {
             self.moved_allocs_of(&alloc.job_id);
@@ -586,17 +591,23 @@ impl StateStore {
         Arc::make_mut(&mut self.services).insert(service.id.clone(), Arc::new(service));
     }
 
-    pub(super) fn delete_service(&mut self, id: &str) -> bool {
-        self.deleting(Record::Service(id.to_string()), |store| {
-            let service = store.service(id)?;
-            Some(Snapshot::Service {
-                owner: store.service_owner(service),
-                service: service.clone(),
-                deleted: true,
-            })
-        });
-        self.wrote(Record::Service(id.to_string()));
-        write_shared(&mut self.services, id, |services| services.remove(id)).is_some()
+    /// Deletes a service registration if there is one; the write is recorded either way.
+    pub(super) fn delete_service(&mut self, id: String) -> bool {
+        self.deleting(
+            || Record::Service(id.clone()),
+            |store| {
+                let service = store.service(&id)?;
+                Some(Snapshot::Service {
+                    owner: store.service_owner(service),
+                    service: service.clone(),
+                    deleted: true,
+                })
+            },
+        );
+        let deleted =
+            write_shared(&mut self.services, &*id, |services| services.remove(&*id)).is_some();
+        self.wrote(Record::Service(id));
+        deleted
     }
 
     pub fn node(&self, id: &str) -> Option<&Node> {
