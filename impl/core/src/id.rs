@@ -1,5 +1,6 @@
-//! [`Id`]: the text of an identifier (an allocation's, a node's or a job's; evaluations'
-//! and deployments' are still `String`s), shared rather than copied.
+//! [`Id`]: the text of an identifier (an allocation's, a node's or a job's, and an
+//! allocation's task group name; evaluations' and deployments' are still `String`s), shared
+//! rather than copied.
 //!
 //! A record is copied whenever it is written and a copy of the simulator still holds it
 //! (copy on write), and its identifiers are map keys everywhere: as `String`s each copy was

@@ -41,7 +41,7 @@ pub(super) fn launch_of(
             dir.join(raw_exec::LOCAL_DIR).display().to_string(),
         ),
         ("NOMAD_TASK_NAME".into(), task.name.clone()),
-        ("NOMAD_GROUP_NAME".into(), alloc.task_group.clone()),
+        ("NOMAD_GROUP_NAME".into(), alloc.task_group.to_string()),
         ("NOMAD_JOB_ID".into(), alloc.job_id.to_string()),
         ("NOMAD_JOB_NAME".into(), alloc.job.name.clone()),
         ("NOMAD_NAMESPACE".into(), alloc.namespace.clone()),

@@ -188,7 +188,7 @@ impl Server {
         });
         let now = self.store.now();
         self.store.update_deployment(&deployment_id, index, |d| {
-            if let Some(state) = d.task_groups.get_mut(&group) {
+            if let Some(state) = d.task_groups.get_mut(group.as_str()) {
                 state.healthy_allocs += 1;
                 // Progress: the deadline moves to now plus `progress_deadline`.
                 if state.require_progress_by > 0 && now > 0 {
@@ -253,7 +253,7 @@ impl Server {
         });
         let (suffix, reverted) = self.revert_for(&deployment, index);
         self.store.update_deployment(&id, index, |d| {
-            if let Some(state) = d.task_groups.get_mut(&group) {
+            if let Some(state) = d.task_groups.get_mut(group.as_str()) {
                 state.unhealthy_allocs += 1;
             }
             d.status = status::FAILED.into();

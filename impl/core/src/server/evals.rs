@@ -247,7 +247,7 @@ impl Server {
                 node_id: node,
                 job_id: job.id.as_str().into(),
                 job_version: job.version,
-                task_group: placement.group.clone(),
+                task_group: placement.group.as_str().into(),
                 desired_status: DesiredStatus::Run,
                 desired_description: String::new(),
                 // flag_scoped: a new allocation never carries the flag.

@@ -138,7 +138,7 @@ pub enum Snapshot {
 #[derive(Clone, Debug)]
 pub struct ServiceOwner {
     pub job: Arc<Job>,
-    pub task_group: String,
+    pub task_group: crate::id::Id,
     pub ports: Vec<AllocatedPort>,
     pub namespace: String,
 }

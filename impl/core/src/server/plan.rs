@@ -86,7 +86,7 @@ impl Server {
             sandbox
                 .store
                 .alloc_for_client(id)
-                .map(|a| a.task_group.clone())
+                .map(|a| a.task_group.to_string())
         };
         let replaced: std::collections::BTreeSet<&AllocId> = plan
             .place
@@ -122,7 +122,10 @@ impl Server {
         }
         for alloc in sandbox.store.allocs_by_job(&job.id) {
             if !alloc.is_terminal() && !alloc.tombstone && !touched.contains(&alloc.id) {
-                updates.entry(alloc.task_group.clone()).or_default().ignore += 1;
+                updates
+                    .entry(alloc.task_group.to_string())
+                    .or_default()
+                    .ignore += 1;
             }
         }
         // The evaluation, processed in the copy: what it could not place.

@@ -103,7 +103,7 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
             .filter(|a| {
                 a.desired_status == DesiredStatus::Run && a.client_status == ClientStatus::Complete
             })
-            .map(|a| (a.task_group.clone(), index_of(&a.name)))
+            .map(|a| (a.task_group.to_string(), index_of(&a.name)))
             .collect()
     } else {
         BTreeSet::new()

@@ -182,7 +182,7 @@ pub struct Allocation {
     #[serde(serialize_with = "shared_job::serialize")]
     pub job: Arc<Job>,
     pub job_version: u64,
-    pub task_group: String,
+    pub task_group: Id,
     pub desired_status: DesiredStatus,
     pub desired_description: String,
     pub desired_transition: DesiredTransition,

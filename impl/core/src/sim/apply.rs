@@ -5,7 +5,7 @@ use super::schedule::Schedule;
 use super::{SimError, Simulator};
 use crate::client::driver::{Driver, MockDriver};
 use crate::client::{AllocRunner, ExitResult, RunnerPhase, RunnerStep, TaskPhase, Timer};
-use crate::server::structs::{AllocId, JobId, NodeId};
+use crate::server::structs::{AllocId, Id, JobId, NodeId};
 use crate::server::StopJobOptions;
 use crate::spec::TaskRole;
 use crate::step::log::LogEntry;
@@ -326,7 +326,7 @@ impl Simulator {
 
 /// What a step logs and where it runs: the job and task group it is about, and the node
 /// whose client runs its allocation.
-pub(super) type StepContext = (Option<JobId>, Option<String>, Option<NodeId>);
+pub(super) type StepContext = (Option<JobId>, Option<Id>, Option<NodeId>);
 
 /// The context of a step of `runner`'s, on `node`.
 pub(super) fn runner_context(node: &NodeId, runner: &AllocRunner) -> StepContext {

@@ -12,7 +12,7 @@
 //! ```
 
 use super::{Effect, Step};
-use crate::server::structs::JobId;
+use crate::server::structs::{Id, JobId};
 use crate::spec::Job;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -44,7 +44,7 @@ pub struct LogEntry {
     /// The job and task group the entry is about (for a step of one allocation, its job and
     /// group); `None` for `ClientRestart`.
     pub job: Option<JobId>,
-    pub group: Option<String>,
+    pub group: Option<Id>,
     /// What the step did to the world, in order.
     pub effects: Vec<Effect>,
 }
@@ -52,7 +52,7 @@ pub struct LogEntry {
 impl LogEntry {
     /// An entry for `step`, about `job` and `group` (taken from the step where it names its
     /// job); its sequence number and time are set when it is appended.
-    pub fn step(step: Step, job: Option<JobId>, group: Option<String>) -> LogEntry {
+    pub fn step(step: Step, job: Option<JobId>, group: Option<Id>) -> LogEntry {
         let job = step.job().cloned().or(job);
         LogEntry {
             seq: 0,
@@ -129,7 +129,7 @@ struct Wire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     job: Option<JobId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    group: Option<String>,
+    group: Option<Id>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     alloc: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

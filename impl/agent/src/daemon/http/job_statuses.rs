@@ -332,7 +332,7 @@ fn statuses_job(store: &StateStore, job: &Job) -> StatusesJob {
             let deployment = alloc.deployment_status.as_ref();
             StatusesAlloc {
                 id: alloc.id.to_string(),
-                group: alloc.task_group.clone(),
+                group: alloc.task_group.to_string(),
                 client_status: alloc.client_status,
                 node_id: alloc.node_id.to_string(),
                 deployment_status: AllocDeployment {
