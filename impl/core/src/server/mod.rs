@@ -569,6 +569,14 @@ impl Server {
         let failed_in_deployment = report.client_status == ClientStatus::Failed
             && alloc.desired_status == DesiredStatus::Run
             && !alloc.deployment_id.is_empty();
+        // A client reports the health it decided with every report after; once recorded
+        // (or outside a deployment) there is nothing for the deployment to learn, as
+        // `alloc_healthy` would find. The write below does not change either.
+        let health_news = !alloc.deployment_id.is_empty()
+            && !alloc
+                .deployment_status
+                .as_ref()
+                .is_some_and(|s| s.healthy.is_some());
         debug_assert!(
             terminal || !alloc.client_status.is_terminal(),
             "stop_completes: client-terminal alloc {alloc_id} reported {:?}",
@@ -581,7 +589,7 @@ impl Server {
                 alloc.client_description = report.client_description;
                 alloc.task_states = report.task_states;
             });
-        if let Some(health) = report.deployment_status {
+        if let Some(health) = report.deployment_status.filter(|_| health_news) {
             self.alloc_healthy(alloc_id, health, index);
         }
         if let Some(job_id) = job_id {
