@@ -12,6 +12,7 @@
 
 use crate::client::Timer;
 use crate::server::structs::AllocId;
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 
@@ -77,20 +78,22 @@ impl Schedule {
         }
     }
 
-    /// Stops `timer` if it runs; copies nothing if it does not.
+    /// Stops `timer` if it runs; copies nothing if it does not. One lookup of the
+    /// allocation while this copy has the table to itself, two while a clone shares it.
     pub(super) fn stop_timer(&mut self, alloc: &AllocId, timer: Timer) {
-        if !self.has_timer(alloc, timer) {
+        if Arc::get_mut(&mut self.timers).is_none() && !self.has_timer(alloc, timer) {
             return;
         }
         let timers = Arc::make_mut(&mut self.timers);
-        if let Some(of_alloc) = timers.get_mut(alloc) {
-            let was = of_alloc.remove(&timer);
-            if of_alloc.is_empty() {
-                timers.remove(alloc);
-            }
-            if let (Some(queues), Some(was)) = (self.queues.get_mut(), was) {
-                queues.timers.remove(&(was, alloc.clone(), timer));
-            }
+        let Entry::Occupied(mut of_alloc) = timers.entry(alloc.clone()) else {
+            return;
+        };
+        let was = of_alloc.get_mut().remove(&timer);
+        if of_alloc.get().is_empty() {
+            of_alloc.remove();
+        }
+        if let (Some(queues), Some(was)) = (self.queues.get_mut(), was) {
+            queues.timers.remove(&(was, alloc.clone(), timer));
         }
     }
 
