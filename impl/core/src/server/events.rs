@@ -22,7 +22,7 @@
 //! the bound) 101 MB against 73 MB, so a full journal holds about 30 MB. Copying every
 //! changed record at every write, before records were shared, cost 329 ms against 219.
 
-use super::structs::{AllocatedPort, Allocation, Evaluation, Node, ServiceRegistration};
+use super::structs::{AllocatedPort, Allocation, Evaluation, Id, Node, ServiceRegistration};
 use crate::spec::Job;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -138,7 +138,7 @@ pub enum Snapshot {
 #[derive(Clone, Debug)]
 pub struct ServiceOwner {
     pub job: Arc<Job>,
-    pub task_group: crate::id::Id,
+    pub task_group: Id,
     pub ports: Vec<AllocatedPort>,
     pub namespace: String,
 }

@@ -604,6 +604,8 @@ impl StateStore {
                 })
             },
         );
+        // Removed before the write is noted (which reads no table), so that the noted
+        // record takes the ID itself.
         let deleted =
             write_shared(&mut self.services, &*id, |services| services.remove(&*id)).is_some();
         self.wrote(Record::Service(id));
