@@ -573,10 +573,10 @@ impl Server {
         // (or outside a deployment) there is nothing for the deployment to learn, as
         // `alloc_healthy` would find. The write below does not change either.
         let health_news = !alloc.deployment_id.is_empty()
-            && !alloc
+            && alloc
                 .deployment_status
                 .as_ref()
-                .is_some_and(|s| s.healthy.is_some());
+                .is_none_or(|s| s.healthy.is_none());
         debug_assert!(
             terminal || !alloc.client_status.is_terminal(),
             "stop_completes: client-terminal alloc {alloc_id} reported {:?}",
