@@ -391,34 +391,38 @@ fn rollout_room(
     if !deployment.is_some_and(Deployment::is_running) {
         return 0;
     }
-    let in_group = || {
-        store
-            .allocs_by_job(&job.id)
-            .filter(|a| a.task_group == group)
-    };
-    let stopping = in_group().any(|alloc| {
-        alloc.desired_description == DESC_UPDATING && !alloc.client_status.is_terminal()
-    });
-    // Any deployment's replacement whose health is not yet decided: one placed by a
-    // deployment that a newer version cancelled still serves nothing until it is healthy
-    // (the model's `watched`). One decided unhealthy, or placed by a deployment that failed
-    // (the model's `abandoned`), holds nothing: a fix rolled out after a failure replaces it.
-    let unhealthy = in_group().any(|alloc| {
-        let undecided = || {
-            alloc
-                .deployment_status
-                .as_ref()
-                .is_none_or(|status| status.healthy.is_none())
-        };
-        // Looked up last: an evaluation of a large group reads every allocation.
-        let failed = || {
-            store
-                .deployment(&alloc.deployment_id)
-                .is_some_and(|d| d.status == crate::server::structs::deployment_status::FAILED)
-        };
-        !alloc.is_terminal() && !alloc.deployment_id.is_empty() && undecided() && !failed()
-    });
-    if stopping || unhealthy {
+    // One allocation of the group that a rollout stopped and that has not ended, or any
+    // deployment's replacement whose health is not yet decided, and there is no room: one
+    // pass over the group (an evaluation of a large group reads every allocation). A
+    // replacement placed by a deployment that a newer version cancelled still serves nothing
+    // until it is healthy (the model's `watched`). One decided unhealthy, or placed by a
+    // deployment that failed (the model's `abandoned`), holds nothing: a fix rolled out
+    // after a failure replaces it.
+    let busy = store
+        .allocs_by_job(&job.id)
+        .filter(|a| a.task_group == group)
+        .any(|alloc| {
+            let stopping =
+                alloc.desired_description == DESC_UPDATING && !alloc.client_status.is_terminal();
+            let undecided = || {
+                alloc
+                    .deployment_status
+                    .as_ref()
+                    .is_none_or(|status| status.healthy.is_none())
+            };
+            // Looked up last, for the few allocations that get this far.
+            let failed = || {
+                store
+                    .deployment(&alloc.deployment_id)
+                    .is_some_and(|d| d.status == crate::server::structs::deployment_status::FAILED)
+            };
+            stopping
+                || (!alloc.is_terminal()
+                    && !alloc.deployment_id.is_empty()
+                    && undecided()
+                    && !failed())
+        });
+    if busy {
         0
     } else {
         usize::try_from(update.max_parallel).unwrap_or(usize::MAX)
