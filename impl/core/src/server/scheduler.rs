@@ -167,13 +167,14 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         others.sort_by_key(|alloc| alloc.job_version != job.version);
         // Older allocations to replace, and whether each needs a new one placed.
         let mut replaced = Vec::new();
-        let mut kept: BTreeSet<u64> = completed
-            .iter()
-            .filter(|(g, _)| g == &group.name)
-            .map(|(_, index)| *index)
-            .collect();
+        let mut kept = Indexes::below(count);
+        for (_, index) in completed.iter().filter(|(g, _)| g == &group.name) {
+            kept.insert(*index);
+        }
         if in_place {
-            kept.extend(&canaries);
+            for &index in &canaries {
+                kept.insert(index);
+            }
         }
         for alloc in others {
             let index = index_of(&alloc.name);
@@ -224,7 +225,7 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         }
         // An index with no allocation (a replacement that could not be placed): the batch
         // before is not done, so nothing more is stopped until it is placed and healthy.
-        let unplaced = (0..count).any(|index| !kept.contains(&index));
+        let unplaced = (0..count).any(|index| !kept.contains(index));
         let room = if canarying
             || (unplaced && deployment.is_some() && job.update_of(&group.name).is_some())
         {
@@ -278,7 +279,7 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
             // Nothing older left to stand for: on the index a canary that migrated left, or
             // that a canary whose placement failed never took.
             if replaced.is_empty() {
-                let free = (0..count).filter(|index| !kept.contains(index));
+                let free = (0..count).filter(|&index| !kept.contains(index));
                 placed.extend(free.take(missing).map(|index| (index, None)));
             }
             for (index, previous) in placed {
@@ -291,7 +292,7 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         }
         // While canaries wait, what is placed beside them (for an older allocation that
         // failed) takes the stable version too.
-        let free: Vec<u64> = (0..count).filter(|index| !kept.contains(index)).collect();
+        let free: Vec<u64> = (0..count).filter(|&index| !kept.contains(index)).collect();
         let version = if canarying && !in_place && !free.is_empty() {
             stable_version(store, &shared, &group.name, 0)
         } else {
@@ -429,6 +430,47 @@ fn rollout_room(
     }
 }
 
+/// The indexes (`job.group[index]`) of a group an evaluation has accounted for: a bitmap
+/// below the group's count (an evaluation marks each of them and looks each up twice; in
+/// a `BTreeSet` that was a fifth of placing a large job), a set for any past it.
+struct Indexes {
+    below: Vec<bool>,
+    past: BTreeSet<u64>,
+}
+
+impl Indexes {
+    /// Bitmap room for `count` indexes, at most a job's allocations (a count is validated
+    /// against it; past it, the set serves).
+    fn below(count: u64) -> Indexes {
+        let room = count.min(crate::spec::MAX_ALLOCS_PER_JOB.unsigned_abs());
+        Indexes {
+            below: vec![false; usize::try_from(room).unwrap_or(0)],
+            past: BTreeSet::new(),
+        }
+    }
+
+    /// Marks `index`; false if it was marked already.
+    fn insert(&mut self, index: u64) -> bool {
+        match self.slot(index) {
+            Some(slot) => !std::mem::replace(&mut self.below[slot], true),
+            None => self.past.insert(index),
+        }
+    }
+
+    fn contains(&self, index: u64) -> bool {
+        match self.slot(index) {
+            Some(slot) => self.below[slot],
+            None => self.past.contains(&index),
+        }
+    }
+
+    fn slot(&self, index: u64) -> Option<usize> {
+        usize::try_from(index)
+            .ok()
+            .filter(|&slot| slot < self.below.len())
+    }
+}
+
 /// A canary not yet promoted (Nomad clears the mark at the promotion).
 pub(super) fn is_canary(alloc: &Allocation) -> bool {
     alloc
@@ -446,4 +488,29 @@ fn index_of(name: &str) -> u64 {
 
 fn count_of(count: Option<i64>) -> u64 {
     count.map_or(1, |count| count.max(0) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indexes_are_marked_once_below_the_count_and_past_it() {
+        let mut kept = Indexes::below(3);
+        assert!(!kept.contains(0) && !kept.contains(7));
+        assert!(kept.insert(2));
+        assert!(!kept.insert(2), "marked already");
+        assert!(kept.insert(7), "past the count: the set");
+        assert!(!kept.insert(7));
+        assert!(kept.contains(2) && kept.contains(7));
+        assert!(!kept.contains(1) && !kept.contains(u64::MAX));
+        assert!(kept.insert(u64::MAX) && kept.contains(u64::MAX));
+        // A count past a job's limit gets a bitmap of the limit, and the set beyond.
+        let mut huge = Indexes::below(u64::MAX);
+        assert_eq!(huge.below.len(), 10_000);
+        assert!(huge.insert(9_999) && huge.insert(10_000) && huge.insert(1 << 40));
+        assert!(huge.contains(9_999) && huge.contains(10_000) && huge.contains(1 << 40));
+        assert!(!huge.contains(10_001));
+        assert!(Indexes::below(0).insert(0));
+    }
 }
