@@ -7,7 +7,7 @@ pub mod hooks;
 pub mod shell;
 pub mod task_runner;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 
 pub use alloc_runner::{AllocRunner, RunnerPhase};
 pub use task_runner::{ExitResult, RestartMark, TaskPhase, TaskRunner};

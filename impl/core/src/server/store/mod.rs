@@ -12,6 +12,7 @@
 //! writes no new specification), all Unix nanoseconds as Nomad's. The simulator's store has
 //! no clock and stamps nothing, so its states stay comparable.
 
+mod by_job;
 mod deployments;
 mod journal;
 mod moved;
@@ -327,12 +328,7 @@ impl StateStore {
 
     /// Every allocation of a job, tombstones included, in ID order.
     pub fn allocs_by_job(&self, job_id: &str) -> impl Iterator<Item = &Allocation> {
-        self.allocs_by_job
-            .get(job_id)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.allocs.get(id))
-            .map(Arc::as_ref)
+        by_job::JobAllocs::new(self.allocs_by_job.get(job_id), &self.allocs)
     }
 
     pub fn allocs(&self) -> impl Iterator<Item = &Allocation> {
