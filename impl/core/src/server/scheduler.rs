@@ -167,7 +167,7 @@ pub fn reconcile(store: &StateStore, job_id: &str) -> Plan {
         others.sort_by_key(|alloc| alloc.job_version != job.version);
         // Older allocations to replace, and whether each needs a new one placed.
         let mut replaced = Vec::new();
-        let mut kept = Indexes::below(count);
+        let mut kept = Indexes::for_count(count);
         for (_, index) in completed.iter().filter(|(g, _)| g == &group.name) {
             kept.insert(*index);
         }
@@ -431,17 +431,18 @@ fn rollout_room(
 }
 
 /// The indexes (`job.group[index]`) of a group an evaluation has accounted for: a bitmap
-/// below the group's count (an evaluation marks each of them and looks each up twice; in
-/// a `BTreeSet` that was a fifth of placing a large job), a set for any past it.
+/// below the group's count (an evaluation marks each of them and looks each up again, two
+/// or three times; in a `BTreeSet` that was a fifth of placing a large job), a set for any
+/// past it.
 struct Indexes {
     below: Vec<bool>,
     past: BTreeSet<u64>,
 }
 
 impl Indexes {
-    /// Bitmap room for `count` indexes, at most a job's allocations (a count is validated
-    /// against it; past it, the set serves).
-    fn below(count: u64) -> Indexes {
+    /// Bitmap room for `count` indexes, at most a job's allocations (the counts of a job's
+    /// groups together are validated against that; past it, the set serves).
+    fn for_count(count: u64) -> Indexes {
         let room = count.min(crate::spec::MAX_ALLOCS_PER_JOB.unsigned_abs());
         Indexes {
             below: vec![false; usize::try_from(room).unwrap_or(0)],
@@ -482,7 +483,7 @@ pub(super) fn is_canary(alloc: &Allocation) -> bool {
 /// The index in an allocation's name, `job.group[index]`: what follows the last `[`, its
 /// trailing `]`s dropped, as `u64` reads it; 0 if that is no number. Read byte by byte
 /// (`[` and `]` are ASCII): an evaluation reads every allocation's, and `str`'s pattern
-/// searches cost several times the digits.
+/// searches cost more than the parse.
 fn index_of(name: &str) -> u64 {
     let bytes = name.as_bytes();
     let Some(open) = bytes.iter().rposition(|&byte| byte == b'[') else {
@@ -536,7 +537,7 @@ mod tests {
 
     #[test]
     fn indexes_are_marked_once_below_the_count_and_past_it() {
-        let mut kept = Indexes::below(3);
+        let mut kept = Indexes::for_count(3);
         assert!(!kept.contains(0) && !kept.contains(7));
         assert!(kept.insert(2));
         assert!(!kept.insert(2), "marked already");
@@ -546,11 +547,11 @@ mod tests {
         assert!(!kept.contains(1) && !kept.contains(u64::MAX));
         assert!(kept.insert(u64::MAX) && kept.contains(u64::MAX));
         // A count past a job's limit gets a bitmap of the limit, and the set beyond.
-        let mut huge = Indexes::below(u64::MAX);
+        let mut huge = Indexes::for_count(u64::MAX);
         assert_eq!(huge.below.len(), 10_000);
         assert!(huge.insert(9_999) && huge.insert(10_000) && huge.insert(1 << 40));
         assert!(huge.contains(9_999) && huge.contains(10_000) && huge.contains(1 << 40));
         assert!(!huge.contains(10_001));
-        assert!(Indexes::below(0).insert(0));
+        assert!(Indexes::for_count(0).insert(0));
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 type Table = BTreeMap<AllocId, Arc<Allocation>>;
 
 /// A job's allocations in ID order (an ID the table lacks is skipped).
-pub enum JobAllocs<'a> {
+pub(super) enum JobAllocs<'a> {
     Lookup {
         ids: btree_set::Iter<'a, AllocId>,
         table: &'a Table,
@@ -107,9 +107,9 @@ mod tests {
             let found = |allocs: JobAllocs| -> Vec<String> {
                 allocs.map(|alloc| alloc.id.to_string()).collect()
             };
-            let expected: Vec<String> = ids
+            let expected: Vec<String> = set
                 .iter()
-                .filter(|&&id| table.contains_key(id))
+                .filter(|&id| table.contains_key(id))
                 .map(|id| id.to_string())
                 .collect();
             let walk = JobAllocs::Walk {
