@@ -21,18 +21,11 @@ pub struct TaskStates {
 
 impl TaskStates {
     pub fn get(&self, name: &str) -> Option<&TaskState> {
-        self.position(name).ok().map(|ix| &self.by_name[ix].1)
-    }
-
-    /// Sets the state of task `name`, returning the one it replaces.
-    pub fn insert(&mut self, name: Arc<str>, state: TaskState) -> Option<TaskState> {
-        match self.position(&name) {
-            Ok(ix) => Some(std::mem::replace(&mut self.by_name[ix].1, state)),
-            Err(ix) => {
-                self.by_name.insert(ix, (name, state));
-                None
-            }
-        }
+        let ix = self
+            .by_name
+            .binary_search_by(|(entry, _)| (**entry).cmp(name))
+            .ok()?;
+        Some(&self.by_name[ix].1)
     }
 
     /// The states in the names' order.
@@ -46,11 +39,6 @@ impl TaskStates {
 
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
-    }
-
-    fn position(&self, name: &str) -> Result<usize, usize> {
-        self.by_name
-            .binary_search_by(|(entry, _)| (**entry).cmp(name))
     }
 }
 
@@ -117,19 +105,6 @@ mod tests {
         assert_eq!(states.get("db").map(|s| s.restarts), Some(5));
         assert!(states.get("dc").is_none());
         assert_eq!(states.len(), 3);
-    }
-
-    #[test]
-    fn insert_replaces_a_name_in_place_and_adds_a_new_one_in_order() {
-        let mut states = TaskStates::default();
-        assert!(states.is_empty());
-        assert!(states.insert("b".into(), state(1)).is_none());
-        assert!(states.insert("a".into(), state(2)).is_none());
-        assert_eq!(
-            states.insert("b".into(), state(3)).map(|s| s.restarts),
-            Some(1)
-        );
-        assert_eq!(restarts(&states), [("a", 2), ("b", 3)]);
     }
 
     #[test]
